@@ -1,0 +1,3 @@
+from loadlab.cli import main
+
+main()

@@ -1,0 +1,75 @@
+"""The one place loadlab's exceptions live.
+
+Hierarchy (every class carries the process exit code the CLI uses):
+
+- ``LoadlabError`` (exit 1): base class; anything loadlab raises on purpose.
+  - ``InputError`` (exit 2): the user gave us something we cannot use: a bad flag,
+    scenario, profile, trace or config value. The message names the file (when there
+    is one), the field or line, what was wrong and how to fix it.
+  - ``TargetError`` (exit 1): the server under test misbehaved in a way that stops
+    the run (never answered /health, died at start). Per-request failures are
+    *records*, not exceptions.
+  - ``RunInterrupted`` (exit 130): Ctrl-C or SIGTERM; raised after everything
+    measured so far has been flushed to the run folder.
+
+Messages are written for the person at the terminal: say what to do, not only what
+broke.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LoadlabError(Exception):
+    """Base class of every error loadlab raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(LoadlabError):
+    """Bad user input: names the source, the field, and the fix.
+
+    ``source`` is a file path or a flag/endpoint description; ``field`` a dotted
+    field path, a column name or ``line N``; ``fix`` a sentence telling the user
+    what to change. All three are optional so that short CLI-flag errors stay short.
+    """
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | Path | None = None,
+        field: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.message = message
+        self.source = str(source) if source is not None else None
+        self.field = field
+        self.fix = fix
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        where = ""
+        if self.source and self.field:
+            where = f"{self.source}: {self.field}: "
+        elif self.source:
+            where = f"{self.source}: "
+        elif self.field:
+            where = f"{self.field}: "
+        text = f"{where}{self.message}"
+        if self.fix:
+            text += f" (fix: {self.fix})"
+        return text
+
+
+class TargetError(LoadlabError):
+    """The server under test cannot be used at all (did not start, never healthy)."""
+
+
+class RunInterrupted(LoadlabError):
+    """The run was stopped by the user; what was measured is already on disk."""
+
+    exit_code = 130

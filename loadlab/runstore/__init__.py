@@ -1,0 +1,35 @@
+"""The run folder: the one contract every stage reads and writes.
+
+Layout of one point (``reports/<run>/<point>/``)::
+
+    manifest.json        what was run: scenario as resolved, server flags, versions,
+                         host, start/end, per-step windows, status (see manifest.py)
+    requests.parquet/    one row per request (schema.REQUESTS), a directory of part files
+    metrics.parquet/     long-format /metrics samples (schema.METRICS), likewise
+    scrapes.parquet/     one row per scrape attempt (schema.SCRAPES): gaps and their cause
+
+Each ``*.parquet`` is a directory of part files because a part is only written
+whole (to a temporary name, then renamed): a crash, a kill or Ctrl-C loses at most
+the rows not yet flushed, and several writers (Locust workers, collectors) add to
+one table without coordinating. ``pandas.read_parquet(dir)`` and pyarrow read the
+directory as one table; :func:`read_table` does that and returns an empty frame
+with the right columns when nothing was written.
+
+Times are unix seconds (float64) everywhere; durations end in ``_s``.
+"""
+
+from loadlab.runstore.manifest import read_manifest, update_manifest, write_manifest
+from loadlab.runstore.schema import METRICS, REQUESTS, SCRAPES, REQUEST_STATUSES
+from loadlab.runstore.writer import PartWriter, read_table
+
+__all__ = [
+    "METRICS",
+    "REQUESTS",
+    "SCRAPES",
+    "REQUEST_STATUSES",
+    "PartWriter",
+    "read_table",
+    "read_manifest",
+    "update_manifest",
+    "write_manifest",
+]

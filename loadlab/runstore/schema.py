@@ -1,0 +1,77 @@
+"""Column schemas of the run-folder tables.
+
+Kept as pyarrow schemas so every writer produces identical column types and the
+analyzer can rely on them (nullable ints stay ints, lists stay lists).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+REQUEST_STATUSES = ("ok", "http_error", "timeout", "aborted", "client_error")
+
+# One row per request, written by the load generator and by `loadlab sim replay`.
+REQUESTS = pa.schema(
+    [
+        ("point", pa.string()),            # sweep point name ("" for a single run)
+        ("step", pa.int32()),              # index of the load step (0-based)
+        ("concurrency", pa.int32()),       # users active in the step (closed loop); null for open loop
+        ("target_rate", pa.float64()),     # requests/s target of the step (open loop); null for closed loop
+        ("worker", pa.string()),           # load-generator process that sent it
+        ("user", pa.int32()),              # user index inside the worker
+        ("request_id", pa.string()),       # deterministic from seed and sequence number
+        ("seq", pa.int64()),               # position in the seeded request sequence
+        ("endpoint", pa.string()),         # base URL it was sent to (no credentials)
+        ("api", pa.string()),              # "completions" | "chat"
+        ("t_scheduled", pa.float64()),     # when the plan wanted it sent (open loop / replay)
+        ("t_sent", pa.float64()),          # just before the request was written
+        ("t_first_token", pa.float64()),   # first chunk with non-empty content
+        ("t_done", pa.float64()),          # last byte / error
+        ("send_lag_s", pa.float64()),      # t_sent - t_scheduled
+        ("ttft_s", pa.float64()),
+        ("e2e_s", pa.float64()),
+        ("itl_mean_s", pa.float64()),
+        ("itl_p50_s", pa.float64()),
+        ("itl_p99_s", pa.float64()),
+        ("itl_max_s", pa.float64()),
+        ("n_chunks", pa.int32()),          # content chunks received
+        ("chunk_offsets_s", pa.list_(pa.float64())),  # each content chunk, seconds after t_sent
+        ("prompt_tokens", pa.int32()),     # usage as the server reported it
+        ("output_tokens", pa.int32()),
+        ("target_prompt_tokens", pa.int32()),
+        ("target_output_tokens", pa.int32()),
+        ("prefix_group", pa.int32()),      # requests sharing a prefix share this id; null = none
+        ("prefix_tokens", pa.int32()),     # length of the shared prefix
+        ("status", pa.string()),           # one of REQUEST_STATUSES
+        ("http_status", pa.int32()),
+        ("error", pa.string()),
+    ]
+)
+
+# Long-format /metrics samples, raw (counters and histogram buckets as exposed).
+METRICS = pa.schema(
+    [
+        ("t", pa.float64()),               # scrape start (or Prometheus sample time)
+        ("scrape_s", pa.float64()),        # scrape duration; null from Prometheus
+        ("endpoint", pa.string()),
+        ("family", pa.string()),           # metric family, e.g. vllm:time_to_first_token_seconds
+        ("type", pa.string()),             # counter | gauge | histogram | summary | info | unknown
+        ("metric", pa.string()),           # sample name, e.g. ..._bucket, ..._total
+        ("labels", pa.string()),           # canonical JSON object, sorted keys
+        ("value", pa.float64()),
+        ("source", pa.string()),           # "direct" | "prometheus" | "sim"
+    ]
+)
+
+# One row per scrape attempt, so coverage and gaps are data, not log lines.
+SCRAPES = pa.schema(
+    [
+        ("t", pa.float64()),
+        ("endpoint", pa.string()),
+        ("duration_s", pa.float64()),
+        ("ok", pa.bool_()),
+        ("http_status", pa.int32()),
+        ("n_samples", pa.int32()),
+        ("error", pa.string()),            # cause of a gap: timeout, refused, http 500, parse error...
+    ]
+)

@@ -1,0 +1,105 @@
+"""Append-only Parquet tables made of whole part files.
+
+A part is written to ``.<name>.tmp`` and renamed into place, so a reader never sees
+a half-written file and a crash loses only the rows still in memory. Flushing is
+by row count or by age, whichever comes first; the owner calls :meth:`PartWriter.close`
+(also safe from a signal handler's cleanup path) to flush the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+class PartWriter:
+    """Buffer rows (dicts) and write them as Parquet parts of one table directory.
+
+    ``writer_id`` goes into part names so several processes can share a table
+    (Locust workers, collectors); it must be unique per process.
+    Thread-safe: Locust greenlets and collector threads may add concurrently.
+    """
+
+    def __init__(
+        self,
+        table_dir: str | Path,
+        schema: pa.Schema,
+        *,
+        writer_id: str | None = None,
+        flush_rows: int = 2000,
+        flush_interval_s: float = 2.0,
+    ) -> None:
+        self.table_dir = Path(table_dir)
+        self.table_dir.mkdir(parents=True, exist_ok=True)
+        self.schema = schema
+        self.writer_id = writer_id or uuid.uuid4().hex[:8]
+        self.flush_rows = flush_rows
+        self.flush_interval_s = flush_interval_s
+        self._rows: list[Mapping[str, Any]] = []
+        self._lock = threading.Lock()
+        self._last_flush = time.monotonic()
+        self._part = 0
+        self.rows_written = 0
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Queue one row; flushes when the buffer is big or old enough."""
+        with self._lock:
+            self._rows.append(row)
+            due = (
+                len(self._rows) >= self.flush_rows
+                or time.monotonic() - self._last_flush >= self.flush_interval_s
+            )
+        if due:
+            self.flush()
+
+    def extend(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        for row in rows:
+            self.add(row)
+
+    def flush(self) -> None:
+        """Write buffered rows as one part file (no-op when empty)."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+            self._last_flush = time.monotonic()
+            if not rows:
+                return
+            self._part += 1
+            part = self._part
+        table = pa.Table.from_pylist(list(rows), schema=self.schema)
+        name = f"part-{self.writer_id}-{part:06d}.parquet"
+        tmp = self.table_dir / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.table_dir / name)
+        with self._lock:
+            self.rows_written += len(rows)
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> PartWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_table(table_dir: str | Path, schema: pa.Schema) -> pd.DataFrame:
+    """Read a table directory as one DataFrame; empty (with columns) if absent.
+
+    Hidden temporary files are skipped, so a table can be read while it is written.
+    """
+    path = Path(table_dir)
+    parts = sorted(p for p in path.glob("part-*.parquet")) if path.is_dir() else []
+    if not parts:
+        return schema.empty_table().to_pandas()
+    tables = [pq.read_table(p, schema=schema) for p in parts]
+    return pa.concat_tables(tables).to_pandas()
