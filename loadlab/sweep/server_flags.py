@@ -1,0 +1,124 @@
+"""Server flag lists in vLLM's own vocabulary: parse them, redact secrets, read knobs.
+
+A flag list is what a user would type after ``vllm serve MODEL`` (``--max-num-seqs 4``,
+``--block-size=32``, ``--enable-prefix-caching``, ``--no-enable-chunked-prefill``).
+The same list configures the built-in simulator. Parsing rules:
+
+1. ``--name=value`` and ``--name value`` give ``name`` (dashes -> underscores) = value;
+   a value that reads as an int or float becomes one.
+2. A flag in ``BOOLEAN_FLAGS`` (or any flag followed by another flag / nothing) is True;
+   ``--no-<name>`` sets ``name`` to False.
+3. Tokens before the first flag are positional (vLLM's MODEL).
+4. ``--api-key`` values never leave this module unredacted: ``redact_argv`` replaces them
+   with ``***`` for logs and manifests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadlab.errors import InputError
+
+REDACTED = "***"
+SECRET_FLAGS = frozenset({"--api-key"})
+
+# vLLM boolean switches loadlab users are likely to pass (each also has a --no- form).
+BOOLEAN_FLAGS = frozenset(
+    {
+        "enable_prefix_caching",
+        "enable_chunked_prefill",
+        "enforce_eager",
+        "disable_log_requests",
+        "disable_log_stats",
+        "enable_log_requests",
+        "trust_remote_code",
+        "disable_frontend_multiprocessing",
+        "async_scheduling",
+        "scheduler_reserve_full_isl",
+    }
+)
+
+
+@dataclass
+class ParsedFlags:
+    """A flag list split into positionals and a name -> value mapping."""
+
+    positional: list[str] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def _coerce(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def parse_flags(flags: list[str]) -> ParsedFlags:
+    """Parse a vLLM-style flag list (see module docstring for the rules)."""
+    parsed = ParsedFlags()
+    i = 0
+    while i < len(flags):
+        token = flags[i]
+        if not token.startswith("--"):
+            if parsed.values:
+                raise InputError(
+                    f"unexpected value {token!r} after {flags[i - 1]!r}",
+                    source="server flags",
+                    fix="write each flag as --name value or --name=value",
+                )
+            parsed.positional.append(token)
+            i += 1
+            continue
+        name, eq, inline = token[2:].partition("=")
+        key = name.replace("-", "_")
+        if eq:
+            parsed.values[key] = _coerce(inline)
+            i += 1
+        elif key.startswith("no_") and (i + 1 == len(flags) or flags[i + 1].startswith("--")):
+            parsed.values[key[3:]] = False
+            i += 1
+        elif key in BOOLEAN_FLAGS or i + 1 == len(flags) or flags[i + 1].startswith("--"):
+            parsed.values[key] = True
+            i += 1
+        else:
+            parsed.values[key] = _coerce(flags[i + 1])
+            i += 2
+    return parsed
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """Copy of argv with every secret flag's value replaced by ``***``."""
+    out: list[str] = []
+    hide_next = False
+    for token in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        name, eq, _ = token.partition("=")
+        if name in SECRET_FLAGS:
+            if eq:
+                out.append(f"{name}={REDACTED}")
+            else:
+                out.append(token)
+                hide_next = True
+            continue
+        out.append(token)
+    return out
+
+
+def redacted_values(values: dict[str, Any]) -> dict[str, Any]:
+    """Flag values safe to write to a manifest."""
+    return {
+        key: (REDACTED if "--" + key.replace("_", "-") in SECRET_FLAGS else value)
+        for key, value in values.items()
+    }
+
+
+def flag_value(flags: list[str], name: str) -> Any:
+    """The value of one flag (``name`` with underscores), or None when absent."""
+    return parse_flags(flags).values.get(name)

@@ -1,0 +1,102 @@
+"""launch_target against a stand-in server process: health wait, failures, group stop."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from loadlab.errors import InputError, TargetError
+from loadlab.sweep.launcher import launch_target
+from loadlab.sweep.server_flags import parse_flags, redact_argv
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch) -> Path:
+    script = tmp_path / "vllm"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} {HERE / 'fake_server.py'} \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("LOADLAB_VLLM_BIN", str(script))
+    return script
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is gone for our purposes.
+    stat_line = Path(f"/proc/{pid}/stat")
+    return stat_line.exists() and stat_line.read_text().split()[2] != "Z"
+
+
+def test_launch_healthy_records_redacted_flags_and_stops_group(fake_vllm, tmp_path, monkeypatch):
+    child_file = tmp_path / "child.pid"
+    monkeypatch.setenv("FAKE_CHILD_PID_FILE", str(child_file))
+    flags = ["my-model", "--max-num-seqs", "4", "--api-key", "s3cret", "--no-enable-prefix-caching",
+             "--block-size=32", "--enforce-eager"]
+    with launch_target("vllm", flags, tmp_path / "run", startup_timeout_s=30) as target:
+        assert httpx.get(f"{target.base_url}/health").status_code == 200
+        assert target.model == "fake-model"
+        assert target.flags["max_num_seqs"] == 4
+        assert target.flags["block_size"] == 32
+        assert target.flags["enable_prefix_caching"] is False
+        assert target.flags["enforce_eager"] is True
+        assert target.flags["api_key"] == "***"
+        assert "s3cret" not in str(target.manifest_entry())
+        assert target.argv[:3] == [str(fake_vllm), "serve", "my-model"]
+        pid, child_pid = target.pid, int(child_file.read_text())
+        assert _alive(pid) and _alive(child_pid)
+    assert not _alive(pid)
+    assert not _alive(child_pid)
+
+
+def test_server_that_dies_raises_with_log_tail(fake_vllm, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_MODE", "die")
+    with pytest.raises(TargetError, match="cannot allocate KV cache"):
+        with launch_target("vllm", ["m"], tmp_path, startup_timeout_s=30):
+            pytest.fail("must not yield")
+
+
+def test_server_never_healthy_times_out(fake_vllm, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_MODE", "never")
+    with pytest.raises(TargetError, match="not healthy"):
+        with launch_target("vllm", ["m"], tmp_path, startup_timeout_s=1.5):
+            pytest.fail("must not yield")
+    assert "fake server argv" in (tmp_path / "vllm-server.log").read_text()
+
+
+def test_server_stopped_when_body_raises(fake_vllm, tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with launch_target("vllm", ["m"], tmp_path, startup_timeout_s=30) as target:
+            pid = target.pid
+            raise KeyboardInterrupt
+    assert not _alive(pid)
+
+
+def test_bad_kind_and_missing_vllm(tmp_path, monkeypatch):
+    with pytest.raises(InputError, match="unknown target kind"):
+        with launch_target("tgi", [], tmp_path):
+            pass
+    monkeypatch.setenv("LOADLAB_VLLM_BIN", str(tmp_path / "absent"))
+    with pytest.raises(InputError, match="install_vllm.sh"):
+        with launch_target("vllm", ["m"], tmp_path):
+            pass
+
+
+def test_parse_flags_and_redaction():
+    parsed = parse_flags(["/models/x", "--max-num-seqs", "8", "--gpu-memory-utilization=0.5",
+                          "--enable-chunked-prefill", "--served-model-name", "tiny"])
+    assert parsed.positional == ["/models/x"]
+    assert parsed.values == {"max_num_seqs": 8, "gpu_memory_utilization": 0.5,
+                             "enable_chunked_prefill": True, "served_model_name": "tiny"}
+    assert redact_argv(["vllm", "--api-key", "k", "--api-key=k2", "--port", "1"]) == [
+        "vllm", "--api-key", "***", "--api-key=***", "--port", "1"]
+    with pytest.raises(InputError):
+        parse_flags(["--max-num-seqs", "4", "stray", "value"])
