@@ -1,0 +1,257 @@
+"""Streaming OpenAI client: one request in, one raw-timestamped record out.
+
+Steps of :meth:`StreamingClient.send`:
+
+1. POST the prepared JSON body (``stream: true``, ``stream_options.include_usage``)
+   through the :class:`~loadlab.loadgen.transport.Transport` seam; the transport
+   stamps ``t_sent`` just before the bytes are written.
+2. Split the SSE body on blank lines as bytes arrive; every event in one socket read
+   gets that read's arrival time (they did arrive together).
+3. A *content* event is a completions chunk with non-empty ``choices[0].text`` or a
+   chat chunk with non-empty ``choices[0].delta.content`` (the empty role chunk is
+   not content). The first sets ``t_first_token``; every one adds an offset from
+   ``t_sent`` to ``chunk_offsets_s``. The ``usage`` chunk gives the server's token
+   counts; ``data: {"error": ...}`` mid-stream makes the record an error;
+   ``data: [DONE]`` ends it.
+4. Latencies (TTFT, E2E, ITL mean/p50/p99/max) are derived from the raw times by
+   :class:`Timings`, ``None`` where the data is missing (GuideLLM's habit).
+
+Status: ``ok``; ``http_error`` (non-200, or an error event; ``http_status`` keeps
+what HTTP said, ``error`` the server's message); ``timeout`` (the per-request
+deadline passed); ``aborted`` (cut short: the connection dropped mid-stream, or the
+run cancelled it); ``client_error`` (no connection, or a response we cannot parse).
+Nothing here raises for a failed request: failures are records.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadlab.loadgen.transport import (
+    ConnectionFailed,
+    StreamClosed,
+    Transport,
+    TransportTimeout,
+)
+
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+_ERROR_TEXT_MAX = 500
+
+
+@dataclass
+class Timings:
+    """Raw times of one request (unix seconds) and the latencies derived from them."""
+
+    t_sent: float | None = None
+    t_first_token: float | None = None
+    t_done: float | None = None
+    chunk_offsets_s: list[float] = field(default_factory=list)
+
+    @property
+    def ttft_s(self) -> float | None:
+        if self.t_sent is None or self.t_first_token is None:
+            return None
+        return self.t_first_token - self.t_sent
+
+    @property
+    def e2e_s(self) -> float | None:
+        if self.t_sent is None or self.t_done is None:
+            return None
+        return self.t_done - self.t_sent
+
+    def itl_summary(self) -> dict[str, float | None]:
+        """Gaps between successive content chunks: mean, p50, p99, max (None if < 2 chunks)."""
+        offs = self.chunk_offsets_s
+        if len(offs) < 2:
+            return {"itl_mean_s": None, "itl_p50_s": None, "itl_p99_s": None, "itl_max_s": None}
+        gaps = sorted(b - a for a, b in zip(offs, offs[1:]))
+        n = len(gaps)
+        return {
+            "itl_mean_s": (offs[-1] - offs[0]) / n,
+            "itl_p50_s": _quantile(gaps, 0.5),
+            "itl_p99_s": _quantile(gaps, 0.99),
+            "itl_max_s": gaps[-1],
+        }
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of an already sorted list (numpy's default method)."""
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass
+class Outcome:
+    """What came back for one request, before run context (step, user...) is added."""
+
+    timings: Timings
+    status: str = "ok"
+    http_status: int | None = None
+    error: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The REQUESTS columns this outcome fills."""
+        t = self.timings
+        return {
+            "t_sent": t.t_sent,
+            "t_first_token": t.t_first_token,
+            "t_done": t.t_done,
+            "ttft_s": t.ttft_s,
+            "e2e_s": t.e2e_s,
+            **t.itl_summary(),
+            "n_chunks": len(t.chunk_offsets_s),
+            "chunk_offsets_s": t.chunk_offsets_s,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "status": self.status,
+            "http_status": self.http_status,
+            "error": self.error,
+        }
+
+
+class StreamingClient:
+    """Sends prepared request bodies to one endpoint and times their streams.
+
+    ``headers`` may carry ``Authorization``; it is sent and never stored.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        api: str,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = 600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if api not in PATHS:
+            raise ValueError(f"api must be one of {sorted(PATHS)}, got {api!r}")
+        self.transport = transport
+        self.api = api
+        self.path = PATHS[api]
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.last: Outcome | None = None
+        self.headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            **(headers or {}),
+        }
+
+    def send(self, body: bytes) -> Outcome:
+        """Send one request and return its outcome; never raises for request failures.
+
+        A cancellation arriving mid-request (``GreenletExit``, ``KeyboardInterrupt``)
+        marks :attr:`last` as ``aborted`` and propagates; the caller records ``last``.
+        """
+        timings = Timings()
+        outcome = Outcome(timings=timings)
+        self.last = outcome
+        deadline = time.monotonic() + self.timeout_s
+        response = None
+        try:
+            response = self.transport.open("POST", self.path, self.headers, body, deadline)
+            timings.t_sent = response.sent_at
+            outcome.http_status = response.status
+            if response.status != 200:
+                outcome.status = "http_error"
+                outcome.error = _error_text(response.read_all())
+            else:
+                self._consume(response, outcome)
+        except TransportTimeout as exc:
+            outcome.status, outcome.error = "timeout", f"timeout after {self.timeout_s:g} s ({exc})"
+        except ConnectionFailed as exc:
+            outcome.status, outcome.error = "client_error", str(exc)
+        except StreamClosed as exc:
+            outcome.status = "aborted" if outcome.http_status else "client_error"
+            outcome.error = str(exc)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            outcome.status, outcome.error = "client_error", f"unparseable response: {exc!r}"[:_ERROR_TEXT_MAX]
+        except BaseException as exc:
+            outcome.status, outcome.error = "aborted", f"cancelled by the run ({type(exc).__name__})"
+            raise
+        finally:
+            if response is not None:
+                response.close()
+            timings.t_done = self.clock()
+        return outcome
+
+    def _consume(self, response: Any, outcome: Outcome) -> None:
+        timings = outcome.timings
+        chat = self.api == "chat"
+        buf = b""
+        done = False
+        for piece in response.body:
+            now = self.clock()
+            buf += piece
+            if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
+                continue
+            if b"\r\n" in buf:
+                buf = buf.replace(b"\r\n", b"\n")
+            *events, buf = buf.split(b"\n\n")
+            for event in events:
+                data = _event_data(event)
+                if data is None:
+                    continue
+                if data == b"[DONE]":
+                    done = True
+                    break
+                if not self._handle(json.loads(data), chat, now, timings, outcome):
+                    return
+            if done:
+                break
+        if not done and outcome.status == "ok":
+            outcome.status = "aborted"
+            outcome.error = "stream ended without [DONE]"
+
+    def _handle(self, obj: dict, chat: bool, now: float, timings: Timings, outcome: Outcome) -> bool:
+        """Apply one SSE JSON event; False stops reading (an error event)."""
+        if "error" in obj:
+            outcome.status = "http_error"
+            outcome.error = _message_of(obj)
+            return False
+        choices = obj.get("choices")
+        if choices:
+            choice = choices[0]
+            text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+            if text:
+                if timings.t_first_token is None:
+                    timings.t_first_token = now
+                timings.chunk_offsets_s.append(now - timings.t_sent)
+        usage = obj.get("usage")
+        if usage:
+            outcome.prompt_tokens = usage.get("prompt_tokens")
+            outcome.output_tokens = usage.get("completion_tokens")
+        return True
+
+
+def _event_data(event: bytes) -> bytes | None:
+    """The ``data:`` payload of one SSE event (multi-line data joined), or None."""
+    lines = [ln[5:].lstrip() for ln in event.split(b"\n") if ln.startswith(b"data:")]
+    if not lines:
+        return None
+    return lines[0] if len(lines) == 1 else b"\n".join(lines)
+
+
+def _message_of(obj: dict) -> str:
+    err = obj.get("error")
+    if isinstance(err, dict):
+        text = err.get("message") or json.dumps(err)
+    else:
+        text = str(err)
+    return text[:_ERROR_TEXT_MAX]
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        return _message_of(json.loads(body))
+    except (ValueError, AttributeError):
+        return body[:_ERROR_TEXT_MAX].decode("utf-8", "replace")

@@ -1,0 +1,225 @@
+"""The one seam between the streaming client and the network.
+
+Everything above this module (SSE parsing, timing, records) talks to a
+:class:`Transport`: one method, :meth:`Transport.open`, that sends a request and
+returns a :class:`StreamResponse` whose body arrives as an iterator of raw byte
+pieces, each yielded the moment the socket handed it over. Tests put a scripted
+transport here; the load generator puts :class:`SocketTransport`.
+
+Why a raw socket client and not Locust's ``FastHttpUser`` (geventhttpclient's
+``HTTPClient``)? Its response ``read(n)`` loops until ``n`` bytes are buffered
+(4 KiB by default), so SSE events of ~150 bytes would be delivered in bunches and
+every per-chunk timestamp after the first would be wrong; ``HttpUser``
+(requests/urllib3) streams but costs several times more CPU per request, which on
+a 2-core box beside vLLM is exactly what distorts the measurement
+(real-vllm.md). :class:`SocketTransport` keeps geventhttpclient's C HTTP parser
+(llhttp: chunked encoding, keep-alive rules) and drives the socket itself: one
+``recv`` -> one ``feed`` -> the body bytes it produced are yielded at once. Under
+Locust the stdlib socket is gevent's (Locust monkey-patches on import), so a
+blocked ``recv`` yields to other users; outside gevent it is an ordinary blocking
+socket.
+
+Connections are kept alive per transport instance (one per Locust user) and
+dropped after any error or a response that asks to close. Timeouts are one
+deadline per request (connect + headers + body), checked before every ``recv``.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+from urllib.parse import urlsplit
+
+from geventhttpclient.response import HTTPParseError, HTTPResponse
+
+_RECV_BYTES = 65536
+
+
+class TransportTimeout(Exception):
+    """The request's deadline passed before the server finished."""
+
+
+class ConnectionFailed(Exception):
+    """No connection could be made (refused, unreachable, DNS)."""
+
+
+class ProtocolError(ValueError):
+    """The bytes received are not valid HTTP (a client_error, not a server status)."""
+
+
+class StreamClosed(Exception):
+    """The server closed the connection before the response was complete."""
+
+
+@dataclass
+class StreamResponse:
+    """A response whose body is read incrementally through :attr:`body`."""
+
+    status: int
+    headers: dict[str, str]
+    body: Iterator[bytes]
+    sent_at: float  # clock value taken just before the request bytes were written
+    abandon: Callable[[], None] = field(default=lambda: None)
+
+    def close(self) -> None:
+        """Stop reading; a connection with unread bytes is dropped, a finished one kept."""
+        self.abandon()
+
+    def read_all(self, limit: int = 1 << 20) -> bytes:
+        """Whole body (capped), for error responses."""
+        out = bytearray()
+        for piece in self.body:
+            out += piece
+            if len(out) >= limit:
+                break
+        return bytes(out)
+
+
+class Transport(Protocol):
+    """Send one HTTP request; the body is streamed back as raw pieces."""
+
+    def open(
+        self, method: str, path: str, headers: dict[str, str], body: bytes, deadline: float
+    ) -> StreamResponse:
+        """``deadline`` is a ``time.monotonic()`` value; past it, raise TransportTimeout.
+
+        Raises ConnectionFailed, TransportTimeout or StreamClosed; ``sent_at`` of the
+        result comes from the clock the transport was built with.
+        """
+        ...
+
+
+class _Parser(HTTPResponse):
+    """llhttp parser that hands body bytes out instead of buffering them."""
+
+    def __init__(self) -> None:
+        super().__init__(method="POST")
+        self.pieces: list[bytes] = []
+
+    def _on_body(self, buf: bytearray) -> None:
+        self.pieces.append(bytes(buf))
+
+
+class SocketTransport:
+    """HTTP/1.1 over one kept-alive socket to ``base_url`` (http only)."""
+
+    def __init__(self, base_url: str, clock: Callable[[], float] = time.time) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme != "http":
+            raise ValueError(f"only http:// targets are supported, got {base_url!r}")
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 80
+        self.prefix = parts.path.rstrip("/")
+        self._host_header = parts.netloc
+        self._sock: socket.socket | None = None
+        self._clock = clock
+
+    def open(
+        self, method: str, path: str, headers: dict[str, str], body: bytes, deadline: float
+    ) -> StreamResponse:
+        head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self._host_header}"]
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        head.append(f"Content-Length: {len(body)}")
+        payload = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        if self._sock is not None and _closed_by_peer(self._sock):
+            self._drop()
+        sock = self._connected(deadline)
+        sent_at = self._clock()
+        try:
+            sock.sendall(payload)
+        except OSError as exc:
+            self._drop()
+            raise StreamClosed(f"send failed: {exc}") from exc
+        parser = _Parser()
+        while not parser.headers_complete:
+            self._recv_into(sock, parser, deadline)
+        pending, parser.pieces = parser.pieces, []
+        headers_out = {k.lower(): v for k, v in parser.items()}
+        return StreamResponse(
+            status=parser.status_code,
+            headers=headers_out,
+            body=self._body(sock, parser, pending, deadline),
+            sent_at=sent_at,
+            abandon=lambda: None if parser.message_complete else self._drop(),
+        )
+
+    def _body(
+        self, sock: socket.socket, parser: _Parser, pending: list[bytes], deadline: float
+    ) -> Iterator[bytes]:
+        try:
+            for piece in pending:
+                yield piece
+            while not parser.message_complete:
+                self._recv_into(sock, parser, deadline)
+                pieces, parser.pieces = parser.pieces, []
+                if pieces:
+                    yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        except BaseException:
+            self._drop()
+            raise
+        if parser.should_close():
+            self._drop()
+
+    def _recv_into(self, sock: socket.socket, parser: _Parser, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            self._drop()
+            raise TransportTimeout("deadline passed")
+        sock.settimeout(remaining)
+        try:
+            data = sock.recv(_RECV_BYTES)
+        except socket.timeout:
+            self._drop()
+            raise TransportTimeout("no data before the deadline") from None
+        except OSError as exc:
+            self._drop()
+            raise StreamClosed(f"connection lost: {exc}") from exc
+        try:
+            parser.feed(data)  # b"" tells the parser the peer closed
+        except HTTPParseError as exc:
+            self._drop()
+            if not data:
+                raise StreamClosed("server closed the connection mid-response") from exc
+            raise ProtocolError(f"malformed HTTP response: {exc}") from exc
+        if not data:
+            self._drop()
+            if not parser.message_complete:
+                raise StreamClosed("server closed the connection mid-response")
+
+    def _connected(self, deadline: float) -> socket.socket:
+        if self._sock is not None:
+            return self._sock
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TransportTimeout("deadline passed before connecting")
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=remaining)
+        except socket.timeout:
+            raise TransportTimeout("connect timed out") from None
+        except OSError as exc:
+            raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        return sock
+
+    def _drop(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """True when an idle kept-alive socket has been closed (or reset) by the server."""
+    try:
+        sock.settimeout(0)
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True

@@ -1,0 +1,116 @@
+"""A small OpenAI-style SSE server that misbehaves on purpose, for the load generator's tests.
+
+Run as a subprocess (the test process is gevent-patched by Locust, aiohttp is not
+happy there): ``python fault_server.py --pattern ok,429,500,midstream`` prints
+``PORT <n>`` once listening on an ephemeral port. Request ``i`` (counting from 0,
+in arrival order) behaves as ``pattern[i % len(pattern)]``:
+
+- ``ok``: streams ``max_tokens`` one-word chunks ``--itl-ms`` apart after ``--ttft-ms``,
+  then a usage chunk (prompt tokens = whitespace words) and ``[DONE]``
+- ``400`` / ``429`` / ``500`` / ``503``: that status with vLLM's JSON error body
+- ``midstream``: two content chunks, then ``data: {"error": ...}``
+- ``hang``: sends headers, then nothing (the client's timeout must fire)
+- ``drop``: two content chunks, then closes the connection
+
+``GET /metrics`` exposes ``vllm:request_success_total`` (completed ``ok`` streams) and
+``GET /debug/first_token`` the server-side first-token unix time per request id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+from aiohttp import web
+
+
+def _chunk(api: str, text: str) -> bytes:
+    if api == "chat":
+        choice = {"index": 0, "delta": {"content": text}, "finish_reason": None}
+    else:
+        choice = {"index": 0, "text": text, "finish_reason": None}
+    return b"data: " + json.dumps({"id": "x", "choices": [choice]}).encode() + b"\n\n"
+
+
+def make_app(pattern: list[str], ttft_s: float, itl_s: float) -> web.Application:
+    state = {"n": 0, "success": 0, "first_token": {}}
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        kind = pattern[state["n"] % len(pattern)]
+        state["n"] += 1
+        body = await request.json()
+        api = "chat" if request.path.endswith("chat/completions") else "completions"
+        if kind.isdigit():
+            err = {"message": f"injected {kind}", "type": "BadRequestError", "code": int(kind)}
+            return web.json_response({"error": err}, status=int(kind))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if kind == "hang":
+            await asyncio.sleep(3600)
+        if api == "chat":
+            prompt = " ".join(m["content"] for m in body["messages"])
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}}
+            await resp.write(b"data: " + json.dumps({"choices": [role]}).encode() + b"\n\n")
+        else:
+            prompt = body["prompt"]
+        n_out = int(body.get("max_tokens", 4))
+        await asyncio.sleep(ttft_s)
+        for i in range(n_out):
+            if i == 0:
+                state["first_token"][request.headers.get("X-Request-Id", "")] = time.time()
+            await resp.write(_chunk(api, f" w{i}"))
+            if kind in ("midstream", "drop") and i == 1:
+                if kind == "drop":
+                    request.transport.close()
+                    return resp
+                await resp.write(b'data: {"error": {"message": "injected mid-stream failure", "code": 500}}\n\n')
+                await resp.write_eof()
+                return resp
+            await asyncio.sleep(itl_s)
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n_out, "total_tokens": 0}
+        await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        state["success"] += 1
+        return resp
+
+    async def metrics(_: web.Request) -> web.Response:
+        text = f'vllm:request_success_total{{finished_reason="length"}} {state["success"]}\n'
+        return web.Response(text=text)
+
+    async def first_token(_: web.Request) -> web.Response:
+        return web.json_response(state["first_token"])
+
+    async def tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"count": len(body.get("prompt", "").split())})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", generate)
+    app.router.add_post("/v1/chat/completions", generate)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/debug/first_token", first_token)
+    app.router.add_get("/health", lambda _: web.Response())
+    return app
+
+
+async def _main(args: argparse.Namespace) -> None:
+    app = make_app(args.pattern.split(","), args.ttft_ms / 1000, args.itl_ms / 1000)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    print(f"PORT {port}", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pattern", default="ok")
+    parser.add_argument("--ttft-ms", type=float, default=5.0)
+    parser.add_argument("--itl-ms", type=float, default=2.0)
+    asyncio.run(_main(parser.parse_args()))
