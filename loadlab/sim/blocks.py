@@ -1,0 +1,257 @@
+"""KV block pool with prefix caching, after vLLM V1's block pool and KV cache manager.
+
+Checked against vllm-project/vllm: ``vllm/v1/core/block_pool.py`` (free queue, caching,
+eviction), ``vllm/v1/core/kv_cache_utils.py`` (``FreeKVCacheBlockQueue``, chained block
+hashes) and ``vllm/v1/core/kv_cache_manager.py`` (``get_computed_blocks``,
+``allocate_slots`` incl. ``full_sequence_must_fit``, ``free``).
+
+Model
+-----
+- ``num_gpu_blocks`` blocks; block 0 is the null block and is never handed out, so
+  usable = num_gpu_blocks - 1 and usage = 1 - free / (num_gpu_blocks - 1).
+- Every block has a reference count. A block whose count drops to 0 goes into the free
+  queue, *keeping its hash*: cached-but-unreferenced blocks count as free.
+- Free queue: doubly linked list, LRU at the head. Allocation pops the head and evicts
+  that block's hash from the cache map. A request's blocks are freed tail-first (the
+  caller passes them reversed), so its tail is evicted before its shared prefix.
+- Hashes: only FULL blocks, chained ``hash((parent_hash, token_ids))``
+  (:func:`prompt_block_hashes`). The cache map holds hash -> block; a second block with a
+  hash already present is kept as a duplicate and promoted when the first is evicted
+  (vLLM keeps hash -> {block_id: block} and returns the oldest).
+- A prefix hit is the longest run of leading block hashes present in the map, capped at
+  ``num_tokens - 1`` tokens (the last token must be recomputed for logits).
+- Touching a hit block that sits in the free queue removes it from the queue (it becomes
+  referenced again); that is why such blocks count towards the blocks an allocation needs.
+
+Everything is O(blocks touched); nothing scans the pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+
+class Block:
+    """One KV block: reference count, cached hash, and free-queue links."""
+
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "prev", "next")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.block_hash: int | None = None
+        self.prev: Block | None = None
+        self.next: Block | None = None
+
+
+def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int = 0) -> list[int]:
+    """Chained hashes of the full blocks of ``token_ids`` (a partial tail is not hashed)."""
+    hashes: list[int] = []
+    h = parent
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        h = hash((h, tuple(token_ids[start:start + block_size])))
+        hashes.append(h)
+    return hashes
+
+
+class BlockPool:
+    """Blocks, reference counts, the LRU free queue and the hash -> block map."""
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool = True) -> None:
+        self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
+        self.blocks = [Block(i) for i in range(num_gpu_blocks)]
+        self._head = Block(-1)  # sentinels of the free queue
+        self._tail = Block(-1)
+        prev = self._head
+        for blk in self.blocks[1:]:  # block 0 is the null block, never free
+            prev.next = blk
+            blk.prev = prev
+            prev = blk
+        prev.next = self._tail
+        self._tail.prev = prev
+        self.blocks[0].ref_cnt = 1
+        self.num_free = num_gpu_blocks - 1
+        self._cached: dict[int, Block] = {}
+        self._dups: dict[int, list[Block]] = {}
+
+    # -- free queue -----------------------------------------------------------------
+    def _unlink(self, blk: Block) -> None:
+        p, n = blk.prev, blk.next
+        p.next = n  # type: ignore[union-attr]
+        n.prev = p  # type: ignore[union-attr]
+        blk.prev = blk.next = None
+        self.num_free -= 1
+
+    def _append(self, blk: Block) -> None:
+        last = self._tail.prev
+        last.next = blk  # type: ignore[union-attr]
+        blk.prev = last
+        blk.next = self._tail
+        self._tail.prev = blk
+        self.num_free += 1
+
+    def free_queue_ids(self) -> list[int]:
+        """Block ids from LRU head to tail (for tests and debugging; O(pool))."""
+        out = []
+        blk = self._head.next
+        while blk is not self._tail:
+            out.append(blk.block_id)  # type: ignore[union-attr]
+            blk = blk.next  # type: ignore[union-attr]
+        return out
+
+    # -- allocation -----------------------------------------------------------------
+    def get_new_blocks(self, n: int) -> list[Block]:
+        """Pop ``n`` blocks from the LRU head, evicting their hashes. Caller checks num_free."""
+        out = []
+        for _ in range(n):
+            blk = self._head.next
+            self._unlink(blk)  # type: ignore[arg-type]
+            if blk.block_hash is not None:  # type: ignore[union-attr]
+                self._evict(blk)  # type: ignore[arg-type]
+            blk.ref_cnt = 1  # type: ignore[union-attr]
+            out.append(blk)
+        return out  # type: ignore[return-value]
+
+    def touch(self, blocks: Iterable[Block]) -> None:
+        """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
+        for blk in blocks:
+            if blk.ref_cnt == 0:
+                self._unlink(blk)
+            blk.ref_cnt += 1
+
+    def free_blocks(self, blocks_tail_first: Iterable[Block]) -> None:
+        """Drop a reference; blocks reaching zero join the queue tail in the order given."""
+        for blk in blocks_tail_first:
+            blk.ref_cnt -= 1
+            if blk.ref_cnt == 0:
+                self._append(blk)
+
+    # -- prefix cache ---------------------------------------------------------------
+    def cache_block(self, blk: Block, block_hash: int) -> None:
+        """Record a just-filled block under its chained hash."""
+        blk.block_hash = block_hash
+        if block_hash in self._cached:
+            self._dups.setdefault(block_hash, []).append(blk)
+        else:
+            self._cached[block_hash] = blk
+
+    def _evict(self, blk: Block) -> None:
+        h = blk.block_hash
+        blk.block_hash = None
+        dups = self._dups.get(h)  # type: ignore[arg-type]
+        if self._cached.get(h) is blk:  # type: ignore[arg-type]
+            if dups:
+                self._cached[h] = dups.pop(0)  # type: ignore[index]
+                if not dups:
+                    del self._dups[h]  # type: ignore[arg-type]
+            else:
+                del self._cached[h]  # type: ignore[arg-type]
+        elif dups is not None:
+            dups.remove(blk)
+            if not dups:
+                del self._dups[h]  # type: ignore[arg-type]
+
+    def longest_hit(self, block_hashes: Sequence[int], max_blocks: int) -> list[Block]:
+        """Cached blocks for the longest leading run of ``block_hashes`` (at most max_blocks)."""
+        hit: list[Block] = []
+        cached = self._cached
+        for i in range(min(max_blocks, len(block_hashes))):
+            blk = cached.get(block_hashes[i])
+            if blk is None:
+                break
+            hit.append(blk)
+        return hit
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self._cached) + sum(len(d) for d in self._dups.values())
+
+    def usage(self) -> float:
+        """vLLM's kv_cache_usage_perc: 1 - free / (num_gpu_blocks - 1)."""
+        return 1.0 - self.num_free / (self.num_gpu_blocks - 1)
+
+
+class KVRequest(Protocol):
+    """What the KV manager needs from a request (scheduler's SimRequest provides it)."""
+
+    key: int                  # unique per request: salts hashes of generated-token blocks
+    num_tokens: int           # prompt + generated so far
+    num_computed: int
+    blocks: list[Block]
+    block_hashes: list[int]   # chained hashes of full blocks known so far
+    num_cached_blocks: int    # leading blocks already registered in the cache map
+
+
+class KVCacheManager:
+    """Per-request block bookkeeping on top of :class:`BlockPool` (vLLM's KVCacheManager)."""
+
+    def __init__(self, pool: BlockPool, block_size: int, max_model_len: int) -> None:
+        self.pool = pool
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.enable_caching = pool.enable_caching
+
+    def lookup(self, req: KVRequest) -> list[Block]:
+        """Prefix hit for a request not yet holding blocks: at most num_tokens - 1 tokens."""
+        if not self.enable_caching:
+            return []
+        return self.pool.longest_hit(req.block_hashes, (req.num_tokens - 1) // self.block_size)
+
+    def allocate_slots(self, req: KVRequest, num_new_tokens: int, hit: Sequence[Block] = (),
+                       full_sequence_must_fit: bool = False) -> bool:
+        """Give ``req`` blocks for ``num_new_tokens`` more tokens after its computed and hit ones.
+
+        Returns False, changing nothing, when the free queue is too short. Hit blocks
+        that sit in the free queue count as needed blocks, since touching removes them.
+        With ``full_sequence_must_fit`` the whole current sequence must fit first.
+        """
+        bs = self.block_size
+        pool = self.pool
+        held = len(req.blocks) + len(hit)
+        evictable = 0
+        for blk in hit:
+            if blk.ref_cnt == 0:
+                evictable += 1
+        total_computed = req.num_computed + len(hit) * bs
+        if full_sequence_must_fit:
+            full = min(req.num_tokens, self.max_model_len)
+            if -(-full // bs) - held + evictable > pool.num_free:
+                return False
+        need_tokens = min(total_computed + num_new_tokens, self.max_model_len)
+        num_new_blocks = -(-need_tokens // bs) - held
+        if num_new_blocks + evictable > pool.num_free:
+            return False
+        if hit:
+            pool.touch(hit)
+            req.blocks.extend(hit)
+            req.num_cached_blocks = len(hit)
+        if num_new_blocks > 0:
+            req.blocks.extend(pool.get_new_blocks(num_new_blocks))
+        if self.enable_caching:
+            self.cache_full_blocks(req, min(total_computed + num_new_tokens, req.num_tokens))
+        return True
+
+    def cache_full_blocks(self, req: KVRequest, num_tokens: int) -> None:
+        """Register the request's blocks that ``num_tokens`` tokens fill, hashing only new ones."""
+        n_full = num_tokens // self.block_size
+        i = req.num_cached_blocks
+        if n_full <= i:
+            return
+        hashes = req.block_hashes
+        pool = self.pool
+        while i < n_full:
+            if i == len(hashes):  # a block holding generated tokens: salt with the request
+                hashes.append(hash((hashes[-1] if hashes else 0, req.key, i)))
+            pool.cache_block(req.blocks[i], hashes[i])
+            i += 1
+        req.num_cached_blocks = n_full
+
+    def free(self, req: KVRequest) -> None:
+        """Release all of a request's blocks, tail first, keeping their hashes."""
+        blocks = req.blocks
+        blocks.reverse()
+        self.pool.free_blocks(blocks)
+        req.blocks = []
+        req.num_cached_blocks = 0
