@@ -1,0 +1,234 @@
+"""The simulator's HTTP front: the slice of ``vllm serve``'s API that load tests touch.
+
+Routes (shapes in :mod:`loadlab.sim.protocol`):
+
+- ``POST /v1/completions``, ``POST /v1/chat/completions``: streaming (SSE) and not.
+- ``POST /tokenize``: ``{"prompt"}`` or ``{"messages"}`` -> ``{"count", "max_model_len",
+  "tokens", "token_strs"}``.
+- ``GET /v1/models``, ``GET /health`` (200, empty), ``GET /metrics`` (Prometheus text
+  from :class:`loadlab.sim.metrics.EngineMetrics`), ``GET /version``.
+
+With ``--api-key`` every ``/v1`` route needs ``Authorization: Bearer <key>`` (as vLLM:
+other routes stay open); a missing or wrong key gets 401 ``{"error": "Unauthorized"}``.
+The key is compared in constant time and never logged or echoed.
+
+Client disconnects cancel the handler (aiohttp ``handler_cancellation``); the handler
+then aborts the request in the engine, freeing its KV blocks as vLLM does. Any error
+in one request is answered and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from loadlab import __version__
+from loadlab.sim import protocol, tokenizer
+from loadlab.sim.config import SimConfig
+from loadlab.sim.hardware import ResolvedConfig, resolve
+from loadlab.sim.live import LiveDriver, RequestStream
+from loadlab.sim.protocol import GenerationRequest, ProtocolError
+
+DRIVER = web.AppKey("driver", LiveDriver)
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_PIECES = tokenizer.OUTPUT_PIECES
+_IDS = tokenizer.OUTPUT_IDS
+_NWORDS = len(tokenizer.OUTPUT_WORDS)
+
+
+def _json(status: int, body: bytes) -> web.Response:
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+def _text_of(stream: RequestStream, start: int, count: int) -> str:
+    seed = stream.seed
+    return "".join(_PIECES[(seed + p * 7919) % _NWORDS] for p in range(start, start + count))
+
+
+class SimServer:
+    """Request handlers bound to one driver and its config."""
+
+    def __init__(self, cfg: SimConfig, resolved: ResolvedConfig, driver: LiveDriver,
+                 metrics: object) -> None:
+        self.cfg = cfg
+        self.resolved = resolved
+        self.driver = driver
+        self.metrics = metrics
+        self.model = resolved.served_model_name
+        self.max_model_len = resolved.max_model_len
+
+    # ------------------------------------------------------------ generation
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, protocol.parse_completion)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, protocol.parse_chat)
+
+    async def _generate(self, request: web.Request,
+                        parse: Callable[[bytes, str, int], GenerationRequest]
+                        ) -> web.StreamResponse:
+        try:
+            req = parse(await request.read(), self.model, self.max_model_len)
+        except ProtocolError as exc:
+            return _json(exc.status, exc.body())
+        stream = self.driver.submit(req.request_id, req.prompt_token_ids, req.max_tokens,
+                                    req.min_tokens, req.ignore_eos, streaming=req.stream)
+        try:
+            if req.stream:
+                return await self._stream(request, req, stream)
+            _, count, finish = await stream.next()
+            body = protocol.full_response(req, _text_of(stream, 0, count), finish or "stop",
+                                          count)
+            return _json(200, json.dumps(body).encode())
+        finally:
+            if not stream.finished:
+                self.driver.abort(stream)
+
+    async def _stream(self, request: web.Request, req: GenerationRequest,
+                      stream: RequestStream) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        enc = protocol.StreamEncoder(req)
+        chat = req.kind == "chat"
+        while True:
+            start, count, finish = await stream.next()
+            text = _text_of(stream, start, count)
+            event = enc.chunk(text, finish)
+            if start == 0 and chat:
+                event = enc.role_chunk() + event
+            if finish is not None:
+                if req.include_usage:
+                    event += enc.usage_chunk(len(req.prompt_token_ids), stream.generated)
+                await resp.write((event + "data: [DONE]\n\n").encode())
+                break
+            await resp.write(event.encode())
+        await resp.write_eof()
+        return resp
+
+    # ------------------------------------------------------------ the rest
+    async def tokenize(self, request: web.Request) -> web.Response:
+        try:
+            ids = protocol.parse_tokenize(await request.read(), self.model)
+        except ProtocolError as exc:
+            return _json(exc.status, exc.body())
+        return web.json_response({"count": len(ids), "max_model_len": self.max_model_len,
+                                  "tokens": ids, "token_strs": None})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response(protocol.models_list(self.model, self.max_model_len,
+                                                      self.resolved.model.hf_name))
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        resp = web.Response(body=self.metrics.render().encode())
+        resp.headers["Content-Type"] = METRICS_CONTENT_TYPE
+        return resp
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": f"{__version__}+loadlab.sim"})
+
+
+def _auth_middleware(api_key: str) -> Callable:
+    expected = f"Bearer {api_key}".encode()
+
+    @web.middleware
+    async def auth(request: web.Request,
+                   handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                   ) -> web.StreamResponse:
+        if request.path.startswith("/v1"):
+            given = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return auth
+
+
+@web.middleware
+async def _json_errors(request: web.Request,
+                       handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                       ) -> web.StreamResponse:
+    """Unknown routes and wrong methods get OpenAI-style JSON bodies, like vLLM's."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        err_type = "NotFoundError" if exc.status == 404 else "BadRequestError"
+        body = protocol.error_body(exc.status, exc.reason, err_type, None)
+        return _json(exc.status, body)
+
+
+def build_app(cfg: SimConfig, resolved: ResolvedConfig | None = None) -> web.Application:
+    """The aiohttp application; the engine loop starts with the app and stops with it."""
+    from loadlab.sim.metrics import EngineMetrics
+
+    resolved = resolved or resolve(cfg)
+    metrics = EngineMetrics(resolved, names=cfg.metrics_names)
+    middlewares = [_json_errors]
+    if cfg.api_key:
+        middlewares.append(_auth_middleware(cfg.api_key))
+    app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
+
+    driver = LiveDriver(cfg, resolved, metrics=metrics)
+    app[DRIVER] = driver
+    sim = SimServer(cfg, resolved, driver, metrics)
+    app.router.add_post("/v1/completions", sim.completions)
+    app.router.add_post("/v1/chat/completions", sim.chat)
+    app.router.add_post("/tokenize", sim.tokenize)
+    app.router.add_get("/v1/models", sim.models)
+    app.router.add_get("/health", sim.health)
+    app.router.add_get("/metrics", sim.metrics_text)
+    app.router.add_get("/version", sim.version)
+
+    async def lifecycle(app: web.Application):
+        driver.start()
+        yield
+        await driver.stop()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+async def start(cfg: SimConfig, host: str, port: int,
+                resolved: ResolvedConfig | None = None) -> tuple[web.AppRunner, str]:
+    """Start serving on ``host:port`` (0 picks a free port); return the runner and URL."""
+    runner = web.AppRunner(build_app(cfg, resolved), handler_cancellation=True,
+                           access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1]
+    shown = f"[{host}]" if ":" in host else host
+    return runner, f"http://{shown}:{bound}"
+
+
+def serve(cfg: SimConfig, host: str, port: int, resolved: ResolvedConfig,
+          announce: Callable[[str], None]) -> None:
+    """Serve until SIGINT/SIGTERM; ``announce`` receives the bound URL once listening."""
+
+    async def main() -> None:
+        runner, url = await start(cfg, host, port, resolved)
+        announce(url)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
