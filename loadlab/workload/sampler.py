@@ -1,0 +1,140 @@
+"""Draw requests from a profile: ``RequestSampler.spec(seq)`` is pure in (profile, seed, seq).
+
+Steps for request ``seq`` (all uniforms from :mod:`loadlab.workload.rng`, keyed by
+(seed, seq), so no state is shared between requests):
+
+1. Lengths. Independent profiles map two uniforms through the input and output
+   inverse-CDF tables (linear interpolation between table points, rounded, at least 1).
+   Profiles with a ``joint`` table pick one rank pair uniformly, jitter it inside its
+   grid cell and map each rank through its own table: the marginals stay exact and
+   the input/output dependence of the source is kept.
+2. Prefix. ``shared``: group 0, prefix = ``common_tokens``. ``groups``: with
+   probability ``group_share`` the request joins one of a fixed pool of
+   ``group_count`` groups, chosen with probability proportional to the group's size
+   (sizes drawn once per seed from ``group_sizes``), and shares
+   ``prefix_fraction x prompt`` leading tokens with its group (at least
+   ``common_tokens``); otherwise it is in group 0 with just the common prefix, or in
+   no group. The prefix always leaves at least one unique token.
+3. Arrival. ``arrival_s`` is the request's offset in the profile's own arrival process
+   at its recorded rate (None when the profile has no arrival model); a load
+   generator that drives its own rate ignores it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from itertools import accumulate
+
+from loadlab.workload import rng
+from loadlab.workload.arrivals import RenewalSchedule
+from loadlab.workload.model import ProfileModel, Table
+
+_SAMPLER_STREAM = 0x5A
+_GROUP_POOL_STREAM = 0x6B
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """What to send as request ``seq``: lengths in tokens on the target server."""
+
+    seq: int
+    prompt_tokens: int
+    output_tokens: int
+    prefix_group: int | None
+    prefix_tokens: int
+    arrival_s: float | None
+
+
+class QuantileFn:
+    """Inverse CDF from a table, evaluated with bisect (no numpy in the hot path)."""
+
+    def __init__(self, table: Table) -> None:
+        self.p = list(table.p)
+        self.v = list(table.v)
+
+    def __call__(self, u: float) -> float:
+        k = bisect_right(self.p, u) - 1
+        if k >= len(self.p) - 1:
+            return self.v[-1]
+        p0, p1 = self.p[k], self.p[k + 1]
+        return self.v[k] + (self.v[k + 1] - self.v[k]) * (u - p0) / (p1 - p0)
+
+
+class RequestSampler:
+    """Request specs for one (profile, seed)."""
+
+    def __init__(self, model: ProfileModel, seed: int) -> None:
+        self.model = model
+        self.seed = int(seed)
+        lengths = model.lengths
+        self._input = QuantileFn(lengths.input)
+        self._output = QuantileFn(lengths.output)
+        self._pairs = list(lengths.joint.pairs) if lengths.joint else None
+        self._grid = lengths.joint.grid if lengths.joint else 0
+        prefix = model.prefix
+        self._common = prefix.common_tokens
+        self._group_cum: list[float] = []
+        self._fraction: QuantileFn | None = None
+        if prefix.kind == "groups":
+            assert prefix.group_sizes is not None and prefix.prefix_fraction is not None
+            sizes_fn = QuantileFn(prefix.group_sizes)
+            draws = rng.uniforms(rng.key(self.seed, _GROUP_POOL_STREAM), prefix.group_count)
+            self._group_cum = list(accumulate(max(1.0, round(sizes_fn(u))) for u in draws))
+            self._fraction = QuantileFn(prefix.prefix_fraction)
+        arr = model.arrivals
+        self._schedule: RenewalSchedule | None = None
+        if arr.process != "none" and arr.rate_per_s:
+            shape = arr.gamma_shape if arr.process == "gamma" else None
+            self._schedule = RenewalSchedule(arr.rate_per_s, shape, self.seed)
+
+    def spec(self, seq: int) -> RequestSpec:
+        """The request at position ``seq``; same (profile, seed, seq) -> same spec."""
+        u = rng.uniforms(rng.key(self.seed, _SAMPLER_STREAM, seq), 7)
+        if self._pairs is not None:
+            i, j = self._pairs[min(int(u[0] * len(self._pairs)), len(self._pairs) - 1)]
+            prompt = self._input((i + u[1]) / self._grid)
+            output = self._output((j + u[2]) / self._grid)
+        else:
+            prompt = self._input(u[1])
+            output = self._output(u[2])
+        prompt_tokens = max(1, round(prompt))
+        output_tokens = max(1, round(output))
+        group, prefix_tokens = self._prefix(prompt_tokens, u[3], u[4], u[5])
+        arrival = self._schedule.offset(seq) if self._schedule is not None else None
+        return RequestSpec(seq, prompt_tokens, output_tokens, group, prefix_tokens, arrival)
+
+    def _prefix(self, prompt_tokens: int, u_join: float, u_group: float, u_frac: float) -> tuple[int | None, int]:
+        kind = self.model.prefix.kind
+        common = min(self._common, prompt_tokens - 1)
+        if kind == "groups" and u_join < self.model.prefix.group_share:
+            assert self._fraction is not None
+            g = bisect_right(self._group_cum, u_group * self._group_cum[-1])
+            shared = max(common, round(self._fraction(u_frac) * prompt_tokens))
+            return g + 1, min(shared, prompt_tokens - 1)
+        if common > 0:
+            return 0, common
+        return None, 0
+
+
+class Profile:
+    """A validated workload profile; ``sampler(seed)`` draws requests from it."""
+
+    def __init__(self, model: ProfileModel, path: str | None = None) -> None:
+        self.model = model
+        self.path = path
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    @property
+    def common_prefix_tokens(self) -> int:
+        """Leading tokens every request shares (group 0's text begins every group's text)."""
+        return self.model.prefix.common_tokens
+
+    def sampler(self, seed: int) -> RequestSampler:
+        return RequestSampler(self.model, seed)
+
+    def __repr__(self) -> str:
+        return f"Profile({self.name!r})"
