@@ -7,6 +7,7 @@ Layout of one point (``reports/<run>/<point>/``)::
     requests.parquet/    one row per request (schema.REQUESTS), a directory of part files
     metrics.parquet/     long-format /metrics samples (schema.METRICS), likewise
     scrapes.parquet/     one row per scrape attempt (schema.SCRAPES): gaps and their cause
+    client.parquet/      the load generator's own CPU and scheduling lag (schema.CLIENT)
 
 Each ``*.parquet`` is a directory of part files because a part is only written
 whole (to a temporary name, then renamed): a crash, a kill or Ctrl-C loses at most
@@ -19,10 +20,11 @@ Times are unix seconds (float64) everywhere; durations end in ``_s``.
 """
 
 from loadlab.runstore.manifest import read_manifest, update_manifest, write_manifest
-from loadlab.runstore.schema import METRICS, REQUESTS, SCRAPES, REQUEST_STATUSES
+from loadlab.runstore.schema import CLIENT, METRICS, REQUESTS, SCRAPES, REQUEST_STATUSES
 from loadlab.runstore.writer import PartWriter, read_table
 
 __all__ = [
+    "CLIENT",
     "METRICS",
     "REQUESTS",
     "SCRAPES",

@@ -45,6 +45,26 @@ REQUESTS = pa.schema(
         ("status", pa.string()),           # one of REQUEST_STATUSES
         ("http_status", pa.int32()),
         ("error", pa.string()),
+        # Added by loadgen (open loop / replay): latency as the workload saw it, counted from
+        # t_scheduled, so time a request waited on the client (late send, in-flight cap) counts.
+        ("ttft_from_scheduled_s", pa.float64()),
+        ("e2e_from_scheduled_s", pa.float64()),
+    ]
+)
+
+# The load generator watching itself: one row per worker per sampling interval
+# (client.parquet), so the analyzer can tell "client limited" from a server stall.
+CLIENT = pa.schema(
+    [
+        ("t", pa.float64()),               # end of the interval (unix s)
+        ("worker", pa.string()),
+        ("interval_s", pa.float64()),      # wall time covered
+        ("cpu_s", pa.float64()),           # process CPU time (user + system) used in the interval
+        ("cpu_frac", pa.float64()),        # cpu_s / interval_s: 1.0 = one core saturated
+        ("sched_lag_mean_s", pa.float64()),  # oversleep of a monitor greenlet's short sleeps
+        ("sched_lag_max_s", pa.float64()),
+        ("in_flight", pa.int32()),         # requests open at the end of the interval
+        ("sent", pa.int32()),              # requests sent during the interval
     ]
 )
 
