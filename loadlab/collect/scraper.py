@@ -1,0 +1,259 @@
+"""Sample /metrics of one or more servers beside a load, into a run folder.
+
+Algorithm (one background thread per endpoint, all on one shared clock):
+
+1. Tick ``k`` is due at ``t0 + k * interval_s`` (monotonic clock): ticks are
+   scheduled by absolute time, so scrape durations never accumulate into drift.
+2. At a tick: GET the page (:mod:`loadlab.collect.fetch`, total deadline
+   ``timeout_s`` < ``interval_s``), parse it (:mod:`loadlab.collect.parse`),
+   queue its samples (METRICS, via :class:`~loadlab.collect.sink.MetricsSink`)
+   and one SCRAPES row: ok, duration, HTTP status, n_samples, error cause.
+3. If the scrape ran past later ticks, those ticks are skipped, each recorded as
+   a SCRAPES row with error ``missed tick``: coverage stays honest.
+4. Failures (timeout, refused, closed connection, ``http 500``, ``parse error``,
+   ``no vllm metrics``) are rows, never exceptions: the thread goes on, other
+   endpoints are not affected, and a server that vanishes mid-run only leaves
+   a gap.
+5. Whenever an endpoint's set of families grows (first good scrape, late
+   families), the manifest's ``metrics`` key is rewritten: per endpoint the
+   families found, the role -> family map, V1 or V0, and the typed
+   ``cache_config_info`` labels.
+6. :meth:`Scraper.stop` (or leaving the ``with`` block) stops the threads and
+   flushes everything; parts are also flushed every ``flush_interval_s``.
+
+Defaults: ``interval_s`` 1.0 (0.1 at the finest), ``timeout_s`` 0.8 x interval,
+API key read from ``$LOADLAB_API_KEY`` (name configurable) and sent as
+``Authorization: Bearer``; the key is never written anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadlab.collect import catalog
+from loadlab.collect.fetch import MetricsFetcher, endpoint_urls
+from loadlab.collect.parse import CACHE_CONFIG_FAMILY, ExpositionError, ExpositionParser, cache_config
+from loadlab.collect.sink import MetricsSink
+from loadlab.errors import InputError
+from loadlab.runstore import SCRAPES, PartWriter, update_manifest
+
+MIN_INTERVAL_S = 0.1
+DEFAULT_API_KEY_ENV = "LOADLAB_API_KEY"
+
+
+@dataclass
+class EndpointStats:
+    """Live counters of one endpoint's scrapes (for progress and for tests)."""
+
+    attempts: int = 0
+    ok: int = 0
+    missed: int = 0
+    last_error: str | None = None
+
+
+class _EndpointLoop:
+    """The scrape loop of one endpoint; runs in its own thread."""
+
+    def __init__(self, owner: Scraper, label: str, url: str, index: int) -> None:
+        self.owner = owner
+        self.label = label
+        self.stats = EndpointStats()
+        self.parser = ExpositionParser()
+        self.fetcher = MetricsFetcher(url, timeout_s=owner.timeout_s, headers=owner._headers)
+        self.sink = MetricsSink(
+            owner.out_dir / "metrics.parquet", self.parser, endpoint=label, source=owner.source,
+            writer_id=f"{owner.writer_id}-{index}", flush_interval_s=owner.flush_interval_s,
+        )
+        self._n_families = 0
+        self.thread = threading.Thread(target=self._run, name=f"loadlab-scrape-{index}", daemon=True)
+
+    def _run(self) -> None:
+        owner, interval = self.owner, self.owner.interval_s
+        k = 0
+        while True:
+            wait = owner._t0 + k * interval - time.monotonic()
+            if wait > 0 and owner._stop.wait(wait):
+                break
+            if owner._stop.is_set():
+                break
+            self._scrape_once()
+            next_k = max(k + 1, math.floor((time.monotonic() - owner._t0) / interval) + 1)
+            for skipped in range(k + 1, next_k):
+                self._record(owner._wall0 + skipped * interval, None, None, 0, "missed tick")
+            k = next_k
+        self.fetcher.close()
+
+    def _scrape_once(self) -> None:
+        t = time.time()
+        start = time.monotonic()
+        result = self.fetcher.fetch()
+        n, error = 0, result.error
+        if error is None:
+            try:
+                scrape = self.parser.parse(result.body.decode("utf-8", errors="replace"))
+            except ExpositionError:
+                error = "parse error"
+            else:
+                n = len(scrape.ids)
+                if n == 0:
+                    error = "no vllm metrics"
+                else:
+                    self.sink.add_scrape(t, time.monotonic() - start, scrape)
+                    if len(self.parser.families) != self._n_families:
+                        self._n_families = len(self.parser.families)
+                        self.owner._describe(self.label, self.parser, scrape.ids)
+        self._record(t, time.monotonic() - start, result.status, n, error)
+
+    def _record(self, t: float, duration: float | None, status: int | None, n: int, error: str | None) -> None:
+        self.owner._scrapes.add(
+            dict(t=t, endpoint=self.label, duration_s=duration, ok=error is None,
+                 http_status=status, n_samples=n, error=error)
+        )
+        with self.owner._changed:
+            st = self.stats
+            if error == "missed tick":
+                st.missed += 1
+            else:
+                st.attempts += 1
+                st.ok += error is None
+            st.last_error = error if error is not None else st.last_error
+            self.owner._changed.notify_all()
+
+
+class Scraper:
+    """Samples endpoints' /metrics into ``out_dir`` until stopped.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        out_dir: str | Path,
+        *,
+        interval_s: float = 1.0,
+        timeout_s: float | None = None,
+        api_key_env: str = DEFAULT_API_KEY_ENV,
+        source: str = "direct",
+        flush_interval_s: float = 2.0,
+        write_manifest: bool = True,
+    ) -> None:
+        if not endpoints:
+            raise InputError("no endpoint to scrape", field="ENDPOINT", fix="give at least one server URL")
+        if not interval_s >= MIN_INTERVAL_S:
+            raise InputError(f"interval {interval_s} s is below {MIN_INTERVAL_S} s", field="--interval",
+                             fix=f"use an interval of at least {MIN_INTERVAL_S} s")
+        timeout_s = 0.8 * interval_s if timeout_s is None else timeout_s
+        if not 0 < timeout_s < interval_s:
+            raise InputError(f"scrape timeout {timeout_s} s must be above 0 and below the interval "
+                             f"{interval_s} s", field="--timeout",
+                             fix="leave it unset (0.8 x interval) or lower it")
+        self.interval_s = float(interval_s)
+        self.timeout_s = float(timeout_s)
+        self.out_dir = Path(out_dir)
+        self.source = source
+        self.flush_interval_s = flush_interval_s
+        self.write_manifest = write_manifest
+        self.api_key_env = api_key_env
+        key = os.environ.get(api_key_env)
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.writer_id = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._scrapes = PartWriter(self.out_dir / "scrapes.parquet", SCRAPES,
+                                   writer_id=self.writer_id, flush_interval_s=flush_interval_s)
+        self._stop = threading.Event()
+        self._changed = threading.Condition()
+        self._info: dict[str, dict[str, Any]] = {}
+        labels = [endpoint_urls(e) for e in endpoints]
+        self._loops = [_EndpointLoop(self, label, url, i) for i, (label, url) in enumerate(labels)]
+        self._t0 = 0.0
+        self._wall0 = 0.0
+        self._started = False
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [loop.label for loop in self._loops]
+
+    def stats(self) -> dict[str, EndpointStats]:
+        """A snapshot of every endpoint's counters."""
+        with self._changed:
+            return {loop.label: EndpointStats(**vars(loop.stats)) for loop in self._loops}
+
+    def wait_until(self, predicate: Callable[[dict[str, EndpointStats]], bool], timeout_s: float) -> bool:
+        """Block until ``predicate(stats())`` holds or ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                snapshot = {loop.label: EndpointStats(**vars(loop.stats)) for loop in self._loops}
+                if predicate(snapshot):
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+
+    def start(self) -> Scraper:
+        if self._started:
+            return self
+        self._started = True
+        if self.write_manifest:
+            update_manifest(self.out_dir, metrics={
+                "interval_s": self.interval_s, "timeout_s": self.timeout_s,
+                "endpoints": {}, "api_key_env": self.api_key_env,
+            })
+        self._t0 = time.monotonic()
+        self._wall0 = time.time()
+        for loop in self._loops:
+            loop.thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling and flush every buffered row; safe to call twice."""
+        self._stop.set()
+        for loop in self._loops:
+            if loop.thread.is_alive():
+                loop.thread.join(self.interval_s + self.timeout_s + 5.0)
+            loop.sink.close()
+        self._scrapes.close()
+
+    def __enter__(self) -> Scraper:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _describe(self, label: str, parser: ExpositionParser, ids: list[int]) -> None:
+        """Record what one endpoint exposes in the manifest."""
+        families = sorted(parser.families)
+        config_labels = [parser.series[i].labels for i in ids
+                         if parser.series[i].family == CACHE_CONFIG_FAMILY]
+        info = {
+            "families": families,
+            "names_found": catalog.names_found(families),
+            "vllm_engine": catalog.engine_generation(families),
+            "cache_config_info": cache_config(config_labels),
+        }
+        with self._changed:
+            self._info[label] = info
+            endpoints = dict(self._info)
+        if not self.write_manifest:
+            return
+        first = endpoints[min(endpoints, key=self.endpoints.index)]
+        update_manifest(self.out_dir, metrics={
+            "endpoints": endpoints,
+            "names_found": first["names_found"],
+            "vllm_engine": first["vllm_engine"],
+            "cache_config_info": first["cache_config_info"],
+        })
+
+    def endpoint_info(self) -> dict[str, dict[str, Any]]:
+        """What each endpoint exposed (families, roles, V1/V0, cache config)."""
+        with self._changed:
+            return dict(self._info)

@@ -1,0 +1,97 @@
+"""METRICS part files written column-wise, one writer per endpoint.
+
+A vLLM page holds ~330 kept samples; at 4 endpoints x 10 Hz that is 13,000 rows
+a second. Building a dict per row and handing it to ``PartWriter.add`` costs
+more CPU than the whole rest of the collector (``pa.Table.from_pylist`` alone
+is ~4 us a row), so this writer keeps, per scrape, only the parser's series ids
+and values, and at flush time builds each column in one ``take`` from the
+per-series strings. Files, names and atomic renames are PartWriter's, so readers
+see one ``metrics.parquet/`` table whatever wrote it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from loadlab.collect.parse import ExpositionParser, Scrape
+from loadlab.runstore import METRICS, PartWriter
+
+
+class MetricsSink(PartWriter):
+    """Buffers whole scrapes of one endpoint and writes them as METRICS parts."""
+
+    def __init__(
+        self,
+        table_dir: str | Path,
+        parser: ExpositionParser,
+        *,
+        endpoint: str,
+        source: str = "direct",
+        writer_id: str | None = None,
+        flush_interval_s: float = 2.0,
+        flush_rows: int = 200_000,
+    ) -> None:
+        super().__init__(table_dir, METRICS, writer_id=writer_id,
+                         flush_rows=flush_rows, flush_interval_s=flush_interval_s)
+        self.parser = parser
+        self.endpoint = endpoint
+        self.source = source
+        self._scrapes: list[tuple[float, float | None, Scrape]] = []
+        self._n_buffered = 0
+
+    def add_scrape(self, t: float, scrape_s: float | None, scrape: Scrape) -> None:
+        """Queue one parsed page; flushes when the buffer is big or old enough."""
+        with self._lock:
+            self._scrapes.append((t, scrape_s, scrape))
+            self._n_buffered += len(scrape.ids)
+            due = self._n_buffered >= self.flush_rows or self._age_due()
+        if due:
+            self.flush()
+
+    def _age_due(self) -> bool:
+        return time.monotonic() - self._last_flush >= self.flush_interval_s
+
+    def flush(self) -> None:
+        """Write buffered scrapes as one part (no-op when empty)."""
+        with self._lock:
+            scrapes, self._scrapes = self._scrapes, []
+            self._n_buffered = 0
+            self._last_flush = time.monotonic()
+            if not scrapes or not any(s.ids for _, _, s in scrapes):
+                return
+            self._part += 1
+            part = self._part
+        table = self._table(scrapes)
+        name = f"part-{self.writer_id}-{part:06d}.parquet"
+        tmp = self.table_dir / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.table_dir / name)
+        with self._lock:
+            self.rows_written += table.num_rows
+
+    def _table(self, scrapes: list[tuple[float, float | None, Scrape]]) -> pa.Table:
+        counts = np.array([len(s.ids) for _, _, s in scrapes])
+        ids = pa.array(np.concatenate([np.asarray(s.ids, dtype=np.int64) for _, _, s in scrapes]))
+        n = len(ids)
+        series = self.parser.series
+        per_series = {
+            col: pa.array([getattr(s, col) for s in series], pa.string())
+            for col in ("family", "type", "metric", "labels")
+        }
+        zeros = pa.array(np.zeros(n, dtype=np.int64))
+        scrape_s = [np.nan if d is None else d for _, d, _ in scrapes]
+        columns = {
+            "t": pa.array(np.repeat([t for t, _, _ in scrapes], counts)),
+            "scrape_s": pa.array(np.repeat(scrape_s, counts), from_pandas=True),
+            "endpoint": pa.array([self.endpoint], pa.string()).take(zeros),
+            "value": pa.array(np.concatenate([np.asarray(s.values, dtype=np.float64) for _, _, s in scrapes])),
+            "source": pa.array([self.source], pa.string()).take(zeros),
+            **{col: arr.take(ids) for col, arr in per_series.items()},
+        }
+        return pa.Table.from_arrays([columns[f.name] for f in METRICS], schema=METRICS)
