@@ -29,6 +29,7 @@ from itertools import accumulate
 from loadlab.workload import rng
 from loadlab.workload.arrivals import RenewalSchedule
 from loadlab.workload.model import ProfileModel, Table
+from loadlab.workload.prompts import PromptSynth, TokenCounter
 
 _SAMPLER_STREAM = 0x5A
 _GROUP_POOL_STREAM = 0x6B
@@ -135,6 +136,12 @@ class Profile:
 
     def sampler(self, seed: int) -> RequestSampler:
         return RequestSampler(self.model, seed)
+
+    def prompt_synth(self, seed: int, *, counter: TokenCounter | None = None, nonce: str = "",
+                     words_per_token: float = 1.0, overhead_tokens: int = 0) -> PromptSynth:
+        """Prompt builder that knows this profile's common prefix (pass the sampler's seed)."""
+        return PromptSynth(seed, common_prefix_tokens=self.common_prefix_tokens, counter=counter, nonce=nonce,
+                           words_per_token=words_per_token, overhead_tokens=overhead_tokens)
 
     def __repr__(self) -> str:
         return f"Profile({self.name!r})"

@@ -1,0 +1,183 @@
+"""Prompt text whose token count on the target server equals a RequestSpec's prompt_tokens.
+
+Layout of a prompt (words joined by single spaces):
+
+    [shared prefix: first P words of the group's text] [marker "<nonce>#<seq>"] [suffix words]
+
+- Words come from ``WORDS``, common lowercase English words that are one token (with
+  their leading space) on GPT-2/Llama-style BPE vocabularies and exactly one token on
+  loadlab's simulator (one token per whitespace-separated piece).
+- Group texts are pure functions of (seed, nonce, group): group 0 is the common text;
+  every other group's text starts with the first ``common_prefix_tokens`` words of
+  group 0 and continues with its own words. So requests of one group share exactly
+  their common leading words, and every group shares the common prefix (a system
+  prompt). P = round(prefix_tokens x words_per_token).
+- The marker is unique per request (and per run, through ``nonce``) and never looks
+  like a word of the list, so a shared chain ends exactly where the prefix ends.
+- The suffix is drawn from (seed, nonce, seq) and sized to hit the target.
+
+Calibration. With a ``TokenCounter`` (the server's /tokenize for this request shape,
+see :mod:`loadlab.workload.tokenize`) the suffix word count is corrected by the
+counted error until the count equals the target, at most ``MAX_ROUNDS`` counts; the
+correction found for each target length is cached and tried first next time, so a
+repeated length costs one count. Without a counter the word count is
+``target x words_per_token - overhead_tokens`` (default 1.0 and 0) and ``counted``
+is None; the load generator records target and actual usage either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Protocol
+
+import numpy as np
+
+from loadlab.errors import InputError
+
+MAX_ROUNDS = 8
+_CHUNK = 4096
+_SUFFIX_STREAM = 1 << 40
+
+WORDS: tuple[str, ...] = tuple(
+    """the of and to in is was for on that with as by at from his her it an were are which this be or
+    has had not but also have one their its after first new two they been other all who more time
+    during she into when would only where most over some years these made there while city may state
+    many world year under three between school such both through work well called became used since
+    being later part each several team long game four then area people before family music early high
+    them number season against film life series just best any second those around can same than
+    university north because south war river final government house main west east line however still
+    name public club group national based among about within local following including major small
+    without until played like large record built another near history population system five last
+    league along began won original county single did place times set due station day left general
+    end led role church old next way town country point water light order right found great power open
+    center common short white across today head story level black road model free human range good
+    back down make take over great help line turn move live find show play run give come know think
+    look want tell work call try need feel become leave put mean keep let begin seem hear talk start
+    might next hand high place small case week company where group problem fact""".split()
+)
+WORDS = tuple(dict.fromkeys(WORDS))  # unique, order kept
+
+
+class TokenCounter(Protocol):
+    """Server-side token count of a request whose variable text is ``text``."""
+
+    def __call__(self, text: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Prompt text for one request, with the target and (when counted) the server's count."""
+
+    text: str
+    target_tokens: int
+    counted_tokens: int | None
+
+    def messages(self) -> list[dict[str, str]]:
+        """Chat form: one user message (count it with a chat-shaped TokenCounter)."""
+        return [{"role": "user", "content": self.text}]
+
+
+def _key_int(*parts: object) -> int:
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+class PromptSynth:
+    """Builds prompts for one run: one instance per (target server, request shape)."""
+
+    def __init__(self, seed: int, *, common_prefix_tokens: int = 0, counter: TokenCounter | None = None,
+                 words_per_token: float = 1.0, overhead_tokens: int = 0, nonce: str = "") -> None:
+        if any(ch.isspace() for ch in nonce):
+            raise InputError(f"prompt nonce {nonce!r} contains whitespace", field="nonce",
+                             fix="use a run id without spaces, e.g. 20261129-2310")
+        if not words_per_token > 0:
+            raise InputError(f"words_per_token must be > 0, got {words_per_token}", field="words_per_token",
+                             fix="use about 1.0 for English words on BPE tokenizers")
+        self.seed = int(seed)
+        self.common_prefix_tokens = int(common_prefix_tokens)
+        self.counter = counter
+        self.words_per_token = float(words_per_token)
+        self.overhead_tokens = int(overhead_tokens)
+        self.nonce = nonce
+        self._base = _key_int(self.seed, nonce)
+        self._correction: dict[int, int] = {}
+        self._last_correction = 0
+        self._chunk = lru_cache(maxsize=256)(self._make_chunk)
+
+    def _make_chunk(self, stream: int, index: int) -> tuple[str, ...]:
+        gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self._base, stream, index])))
+        return tuple(WORDS[i] for i in gen.integers(0, len(WORDS), _CHUNK))
+
+    def _stream_words(self, stream: int, n: int) -> list[str]:
+        out: list[str] = []
+        index = 0
+        while len(out) < n:
+            out.extend(self._chunk(stream, index))
+            index += 1
+        return out[:n]
+
+    def _words(self, tokens: int) -> int:
+        return max(0, round(tokens * self.words_per_token))
+
+    def prefix_text(self, group: int, prefix_tokens: int) -> str:
+        """The leading text shared by every request of ``group`` with ``prefix_tokens``."""
+        n = self._words(prefix_tokens)
+        common = min(n, self._words(self.common_prefix_tokens)) if group != 0 else n
+        words = self._stream_words(0, common)
+        if n > common:
+            words += self._stream_words(group, n - common)
+        return " ".join(words)
+
+    def _text(self, prefix: str, marker: str, seq: int, n_suffix: int) -> str:
+        parts = [prefix] if prefix else []
+        parts.append(marker)
+        if n_suffix > 0:
+            parts.append(" ".join(self._stream_words(_SUFFIX_STREAM + seq, n_suffix)))
+        return " ".join(parts)
+
+    def prompt(self, spec: "SpecLike") -> Prompt:
+        """Text for ``spec``: shared prefix, unique marker, suffix sized to ``spec.prompt_tokens``."""
+        target = int(spec.prompt_tokens)
+        prefix = ""
+        if spec.prefix_group is not None and spec.prefix_tokens > 0:
+            prefix = self.prefix_text(spec.prefix_group, spec.prefix_tokens)
+        marker = f"{self.nonce}#{spec.seq}"
+        used = len(prefix.split()) + 1
+        estimate = self._words(target) - self.overhead_tokens - used
+        if self.counter is None:
+            return Prompt(self._text(prefix, marker, spec.seq, estimate), target, None)
+        n = estimate + self._correction.get(target, self._last_correction)
+        return self._calibrate(prefix, marker, spec.seq, target, estimate, max(0, n))
+
+    def _calibrate(self, prefix: str, marker: str, seq: int, target: int, estimate: int, n: int) -> Prompt:
+        assert self.counter is not None
+        best: tuple[int, int, str] | None = None  # (|error|, count, text)
+        tried: set[int] = set()
+        for _ in range(MAX_ROUNDS):
+            text = self._text(prefix, marker, seq, n)
+            count = int(self.counter(text))
+            tried.add(n)
+            if best is None or abs(count - target) < best[0]:
+                best = (abs(count - target), count, text)
+            if count == target:
+                self._correction[target] = self._last_correction = n - estimate
+                break
+            step = round((target - count) * self.words_per_token) or (1 if target > count else -1)
+            nxt = max(0, n + step)
+            if nxt in tried:  # one word is worth more than one token here: walk by single words
+                nxt = max(0, n + (1 if target > count else -1))
+            if nxt in tried:
+                break
+            n = nxt
+        assert best is not None
+        return Prompt(best[2], target, best[1])
+
+
+class SpecLike(Protocol):
+    seq: int
+    prompt_tokens: int
+    prefix_group: int | None
+    prefix_tokens: int
+
