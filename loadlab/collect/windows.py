@@ -1,0 +1,265 @@
+"""Per-window statistics of METRICS and SCRAPES, for the analyzer.
+
+Inputs: a METRICS DataFrame (raw samples as collected, direct or from
+Prometheus: the two look the same) and *windows*, either ``(t_start, t_end)``
+pairs or a DataFrame with ``t_start``/``t_end`` columns whose other columns
+(step, concurrency, ...) are carried into the result. One result row per window
+and group; ``by`` names the labels to keep apart (``"endpoint"`` counts as a
+label), everything else is summed; ``where`` keeps only samples whose labels
+match (``{"reason": "capacity"}``).
+
+- :func:`counter_windows`: increase and rate per window. Per series (endpoint,
+  metric, labels) the baseline is the last sample at or before ``t_start`` (else
+  the first inside), the end the last at or before ``t_end``. A decrease is a
+  counter reset (server restart): the new value is what accrued since, as in
+  Prometheus' ``increase()`` (without its extrapolation). rate = increase /
+  time between those two samples, summed over series.
+- :func:`histogram_windows`: bucket increases per window (each ``_bucket`` series
+  as a counter), their sum over the group, then count, sum, mean and quantiles
+  by linear interpolation inside the bucket that holds the rank, as Prometheus'
+  ``histogram_quantile`` does (lower bound 0 for the first bucket; a rank in the
+  +Inf bucket returns the highest finite bound).
+- :func:`gauge_windows`: per snapshot (endpoint, scrape time) the series of a
+  group are summed (several engines -> one figure), then mean, p95, min, max,
+  last and occupancy P(x >= 1) over the snapshots inside the window. Default
+  ``by=("endpoint",)``: replicas are not added up.
+- :func:`coverage_windows`: expected scrapes = window length / interval; coverage =
+  successful scrapes / expected (at most 1), with attempts, misses and the most
+  frequent error cause.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from loadlab.collect import catalog
+
+Windows = pd.DataFrame | Sequence[tuple[float, float]]
+DEFAULT_QUANTILES = (0.5, 0.9, 0.95, 0.99)
+
+
+def resolve_family(metrics: pd.DataFrame, role: str) -> str | None:
+    """The family carrying ``role`` in this frame (current name preferred), or None."""
+    present = set(metrics["family"].unique())
+    for family in catalog.families_for_role(role):
+        if family in present:
+            return family
+    return None
+
+
+def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> float:
+    """Prometheus-style quantile of cumulative bucket counts (``bounds`` ascending, +Inf last)."""
+    b = np.asarray(bounds, dtype=float)
+    c = np.maximum.accumulate(np.asarray(cumulative, dtype=float))  # tolerate scrape skew
+    if len(b) == 0 or c[-1] <= 0 or not 0 <= q <= 1:
+        return float("nan")
+    rank = q * c[-1]
+    i = int(np.searchsorted(c, rank, side="left"))
+    i = min(i, len(b) - 1)
+    if np.isinf(b[i]):
+        return float(b[i - 1]) if i > 0 else float("nan")
+    lower = 0.0 if i == 0 else b[i - 1]
+    below = 0.0 if i == 0 else c[i - 1]
+    if i == 0 and b[0] <= 0:
+        return float(b[0])
+    in_bucket = c[i] - below
+    if in_bucket <= 0:
+        return float(b[i])
+    return float(lower + (b[i] - lower) * (rank - below) / in_bucket)
+
+
+def counter_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
+                    by: Sequence[str] = (), where: Mapping[str, str] | None = None,
+                    metric: str | None = None) -> pd.DataFrame:
+    """Increase, rate (per second) and resets of a counter family per window."""
+    wins = _windows(windows)
+    data = _select(metrics, family, where, metric)
+    rows = []
+    for key, series in _series(data):
+        t, v = series
+        inc, drops = _cumulative_increase(v)
+        for w in wins.itertuples(index=False):
+            span = _span(t, w.t_start, w.t_end)
+            if span is None:
+                continue
+            ib, ie = span
+            rate = (inc[ie] - inc[ib]) / (t[ie] - t[ib]) if t[ie] > t[ib] else np.nan
+            rows.append({"wid": w.wid, **_group(key, by), "delta": inc[ie] - inc[ib],
+                         "rate_per_s": rate, "resets": int(drops[ie] - drops[ib])})
+    cols = ["delta", "rate_per_s", "resets"]
+    return _finish(wins, rows, by, {c: "sum" for c in cols}, cols)
+
+
+def histogram_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
+                      by: Sequence[str] = (), where: Mapping[str, str] | None = None,
+                      quantiles: Iterable[float] = DEFAULT_QUANTILES) -> pd.DataFrame:
+    """Count, sum, mean and quantiles of a histogram family's observations per window."""
+    quantiles = tuple(quantiles)
+    wins = _windows(windows)
+    data = _select(metrics, family, where, None)
+    deltas = []
+    for key, (t, v) in _series(data):
+        inc, _ = _cumulative_increase(v)
+        kind = key[1][len(family):]  # _bucket | _sum | _count
+        labels = dict(_labels(key[2]))
+        le = labels.pop("le", None)
+        for w in wins.itertuples(index=False):
+            span = _span(t, w.t_start, w.t_end)
+            if span is not None:
+                deltas.append({"wid": w.wid, **_group((key[0], key[1], _canon(labels)), by),
+                               "kind": kind, "le": le, "delta": inc[span[1]] - inc[span[0]]})
+    qcols = [f"p{round(q * 100, 3):g}" for q in quantiles]
+    cols = ["count", "sum", "mean", *qcols]
+    rows = []
+    if deltas:
+        frame = pd.DataFrame(deltas)
+        for gkey, g in frame.groupby(["wid", *by], sort=False, dropna=False):
+            gkey = gkey if isinstance(gkey, tuple) else (gkey,)
+            row = dict(zip(["wid", *by], gkey))
+            count = g.loc[g.kind == "_count", "delta"].sum()
+            total = g.loc[g.kind == "_sum", "delta"].sum()
+            buckets = g[g.kind == "_bucket"].groupby("le")["delta"].sum()
+            bounds = np.array([float(le) for le in buckets.index])
+            order = np.argsort(bounds)
+            row.update(count=count, sum=total, mean=total / count if count > 0 else np.nan)
+            for q, col in zip(quantiles, qcols):
+                row[col] = histogram_quantile(q, bounds[order], buckets.to_numpy()[order])
+            rows.append(row)
+    return _finish(wins, rows, by, None, cols)
+
+
+def gauge_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
+                  by: Sequence[str] = ("endpoint",), where: Mapping[str, str] | None = None,
+                  ) -> pd.DataFrame:
+    """Mean, p95, min, max, last and occupancy P(x >= 1) of a gauge per window."""
+    wins = _windows(windows)
+    data = _select(metrics, family, where, None)
+    cols = ["n", "mean", "p95", "min", "max", "last", "occupancy"]
+    if data.empty:
+        return _finish(wins, [], by, None, cols)
+    frame = data[["t", "endpoint", "labels", "value"]].copy()
+    for name in by:
+        if name != "endpoint":
+            frame[name] = [_labels(s).get(name) for s in frame["labels"]]
+    snaps = frame.groupby(["endpoint", "t", *[b for b in by if b != "endpoint"]],
+                          sort=True)["value"].sum().reset_index()
+    rows = []
+    for w in wins.itertuples(index=False):
+        inside = snaps[(snaps.t >= w.t_start) & (snaps.t < w.t_end)]
+        groups = inside.groupby(list(by), sort=True) if by else [((), inside)]
+        for gkey, g in groups:
+            if g.empty:
+                continue
+            gkey = gkey if isinstance(gkey, tuple) else (gkey,)
+            x = g.sort_values("t")["value"].to_numpy()
+            rows.append({"wid": w.wid, **dict(zip(by, gkey)), "n": len(x), "mean": x.mean(),
+                         "p95": float(np.percentile(x, 95)), "min": x.min(), "max": x.max(),
+                         "last": x[-1], "occupancy": float((x >= 1).mean())})
+    return _finish(wins, rows, by, None, cols)
+
+
+def coverage_windows(scrapes: pd.DataFrame, windows: Windows, interval_s: float, *,
+                     by: Sequence[str] = ("endpoint",)) -> pd.DataFrame:
+    """Share of the expected scrapes per window that succeeded, with the main error."""
+    wins = _windows(windows)
+    rows = []
+    for w in wins.itertuples(index=False):
+        inside = scrapes[(scrapes.t >= w.t_start) & (scrapes.t < w.t_end)]
+        expected = max((w.t_end - w.t_start) / interval_s, 1e-9)
+        groups = inside.groupby(list(by), sort=True) if by else [((), inside)]
+        for gkey, g in groups:
+            gkey = gkey if isinstance(gkey, tuple) else (gkey,)
+            missed = int((g.error == "missed tick").sum())
+            errors = g.error.dropna()
+            rows.append({"wid": w.wid, **dict(zip(by, gkey)), "expected": expected,
+                         "attempts": len(g) - missed, "ok": int(g.ok.sum()), "missed": missed,
+                         "coverage": min(1.0, float(g.ok.sum()) / expected),
+                         "main_error": errors.mode().iloc[0] if len(errors) else None})
+    return _finish(wins, rows, by, None,
+                   ["expected", "attempts", "ok", "missed", "coverage", "main_error"])
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _windows(windows: Windows) -> pd.DataFrame:
+    if isinstance(windows, pd.DataFrame):
+        frame = windows.reset_index(drop=True).copy()
+    else:
+        frame = pd.DataFrame(list(windows), columns=["t_start", "t_end"])
+    frame["wid"] = np.arange(len(frame))
+    return frame
+
+
+def _select(metrics: pd.DataFrame, family: str, where: Mapping[str, str] | None,
+            metric: str | None) -> pd.DataFrame:
+    data = metrics[metrics["family"] == family]
+    if metric is not None:
+        data = data[data["metric"] == metric]
+    if where:
+        keep = [all(_labels(s).get(k) == v for k, v in where.items()) for s in data["labels"]]
+        data = data[np.asarray(keep, dtype=bool)]
+    return data
+
+
+def _series(data: pd.DataFrame) -> Iterable[tuple[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]]:
+    """(endpoint, metric, labels) -> (t, value) sorted by time."""
+    for key, g in data.groupby(["endpoint", "metric", "labels"], sort=True):
+        g = g.sort_values("t")
+        yield key, (g["t"].to_numpy(dtype=float), g["value"].to_numpy(dtype=float))
+
+
+def _cumulative_increase(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Running increase of a counter (resets handled) and running count of resets."""
+    d = np.diff(v, prepend=v[:1])
+    reset = d < 0
+    step = np.where(reset, v, d)
+    step[0] = 0.0
+    return np.cumsum(step), np.cumsum(reset)
+
+
+def _span(t: np.ndarray, t_start: float, t_end: float) -> tuple[int, int] | None:
+    """Indices of the baseline and end samples of a window, or None if no data."""
+    ie = int(np.searchsorted(t, t_end, side="right")) - 1
+    if ie < 0:
+        return None
+    ib = int(np.searchsorted(t, t_start, side="right")) - 1
+    if ib < 0:
+        ib = 0
+    if ib >= ie:
+        return None
+    return ib, ie
+
+
+@lru_cache(maxsize=65536)
+def _parsed(labels: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(json.loads(labels).items())) if labels else ()
+
+
+def _labels(labels: str) -> dict[str, str]:
+    return dict(_parsed(labels))
+
+
+def _canon(labels: Mapping[str, str]) -> str:
+    return json.dumps(dict(labels), sort_keys=True, separators=(",", ":"))
+
+
+def _group(key: tuple[str, str, str], by: Sequence[str]) -> dict[str, str | None]:
+    endpoint, _, labels = key
+    parsed = _labels(labels)
+    return {name: endpoint if name == "endpoint" else parsed.get(name) for name in by}
+
+
+def _finish(wins: pd.DataFrame, rows: list[dict], by: Sequence[str],
+            agg: dict[str, str] | None, cols: list[str]) -> pd.DataFrame:
+    """Sum rows per window and group (when ``agg``), then attach the window columns."""
+    frame = pd.DataFrame(rows, columns=["wid", *by, *cols])
+    if agg is not None and not frame.empty:
+        frame = frame.groupby(["wid", *by], sort=True, dropna=False).agg(agg).reset_index()
+    out = wins.merge(frame, on="wid", how="left")
+    return out.drop(columns="wid").reset_index(drop=True)
