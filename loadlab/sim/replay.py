@@ -1,0 +1,351 @@
+"""The simulated engine in virtual time: a step load through it, written as a run folder.
+
+A discrete-event loop (after vidur's ``simulator.py``): a heap of (time, priority, n,
+handler, argument); each handler may push follow-up events. Events at the same time
+run in priority order: a step's end, a metrics sample, a load-step boundary, arrivals.
+Once no event is left at the current time and the engine is idle with work queued, the
+next engine step starts; its StepOutput is applied (metrics, records, closed-loop
+re-sends) at its end time, so a sample taken mid-step sees the state before it.
+
+Plans (:class:`ReplayPlan`, exactly one of):
+
+- closed loop, ``concurrencies``: step k keeps ``concurrencies[k]`` users busy for
+  ``step_s`` seconds; a user sends its next request the moment the previous one ends
+  (no think time); users above a lowered concurrency finish their request and stop.
+- open loop, ``rates``: step k sends at ``rates[k]`` requests/s, gamma inter-arrivals
+  with shape ``burstiness`` (1 = Poisson; :mod:`loadlab.workload.arrivals`).
+
+Requests come from ``loadlab.workload.load_profile(plan.profile).sampler(plan.seed)``,
+request ``seq`` being the run's ``seq``-th send. Prompt token ids are built so the
+prefix cache sees real sharing: the profile's common tokens (ids 0..), then the prefix
+group's tokens, then ids unique to the request. Lengths that do not fit the model are
+clipped as a careful client would (prompt <= max_model_len - 1, prompt + output <=
+max_model_len); targets keep the drawn values. ``max_tokens`` = output length.
+
+When the plan ends, requests still in flight are aborted (status "aborted"), as a load
+generator that stops. Output in ``out_dir``: requests.parquet (REQUESTS, worker
+"sim-replay", times = ``start_epoch`` + virtual seconds), metrics.parquet (METRICS,
+source "sim", every ``metrics_interval_s`` virtual seconds, the same samples the
+simulator's /metrics would serve) and manifest.json (kind "sim-replay", steps, resolved
+server flags, vLLM's start-up lines, wall time and speed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import platform
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadlab import __version__
+from loadlab.errors import InputError
+from loadlab.runstore import METRICS, REQUESTS, PartWriter, update_manifest, write_manifest
+from loadlab.sim.config import SimConfig
+from loadlab.sim.engine import Engine
+from loadlab.sim.hardware import resolve
+from loadlab.sim.metrics import EngineMetrics
+from loadlab.sim.timing import StepTimeModel
+from loadlab.sim.types import EngineRequest, StepOutput
+from loadlab.workload import load_profile
+from loadlab.workload.arrivals import RenewalSchedule
+
+WORKER = "sim-replay"
+ENDPOINT = "sim://replay"
+GROUP_STRIDE = 1 << 20        # > any max_model_len: group g's ids start at g * GROUP_STRIDE
+UNIQUE_BASE = 1 << 40         # request seq's own ids start at UNIQUE_BASE + seq * GROUP_STRIDE
+_STEP_END, _SAMPLE, _BOUNDARY, _ARRIVAL = range(4)
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """A step load in virtual time: closed loop (concurrencies) or open loop (rates)."""
+
+    concurrencies: tuple[int, ...] = ()
+    rates: tuple[float, ...] = ()          # requests/s per step
+    step_s: float = 60.0                   # virtual seconds per step
+    warmup_s: float = 10.0                 # start of each step the analyzer should cut
+    burstiness: float = 1.0                # gamma shape of open-loop gaps (1 = Poisson)
+    profile: str = "sharegpt"              # workload profile name or path
+    seed: int = 0
+    metrics_interval_s: float = 1.0        # virtual seconds between metrics samples
+    point: str = ""
+    start_epoch: float | None = None       # unix time of virtual 0; None = now
+
+    def validate(self) -> None:
+        if bool(self.concurrencies) == bool(self.rates):
+            raise InputError("give either concurrency steps or rate steps, not both or neither",
+                             field="plan", fix="e.g. --concurrency 8,16,32 or --rate 1,2,4")
+        if any(c < 1 for c in self.concurrencies):
+            raise InputError("concurrency steps must be >= 1", field="concurrency",
+                             fix="use positive integers such as 8,16,32")
+        if any(not r > 0 for r in self.rates):
+            raise InputError("rate steps must be > 0 requests/s", field="rate",
+                             fix="use positive numbers such as 0.5,1,2")
+        for value, name in ((self.step_s, "step_s"), (self.metrics_interval_s, "metrics_interval_s"),
+                            (self.burstiness, "burstiness")):
+            if not value > 0:
+                raise InputError(f"must be > 0, got {value}", field=name, fix="pass a positive number")
+        if not 0 <= self.warmup_s < self.step_s:
+            raise InputError(f"warm-up {self.warmup_s} s must be in [0, step_s={self.step_s})",
+                             field="warmup_s", fix="use a warm-up shorter than a step")
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.concurrencies or self.rates)
+
+    @property
+    def duration_s(self) -> float:
+        return self.num_steps * self.step_s
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    run_dir: Path
+    requests: int                # rows written (ok + aborted)
+    completed: int
+    aborted: int
+    engine_steps: int
+    metrics_rows: int
+    virtual_s: float
+    wall_s: float
+
+    @property
+    def speed(self) -> float:
+        """Virtual seconds simulated per wall second."""
+        return self.virtual_s / self.wall_s if self.wall_s > 0 else float("inf")
+
+
+class _Request:
+    __slots__ = ("seq", "user", "step", "t_sent", "prompt_len", "output_len", "target_prompt",
+                 "target_output", "group", "prefix", "times")
+
+    def __init__(self, **kw: Any) -> None:
+        for k, v in kw.items():
+            setattr(self, k, v)
+        self.times: list[float] = []
+
+
+def prompt_ids(seq: int, prompt_len: int, group: int | None, prefix_len: int,
+               common: int) -> list[int]:
+    """Token ids: common prefix, then the group's prefix, then ids only this request has."""
+    own = UNIQUE_BASE + seq * GROUP_STRIDE
+    if group is None or prefix_len <= 0:
+        return list(range(own, own + prompt_len))
+    shared_common = min(common, prefix_len)
+    ids = list(range(shared_common))
+    ids.extend(range(group * GROUP_STRIDE + shared_common, group * GROUP_STRIDE + prefix_len))
+    ids.extend(range(own + prefix_len, own + prompt_len))
+    return ids
+
+
+class _Replay:
+    """One replay's clock, event heap, engine, metrics and writers (no class-level state)."""
+
+    def __init__(self, cfg: SimConfig, plan: ReplayPlan, out_dir: Path,
+                 progress: Callable[[float, float], None] | None) -> None:
+        self.plan = plan
+        self.resolved = resolve(cfg)
+        self.metrics = EngineMetrics(self.resolved, names=cfg.metrics_names)
+        self.engine = Engine(self.resolved, StepTimeModel(self.resolved).step_time)
+        profile = load_profile(plan.profile)
+        self.sampler = profile.sampler(plan.seed)
+        self.common = profile.common_prefix_tokens
+        self.epoch = time.time() if plan.start_epoch is None else plan.start_epoch
+        self.progress = progress
+        self.requests = PartWriter(out_dir / "requests.parquet", REQUESTS, writer_id=WORKER,
+                                   flush_rows=20_000, flush_interval_s=30.0)
+        self.metric_rows = PartWriter(out_dir / "metrics.parquet", METRICS, writer_id=WORKER,
+                                      flush_rows=50_000, flush_interval_s=30.0)
+        self.now = 0.0
+        self.heap: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
+        self.n_events = 0
+        self.seq = 0
+        self.step = 0
+        self.busy = False
+        self.ended = False
+        self.live: dict[str, _Request] = {}
+        self.busy_users: set[int] = set()
+        self.schedule: RenewalSchedule | None = None
+        self.counts = {"completed": 0, "aborted": 0, "engine_steps": 0, "metrics_rows": 0}
+
+    # ---- the loop ------------------------------------------------------------------------
+    def push(self, t: float, priority: int, handler: Callable[[Any], None], arg: Any = None) -> None:
+        self.n_events += 1
+        heapq.heappush(self.heap, (t, priority, self.n_events, handler, arg))
+
+    def run(self) -> None:
+        self.push(0.0, _BOUNDARY, self.on_boundary, 0)
+        self.push(0.0, _SAMPLE, self.on_sample)
+        while self.heap and not self.ended:
+            self.now, _, _, handler, arg = heapq.heappop(self.heap)
+            handler(arg)
+            if (not self.busy and not self.ended and (not self.heap or self.heap[0][0] > self.now)
+                    and self.engine.has_unfinished_requests()):
+                out = self.engine.step(self.now)
+                if out is not None:
+                    self.busy = True
+                    self.counts["engine_steps"] += 1
+                    self.push(out.t_end, _STEP_END, self.on_step_end, out)
+
+    # ---- handlers ------------------------------------------------------------------------
+    def on_boundary(self, k: int) -> None:
+        plan = self.plan
+        if k == plan.num_steps:
+            self.finish_run()
+            return
+        self.step = k
+        self.push((k + 1) * plan.step_s, _BOUNDARY, self.on_boundary, k + 1)
+        if plan.concurrencies:
+            for user in range(plan.concurrencies[k]):
+                if user not in self.busy_users:
+                    self.send(user)
+        else:
+            shape = None if plan.burstiness == 1.0 else plan.burstiness
+            self.schedule = RenewalSchedule(plan.rates[k], shape, plan.seed * 1000 + k)
+            self.push(self.now, _ARRIVAL, self.on_open_arrival, (k, 0))
+
+    def on_open_arrival(self, arg: tuple[int, int]) -> None:
+        k, n = arg
+        self.send(None)
+        assert self.schedule is not None
+        t_next = k * self.plan.step_s + self.schedule.offset(n + 1)
+        if t_next < (k + 1) * self.plan.step_s:
+            self.push(t_next, _ARRIVAL, self.on_open_arrival, (k, n + 1))
+
+    def on_step_end(self, out: StepOutput) -> None:
+        self.busy = False
+        self.metrics.observe_step(out)
+        t_end = out.t_end
+        live = self.live
+        for rid, n in out.new_tokens.items():
+            if n:
+                live[rid].times.append(t_end)
+        for fin in out.finished:
+            req = live.pop(fin.request_id)
+            self.record(req, fin.request_id, "ok", fin.output_len, t_end)
+            self.counts["completed"] += 1
+            if req.user is not None:
+                self.busy_users.discard(req.user)
+                if req.user < self.plan.concurrencies[self.step]:
+                    self.send(req.user)
+
+    def on_sample(self, _: object) -> None:
+        t = self.epoch + self.now
+        rows = [{"t": t, "scrape_s": None, "endpoint": ENDPOINT, "family": s.family, "type": s.type,
+                 "metric": s.metric, "labels": s.labels, "value": s.value, "source": "sim"}
+                for s in self.metrics.samples()]
+        self.metric_rows.extend(rows)
+        self.counts["metrics_rows"] += len(rows)
+        if self.progress is not None:
+            self.progress(self.now, self.plan.duration_s)
+        next_t = self.now + self.plan.metrics_interval_s
+        if next_t <= self.plan.duration_s + 1e-9:
+            self.push(next_t, _SAMPLE, self.on_sample)
+
+    # ---- requests ------------------------------------------------------------------------
+    def send(self, user: int | None) -> None:
+        spec = self.sampler.spec(self.seq)
+        mml = self.resolved.max_model_len
+        output_len = min(spec.output_tokens, mml - 1)
+        prompt_len = min(spec.prompt_tokens, mml - output_len)
+        prefix = min(spec.prefix_tokens, prompt_len - 1)
+        rid = f"{self.plan.seed}-{self.seq}"
+        req = EngineRequest(rid, prompt_ids(self.seq, prompt_len, spec.prefix_group, prefix, self.common),
+                            output_len, output_len, self.now)
+        self.live[rid] = _Request(seq=self.seq, user=user, step=self.step, t_sent=self.now,
+                                  prompt_len=prompt_len, output_len=output_len,
+                                  target_prompt=spec.prompt_tokens, target_output=spec.output_tokens,
+                                  group=spec.prefix_group, prefix=prefix)
+        self.seq += 1
+        if user is not None:
+            self.busy_users.add(user)
+        self.engine.add_request(req)
+        self.metrics.observe_arrival(req, self.now)
+
+    def finish_run(self) -> None:
+        """End of plan: abort what is in flight, as a stopping load generator does."""
+        self.ended = True
+        for rid, req in list(self.live.items()):
+            fin = self.engine.abort_request(rid, self.now)
+            if fin is not None:
+                self.metrics.observe_abort(fin)
+            self.record(req, rid, "aborted", len(req.times), self.now)
+            self.counts["aborted"] += 1
+        self.live.clear()
+
+    def record(self, req: _Request, rid: str, status: str, output_tokens: int, t_done: float) -> None:
+        epoch, t_sent, times = self.epoch, req.t_sent, req.times
+        first = times[0] if times else None
+        row: dict[str, Any] = {
+            "point": self.plan.point, "step": req.step, "worker": WORKER, "user": req.user,
+            "concurrency": self.plan.concurrencies[req.step] if self.plan.concurrencies else None,
+            "target_rate": self.plan.rates[req.step] if self.plan.rates else None,
+            "request_id": rid, "seq": req.seq, "endpoint": ENDPOINT, "api": "completions",
+            "t_scheduled": epoch + t_sent, "t_sent": epoch + t_sent, "send_lag_s": 0.0,
+            "t_first_token": None if first is None else epoch + first,
+            "t_done": epoch + t_done, "n_chunks": len(times),
+            "chunk_offsets_s": [t - t_sent for t in times],
+            "prompt_tokens": req.prompt_len, "output_tokens": output_tokens,
+            "target_prompt_tokens": req.target_prompt, "target_output_tokens": req.target_output,
+            "prefix_group": req.group, "prefix_tokens": req.prefix, "status": status,
+            "http_status": 200, "error": None if status == "ok" else "aborted at end of plan",
+        }
+        if first is not None:
+            row["ttft_s"] = row["ttft_from_scheduled_s"] = first - t_sent
+        if status == "ok":
+            row["e2e_s"] = row["e2e_from_scheduled_s"] = t_done - t_sent
+        if len(times) > 1:
+            gaps = np.diff(times)
+            row.update(itl_mean_s=float(gaps.mean()), itl_p50_s=float(np.percentile(gaps, 50)),
+                       itl_p99_s=float(np.percentile(gaps, 99)), itl_max_s=float(gaps.max()))
+        self.requests.add(row)
+
+
+def run_replay(cfg: SimConfig, plan: ReplayPlan, out_dir: str | Path,
+               progress: Callable[[float, float], None] | None = None) -> ReplaySummary:
+    """Run ``plan`` through the simulator of ``cfg`` in virtual time; write a run folder.
+
+    ``progress(virtual_s, total_s)`` is called at every metrics sample. Raises
+    InputError for a bad plan or an impossible configuration (before writing anything).
+    """
+    plan.validate()
+    out = Path(out_dir)
+    replay = _Replay(cfg, plan, out, progress)
+    steps = [{"step": k, "t_start": replay.epoch + k * plan.step_s,
+              "t_end": replay.epoch + (k + 1) * plan.step_s, "warmup_s": plan.warmup_s,
+              **({"concurrency": plan.concurrencies[k]} if plan.concurrencies
+                 else {"target_rate": plan.rates[k], "burstiness": plan.burstiness})}
+             for k in range(plan.num_steps)]
+    flags = replay.resolved.server_flags()
+    write_manifest(out, {
+        "kind": "sim-replay", "point": plan.point, "status": "running",
+        "created": time.time(), "start_epoch": replay.epoch,
+        "target": {"base_url": ENDPOINT, "model": replay.resolved.served_model_name,
+                   "api": "completions", "launch": {"kind": "sim-replay", "flags": flags}},
+        "server": flags, "steps": steps,
+        "workload": {"profile": plan.profile, "seed": plan.seed},
+        "metrics": {"names_found": cfg.metrics_names, "interval_s": plan.metrics_interval_s},
+        "sim": {"config": asdict(cfg) | {"api_key": None}, "plan": asdict(plan),
+                "startup_lines": replay.resolved.startup_lines()},
+        "host": {"hostname": socket.gethostname(), "python": platform.python_version()},
+        "versions": {"loadlab": __version__},
+    })
+    wall0 = time.perf_counter()
+    try:
+        replay.run()
+    finally:
+        replay.requests.close()
+        replay.metric_rows.close()
+    wall = time.perf_counter() - wall0
+    c = replay.counts
+    summary = ReplaySummary(out, c["completed"] + c["aborted"], c["completed"], c["aborted"],
+                            c["engine_steps"], c["metrics_rows"], plan.duration_s, wall)
+    update_manifest(out, status="complete", finished=time.time(),
+                    sim={"wall_s": wall, "speed": summary.speed, "engine_steps": c["engine_steps"]})
+    return summary

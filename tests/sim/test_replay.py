@@ -1,0 +1,139 @@
+"""run_replay: a step load through the simulator in virtual time, written as a run folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loadlab.errors import InputError
+from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
+from loadlab.sim.config import SimConfig
+from loadlab.sim.replay import ReplayPlan, prompt_ids, run_replay
+
+EPOCH = 1_800_000_000.0
+
+
+def small_cfg(**kw: object) -> SimConfig:
+    base = dict(model="qwen2.5-7b", gpu="h100", max_model_len=4096, max_num_seqs=8,
+                num_gpu_blocks_override=3000)
+    return SimConfig(**{**base, **kw})
+
+
+def replay(tmp: Path, cfg: SimConfig | None = None, **plan: object) -> tuple[pd.DataFrame, pd.DataFrame]:
+    kw = dict(concurrencies=(4, 12), step_s=15.0, warmup_s=3.0, start_epoch=EPOCH)
+    summary = run_replay(cfg or small_cfg(), ReplayPlan(**{**kw, **plan}), tmp)
+    requests = read_table(tmp / "requests.parquet", REQUESTS)
+    metrics = read_table(tmp / "metrics.parquet", METRICS)
+    assert summary.requests == len(requests) and summary.metrics_rows == len(metrics)
+    return requests, metrics
+
+
+def gauge(metrics: pd.DataFrame, name: str) -> pd.Series:
+    return metrics[metrics.metric == name].set_index("t").value
+
+
+def test_closed_loop_records(tmp_path: Path) -> None:
+    requests, _ = replay(tmp_path)
+    assert sorted(requests.seq) == list(range(len(requests)))
+    assert set(requests.step) == {0, 1} and (requests.worker == "sim-replay").all()
+    # every user always has one request open: at the end exactly c_last are cut off
+    assert (requests.status == "aborted").sum() == 12
+    ok = requests[requests.status == "ok"]
+    assert (ok.n_chunks == ok.output_tokens).all()
+    assert ok.e2e_s.to_numpy() == pytest.approx([c[-1] for c in ok.chunk_offsets_s])
+    assert ok.ttft_s.to_numpy() == pytest.approx([c[0] for c in ok.chunk_offsets_s])
+    assert (ok.t_done <= EPOCH + 30).all() and (requests.t_sent >= EPOCH).all()
+    assert (requests.prompt_tokens + requests.output_tokens <= 4096).all()
+    # a user sends its next request the moment the previous one is done
+    for _, rows in requests.sort_values("t_sent").groupby("user"):
+        done = rows.t_done.to_numpy()[:-1]
+        assert rows.t_sent.to_numpy()[1:] == pytest.approx(done)
+    # rows per step = requests sent in the step's window
+    for step, rows in requests.groupby("step"):
+        assert ((rows.t_sent >= EPOCH + 15 * step) & (rows.t_sent < EPOCH + 15 * (step + 1))).all()
+        assert (rows.concurrency == (4, 12)[step]).all()
+    multi = ok[ok.n_chunks > 1]
+    assert len(multi) > 0 and multi.itl_max_s.ge(multi.itl_p50_s).all()
+    assert multi.itl_mean_s.to_numpy() == pytest.approx(
+        ((multi.e2e_s - multi.ttft_s) / (multi.n_chunks - 1)).to_numpy())
+
+
+def test_seq_cap_shows_in_waiting_gauge(tmp_path: Path) -> None:
+    _, metrics = replay(tmp_path)
+    running, waiting = gauge(metrics, "vllm:num_requests_running"), gauge(metrics, "vllm:num_requests_waiting")
+    window = (waiting.index > EPOCH + 18) & (waiting.index < EPOCH + 30)
+    assert running[window].max() == 8
+    # c=12 against max_num_seqs=8: 4 wait (one more in the instant between a finish and admission)
+    assert waiting[window].median() == 12 - 8
+    assert set(waiting[window]) <= {4.0, 5.0}
+    assert waiting[(waiting.index > EPOCH + 3) & (waiting.index < EPOCH + 15)].max() == 0
+    # one sample per virtual second, 0..30 inclusive
+    assert len(running) == 31 and running.index[1] - running.index[0] == pytest.approx(1.0)
+    assert (metrics.source == "sim").all()
+
+
+def test_same_seed_same_records(tmp_path: Path) -> None:
+    a, ma = replay(tmp_path / "a", seed=3)
+    b, mb = replay(tmp_path / "b", seed=3)
+    c, _ = replay(tmp_path / "c", seed=4)
+    pd.testing.assert_frame_equal(a.sort_values("seq").reset_index(drop=True),
+                                  b.sort_values("seq").reset_index(drop=True))
+    pd.testing.assert_frame_equal(ma.reset_index(drop=True), mb.reset_index(drop=True))
+    assert list(a.sort_values("seq").target_prompt_tokens[:20]) != \
+        list(c.sort_values("seq").target_prompt_tokens[:20])
+
+
+def test_open_loop_rate_steps(tmp_path: Path) -> None:
+    requests, _ = replay(tmp_path, concurrencies=(), rates=(2.0, 6.0), step_s=20.0, burstiness=0.5)
+    counts = requests.groupby("step").size()
+    for step, rate in enumerate((2.0, 6.0)):
+        expected = rate * 20
+        assert abs(counts[step] - expected) < 4 * (expected / 0.5) ** 0.5
+        assert (requests[requests.step == step].target_rate == rate).all()
+    assert requests.concurrency.isna().all() and requests.user.isna().all()
+
+
+def test_prefix_groups_hit_the_cache(tmp_path: Path) -> None:
+    cfg = small_cfg(max_model_len=8192, num_gpu_blocks_override=4000)
+    plan = dict(profile="shared-system-prompt", concurrencies=(4,), step_s=20.0)
+    _, on = replay(tmp_path / "on", cfg, **plan)
+    _, off = replay(tmp_path / "off", small_cfg(max_model_len=8192, num_gpu_blocks_override=4000,
+                                                enable_prefix_caching=False), **plan)
+    hits_on = gauge(on, "vllm:prefix_cache_hits_total").iloc[-1]
+    queries_on = gauge(on, "vllm:prefix_cache_queries_total").iloc[-1]
+    assert hits_on > 0.2 * queries_on
+    assert gauge(off, "vllm:prefix_cache_hits_total").iloc[-1] == 0
+
+
+def test_manifest(tmp_path: Path) -> None:
+    replay(tmp_path, cfg=small_cfg(api_key="sk-secret"))
+    manifest = read_manifest(tmp_path)
+    assert manifest["kind"] == "sim-replay" and manifest["status"] == "complete"
+    assert [s["concurrency"] for s in manifest["steps"]] == [4, 12]
+    assert manifest["steps"][1]["t_start"] == EPOCH + 15 and manifest["steps"][1]["warmup_s"] == 3
+    assert manifest["server"]["max_num_seqs"] == 8 and manifest["server"]["num_gpu_blocks"] == 3000
+    assert manifest["sim"]["startup_lines"][-1].startswith("Maximum concurrency for 4,096 tokens")
+    assert manifest["sim"]["speed"] > 0
+    assert "sk-secret" not in (tmp_path / "manifest.json").read_text()
+
+
+def test_prompt_ids_share_exactly_the_prefix() -> None:
+    a = prompt_ids(1, 100, 3, 60, 20)
+    b = prompt_ids(2, 80, 3, 60, 20)
+    other_group = prompt_ids(3, 100, 4, 60, 20)
+    alone = prompt_ids(4, 100, None, 0, 20)
+    assert len(a) == 100 and a[:60] == b[:60] and a[60] != b[60]
+    assert a[:20] == other_group[:20] and a[20] != other_group[20]
+    assert not set(alone) & set(a)
+
+
+@pytest.mark.parametrize("plan", [
+    dict(), dict(concurrencies=(2,), rates=(1.0,)), dict(concurrencies=(0,)),
+    dict(concurrencies=(2,), warmup_s=60.0), dict(rates=(-1.0,)),
+])
+def test_bad_plans(tmp_path: Path, plan: dict) -> None:
+    with pytest.raises(InputError):
+        run_replay(small_cfg(), ReplayPlan(**plan), tmp_path)
+    assert not (tmp_path / "manifest.json").exists()
