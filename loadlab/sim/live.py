@@ -144,6 +144,7 @@ class LiveDriver:
         self._streams: dict[str, RequestStream] = {}
         self._wake = asyncio.Event()
         self._step_end: float | None = None     # engine time; set while a step is in flight
+        self._deferred_aborts: list[str] = []
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ clock
@@ -186,13 +187,27 @@ class LiveDriver:
         return stream
 
     def abort(self, stream: RequestStream) -> None:
-        """The client went away: free the request's slots, count it as aborted."""
+        """The client went away: free the request's slots, count it as aborted.
+
+        During a step in flight the abort waits for the step to be published, as vLLM
+        handles aborts between steps (the step's state already includes the request).
+        """
         if self._streams.pop(stream.request_id, None) is None:
             return
-        fin = self.engine.abort_request(stream.request_id, self.engine_now())
         stream.finish_reason = "abort"
+        if self._step_end is None:
+            self._abort_now(stream.request_id, self.engine_now())
+        else:
+            self._deferred_aborts.append(stream.request_id)
+
+    def _abort_now(self, request_id: str, now: float) -> None:
+        fin = self.engine.abort_request(request_id, now)
         if fin is not None and self.metrics is not None:
             self.metrics.observe_abort(fin)
+            # No step may follow (the engine can go idle), so refresh the gauges here
+            # rather than leave them at the last step's figures.
+            engine, m = self.engine, self.metrics
+            m.running, m.waiting, m.kv_usage = engine.num_running, engine.num_waiting, engine.kv_usage
 
     @property
     def num_streams(self) -> int:
@@ -237,14 +252,16 @@ class LiveDriver:
                 prev_end = None
                 continue
             self._step_end = out.t_end
-            delay = self._wall(out.t_end) - self._clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # Always yield, even when late, so handlers write between steps.
+            await asyncio.sleep(max(0.0, self._wall(out.t_end) - self._clock()))
             published = self._clock()
             self._step_end = None
             self._account(out, published, prev_pub if back_to_back else None)
             prev_end, prev_pub = out.t_end, published
             self._publish(out)
+            for request_id in self._deferred_aborts:
+                self._abort_now(request_id, out.t_end)
+            self._deferred_aborts.clear()
 
     def _account(self, out: StepOutput, published: float, prev_pub: float | None) -> None:
         lag = published - self._wall(out.t_end)

@@ -201,7 +201,7 @@ def prompt_ids(body: dict[str, Any]) -> list[int]:
         if prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
             for x in prompt:
                 if not 0 <= x < tokenizer.VOCAB_SIZE:
-                    raise bad("prompt", f"Token id {x} is out of vocabulary "
+                    raise bad("prompt", f"`prompt` token id {x} is out of vocabulary "
                               f"(0..{tokenizer.VOCAB_SIZE - 1}).")
             return list(prompt)
         if len(prompt) > 1 and all(isinstance(x, (str, list)) for x in prompt):
