@@ -30,9 +30,30 @@ MODES = ("ok", "slow", "500", "garbage", "close")
 
 
 class _QuietServer(http.server.ThreadingHTTPServer):
-    """Clients that time out and hang up are expected here: no tracebacks."""
+    """Clients that time out and hang up are expected here: no tracebacks.
+
+    Open connections are tracked so that stopping the server drops kept-alive
+    clients too, as a server process that dies would.
+    """
 
     daemon_threads = True
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.open_connections: set[socket.socket] = set()
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:
+        self.open_connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: socket.socket) -> None:
+        self.open_connections.discard(request)
+        super().shutdown_request(request)
+
+    def drop_connections(self) -> None:
+        for conn in list(self.open_connections):
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass
@@ -55,6 +76,7 @@ class PageServer:
         self._lock = threading.Lock()
         self._released = threading.Event()
         self.requests = 0
+        self.last_authorization: str | None = None
         self._httpd = _QuietServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
@@ -93,6 +115,7 @@ class PageServer:
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 server.requests += 1
+                server.last_authorization = self.headers.get("Authorization")
                 mode = server.mode
                 if mode == "close":
                     self.close_connection = True
@@ -130,6 +153,7 @@ class PageServer:
         self._released.set()
         self._httpd.shutdown()
         self._httpd.server_close()
+        self._httpd.drop_connections()
 
     def __enter__(self) -> PageServer:
         return self.start()

@@ -1,0 +1,116 @@
+"""The background scraper against real HTTP servers: faults, vanishing servers, ticks, secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from collect_pages import LOAD_PAGE
+
+from loadlab.collect.scraper import Scraper
+from loadlab.collect.testing import PageServer, free_port
+from loadlab.errors import InputError
+from loadlab.runstore import METRICS, SCRAPES, read_manifest, read_table
+
+N_VLLM_SAMPLES = 325  # vllm: samples of the 0.32 page, _created timestamps left out
+
+
+def tables(out: Path):
+    return read_table(out / "metrics.parquet", METRICS), read_table(out / "scrapes.parquet", SCRAPES)
+
+
+def test_each_fault_is_a_recorded_gap_while_good_endpoints_keep_being_sampled(tmp_path, page_server):
+    good = page_server("ok")
+    faulty = {mode: page_server(mode) for mode in ("slow", "500", "garbage", "close")}
+    refused = f"http://127.0.0.1:{free_port()}"
+    with Scraper([good.url, *(s.url for s in faulty.values()), refused], tmp_path,
+                 interval_s=0.25, timeout_s=0.15) as scraper:
+        assert scraper.wait_until(lambda st: all(s.attempts >= 3 for s in st.values()), 20)
+    stats = scraper.stats()
+    metrics, scrapes = tables(tmp_path)
+    attempts = scrapes[scrapes.error != "missed tick"]
+    causes = attempts.groupby("endpoint").error.agg(lambda e: set(e.dropna()))
+    assert causes[faulty["slow"].url] == {"timeout"}
+    assert causes[faulty["500"].url] == {"http 500"}
+    assert causes[faulty["garbage"].url] == {"parse error"}
+    assert causes[faulty["close"].url] == {"closed connection"}
+    assert causes[refused] == {"refused"}
+    assert causes[good.url] == set()
+    assert (attempts[attempts.endpoint == faulty["500"].url].http_status == 500).all()
+    assert attempts[attempts.endpoint == faulty["slow"].url].duration_s.max() < 0.25
+    # the good endpoint: every scrape flushed on stop, every vllm sample of each kept raw
+    ok = attempts[attempts.endpoint == good.url]
+    assert ok.ok.all() and len(ok) == stats[good.url].ok
+    assert (ok.n_samples == N_VLLM_SAMPLES).all()
+    assert len(metrics) == N_VLLM_SAMPLES * len(ok)
+    assert set(metrics.endpoint) == {good.url}
+    assert metrics.groupby("t").size().eq(N_VLLM_SAMPLES).all()
+
+
+def test_a_server_that_disappears_leaves_a_gap_not_a_stopped_run(tmp_path, page_server):
+    stays, goes = page_server("ok"), page_server("ok")
+    with Scraper([stays.url, goes.url], tmp_path, interval_s=0.2) as scraper:
+        assert scraper.wait_until(lambda st: st[goes.url].ok >= 2, 10)
+        goes.stop()
+        base = scraper.stats()[stays.url].ok
+        assert scraper.wait_until(
+            lambda st: st[goes.url].attempts - st[goes.url].ok >= 3 and st[stays.url].ok >= base + 3, 10)
+    _, scrapes = tables(tmp_path)
+    gone = scrapes[(scrapes.endpoint == goes.url) & ~scrapes.ok]
+    assert set(gone.error) <= {"refused", "closed connection", "missed tick"}
+    assert "refused" in set(gone.error)
+    late_ok = scrapes[(scrapes.endpoint == stays.url) & scrapes.ok & (scrapes.t > gone.t.min())]
+    assert len(late_ok) >= 3
+
+
+def test_manifest_records_names_generation_and_cache_config(tmp_path, page_server):
+    server = page_server("ok")
+    with Scraper([server.url], tmp_path, interval_s=0.2) as scraper:
+        assert scraper.wait_until(lambda st: st[server.url].ok >= 1, 10)
+    metrics = read_manifest(tmp_path)["metrics"]
+    info = metrics["endpoints"][server.url]
+    assert info["vllm_engine"] == metrics["vllm_engine"] == "v1"
+    assert info["names_found"]["kv_usage"] == "vllm:kv_cache_usage_perc"
+    assert "vllm:request_num_preemptions" in info["families"]
+    assert info["cache_config_info"]["num_gpu_blocks"] == 64
+    assert metrics["cache_config_info"]["block_size"] == 32
+    assert metrics["interval_s"] == 0.2
+
+
+def test_api_key_is_sent_as_bearer_and_written_nowhere(tmp_path, page_server, monkeypatch):
+    secret = "sk-loadlab-test-7f3a9c"
+    monkeypatch.setenv("MY_VLLM_KEY", secret)
+    server = page_server("ok")
+    with Scraper([server.url], tmp_path, interval_s=0.2, api_key_env="MY_VLLM_KEY") as scraper:
+        assert scraper.wait_until(lambda st: st[server.url].ok >= 2, 10)
+        assert secret not in repr(scraper._loops[0].fetcher)
+    assert server.last_authorization == f"Bearer {secret}"
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        assert secret.encode() not in path.read_bytes(), path
+
+
+def test_ticks_stay_on_the_grid_and_missed_ticks_are_recorded(tmp_path):
+    """A page whose first parse takes longer than the interval skips ticks, and says so."""
+    lines = ["# TYPE vllm:num_requests_running gauge"]
+    lines += [f'vllm:num_requests_running{{engine="{i}",model_name="m"}} {i % 7}.0' for i in range(4000)]
+    with PageServer("\n".join(lines) + "\n") as server:
+        interval = 0.1
+        with Scraper([server.url], tmp_path, interval_s=interval, timeout_s=0.09) as scraper:
+            assert scraper.wait_until(lambda st: st[server.url].ok >= 10 and st[server.url].missed >= 1, 20)
+    _, scrapes = tables(tmp_path)
+    assert (scrapes.error == "missed tick").sum() >= 1
+    offsets = (scrapes.t - scrapes.t.min()) / interval
+    # every tick from the first to the last is accounted for once: scraped or recorded as missed
+    assert abs(len(scrapes) - (round(offsets.max()) + 1)) <= 1
+
+
+@pytest.mark.parametrize("kwargs", [dict(interval_s=0.05), dict(interval_s=1.0, timeout_s=1.5)])
+def test_bad_settings_are_input_errors(tmp_path, kwargs):
+    with pytest.raises(InputError):
+        Scraper(["http://127.0.0.1:1"], tmp_path, **kwargs)
+
+
+def test_page_fixture_is_the_real_vllm_text():
+    assert LOAD_PAGE.read_text().count("\nvllm:") > 300
