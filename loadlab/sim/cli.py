@@ -60,7 +60,8 @@ _CACHE = "KV cache"
 _SIMU = "Simulation"
 _FRONT = "Server"
 _IGNORED = "Accepted for vLLM compatibility, no effect"
-SECTION_ORDER = (_MODEL, _SCHED, _CACHE, _FRONT, _SIMU, _IGNORED, "Options")
+_PLAN = "Load plan (virtual time)"
+SECTION_ORDER = (_PLAN, _MODEL, _SCHED, _CACHE, _FRONT, _SIMU, _IGNORED, "Options")
 
 ENGINE_OPTIONS: list[Callable] = [
     _opt("--model", section=_MODEL, default="llama-3.1-8b", show_default=True,
@@ -184,3 +185,71 @@ def serve(model_tag: str | None, host: str, port: int, **params: Any) -> None:
         sys.stdout.flush()
 
     run_server(cfg, host, port, resolved, announce)
+
+
+def _number_list(kind: type) -> Callable[[click.Context, click.Parameter, str | None], tuple]:
+    """Parse '1,2,4,8' into a tuple of ``kind``; a usage error (exit 2) names the flag."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple:
+        if value is None:
+            return ()
+        try:
+            return tuple(kind(part) for part in value.split(",") if part.strip())
+        except ValueError:
+            raise click.BadParameter(f"expected comma-separated numbers such as 1,2,4,8, "
+                                     f"got {value!r}") from None
+
+    return parse
+
+
+REPLAY_OPTIONS: list[Callable] = [
+    _opt("--profile", section=_PLAN, default="sharegpt", show_default=True,
+         help="Workload profile name or path (see `loadlab profile list`)."),
+    _opt("--concurrency", section=_PLAN, callback=_number_list(int),
+         help="Closed-loop steps: users per step, e.g. 1,2,4,8."),
+    _opt("--rate", section=_PLAN, callback=_number_list(float),
+         help="Open-loop steps: requests/s per step, e.g. 0.5,1,2."),
+    _opt("--burstiness", section=_PLAN, type=float, default=1.0, show_default=True,
+         help="Gamma shape of open-loop gaps (1 = Poisson)."),
+    _opt("--step-duration", section=_PLAN, type=float, default=60.0, show_default=True,
+         help="Virtual seconds per step."),
+    _opt("--warmup", section=_PLAN, type=float, default=10.0, show_default=True,
+         help="Seconds at the start of each step the analyzer cuts."),
+    _opt("--metrics-interval", section=_PLAN, type=float, default=1.0, show_default=True,
+         help="Virtual seconds between /metrics samples."),
+    _opt("--metrics-names", section=_PLAN, type=click.Choice(["v1", "v0"]), default="v1",
+         show_default=True, help="Metric names of vLLM V1 or of the V0 era."),
+    _opt("--out", section=_PLAN, type=click.Path(file_okay=False), required=True,
+         help="Run folder to write (requests.parquet, metrics.parquet, manifest.json)."),
+]
+
+
+@sim.command(cls=GroupedCommand)
+@with_options(REPLAY_OPTIONS)
+@with_options(ENGINE_OPTIONS)
+def replay(profile: str, concurrency: tuple[int, ...], rate: tuple[float, ...], burstiness: float,
+           step_duration: float, warmup: float, metrics_interval: float, out: str,
+           **params: Any) -> None:
+    """Run a step load through the simulator in virtual time and write a run folder.
+
+    Example: loadlab sim replay --concurrency 1,2,4,8 --step-duration 60 --out runs/sim
+    """
+    from loadlab.sim.replay import ReplayPlan, run_replay
+
+    cfg = sim_config(params)
+    plan = ReplayPlan(concurrencies=concurrency, rates=rate, step_s=step_duration,
+                      warmup_s=warmup, burstiness=burstiness, profile=profile,
+                      seed=cfg.seed, metrics_interval_s=metrics_interval)
+    shown = [-1]
+
+    def progress(virtual_s: float, total_s: float) -> None:
+        tenth = int(10 * virtual_s / total_s) if total_s else 10
+        if tenth > shown[0]:
+            shown[0] = tenth
+            click.echo(f"replay: {virtual_s:,.0f} / {total_s:,.0f} virtual s", err=True)
+
+    summary = run_replay(cfg, plan, out, progress)
+    click.echo(f"replay: {summary.requests} requests ({summary.completed} completed, "
+               f"{summary.aborted} aborted at the end), {summary.engine_steps} engine steps, "
+               f"{summary.virtual_s:,.0f} virtual s in {summary.wall_s:.1f} s "
+               f"({summary.speed:,.0f}x); run folder {summary.run_dir}")
