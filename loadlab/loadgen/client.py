@@ -146,7 +146,7 @@ class StreamingClient:
             **(headers or {}),
         }
 
-    def send(self, body: bytes) -> Outcome:
+    def send(self, body: bytes, headers: dict[str, str] | None = None) -> Outcome:
         """Send one request and return its outcome; never raises for request failures.
 
         A cancellation arriving mid-request (``GreenletExit``, ``KeyboardInterrupt``)
@@ -158,7 +158,8 @@ class StreamingClient:
         deadline = time.monotonic() + self.timeout_s
         response = None
         try:
-            response = self.transport.open("POST", self.path, self.headers, body, deadline)
+            all_headers = {**self.headers, **headers} if headers else self.headers
+            response = self.transport.open("POST", self.path, all_headers, body, deadline)
             timings.t_sent = response.sent_at
             outcome.http_status = response.status
             if response.status != 200:

@@ -1,0 +1,119 @@
+"""``loadlab run``: drive a load at a server and record every request.
+
+Load plan (exactly one): ``--concurrency 1,2,4,8`` or ``--geometric 1:2:64``
+(closed-loop steps of ``--step-duration`` seconds, first ``--warmup`` cut by the
+analyzer); ``--rate R[,R2...]`` with optional ``--burstiness B`` (open-loop Poisson,
+gamma when B != 1); ``--trace-replay FILE`` with ``--time-scale X`` (recorded
+arrival times x X).
+
+Workers: ``--workers N`` local worker processes (default 1; 0 runs in this process).
+Across machines: start the master with ``--master-bind 0.0.0.0:5557
+--remote-workers M`` and on each other machine ``loadlab run --join MASTER:5557``
+(same loadlab version; the API key variable set there too; records travel to the
+master, which alone writes the run folder).
+
+The API key is read from the environment variable named by ``--api-key-env``
+(default ``LOADLAB_API_KEY``) and sent as ``Authorization: Bearer``; it is never
+printed or recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from loadlab.errors import InputError
+
+
+def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trace: str | None,
+          step_duration: float, warmup: float, burstiness: float | None, time_scale: float,
+          max_in_flight: int):
+    from loadlab.loadgen import shapes
+
+    chosen = [n for n, v in (("--concurrency", concurrency), ("--geometric", geometric),
+                             ("--rate", rate), ("--trace-replay", trace)) if v]
+    if len(chosen) != 1:
+        raise InputError(f"give exactly one load plan, got {', '.join(chosen) or 'none'}",
+                         field="plan", fix="use one of --concurrency, --geometric, --rate, --trace-replay")
+    if concurrency:
+        levels = shapes.parse_levels(concurrency, "--concurrency")
+        if any(v != int(v) for v in levels):
+            raise InputError(f"concurrency levels must be whole numbers, got {concurrency!r}",
+                             field="--concurrency", fix="write e.g. 1,2,4,8")
+        return shapes.concurrency_steps([int(v) for v in levels], step_duration, warmup)
+    if geometric:
+        return shapes.concurrency_steps(shapes.geometric_levels(geometric), step_duration, warmup)
+    if rate:
+        return shapes.rate_steps(shapes.parse_levels(rate, "--rate"), step_duration, warmup,
+                                 burstiness, max_in_flight)
+    from loadlab.loadgen.prepare import TraceSpecs
+
+    specs = TraceSpecs(trace, time_scale)
+    offsets = [s.arrival_s for s in specs.specs]
+    if any(o is None for o in offsets):
+        raise InputError("the trace has no timestamps to replay", source=trace, field="time column",
+                         fix="use a trace with a time column, or --rate with a profile")
+    return shapes.replay_plan(trace, max(offsets), time_scale, warmup, max_in_flight)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--target", help="Base URL of the server, e.g. http://127.0.0.1:8000")
+@click.option("--model", help="Model name to send (the server's served name).")
+@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
+@click.option("--profile", default="sharegpt", show_default=True, help="Workload profile name or file.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--concurrency", help="Closed-loop levels, e.g. 1,2,4,8.")
+@click.option("--geometric", help="Closed-loop levels start:factor:max, e.g. 1:2:64.")
+@click.option("--rate", help="Open-loop arrival rate(s) in requests/s, e.g. 5 or 5,10,20.")
+@click.option("--burstiness", type=float, default=None, help="Gamma shape of inter-arrivals (1 = Poisson).")
+@click.option("--trace-replay", "trace", type=click.Path(), help="Replay a trace's arrivals and lengths.")
+@click.option("--time-scale", type=float, default=1.0, show_default=True, help="Replay: multiply recorded offsets.")
+@click.option("--step-duration", type=float, default=60.0, show_default=True, help="Seconds per step.")
+@click.option("--warmup", type=float, default=10.0, show_default=True, help="Seconds cut from each step's start.")
+@click.option("--max-in-flight", type=int, default=10000, show_default=True, help="Open loop: per-worker cap.")
+@click.option("--workers", type=int, default=1, show_default=True, help="Local worker processes (0: in-process).")
+@click.option("--remote-workers", type=int, default=0, show_default=True, help="Workers joining from other machines.")
+@click.option("--master-bind", default="127.0.0.1:0", show_default=True, help="host:port the master listens on.")
+@click.option("--join", "join", help="Run as a worker of the master at host:port (nothing else needed).")
+@click.option("--out", type=click.Path(file_okay=False), help="Run folder (default reports/run-<time>).")
+@click.option("--point", default="", help="Sweep point name stored in every row.")
+@click.option("--api-key-env", default="LOADLAB_API_KEY", show_default=True, help="Env var holding the API key.")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request deadline, seconds.")
+@click.option("--drain", type=float, default=30.0, show_default=True, help="Seconds in-flight requests get at the end.")
+@click.option("--calibrate/--no-calibrate", default=True, show_default=True,
+              help="Fit prompt text to exact token counts with the server's /tokenize.")
+def run(target, model, api, profile, seed, concurrency, geometric, rate, burstiness, trace, time_scale,
+        step_duration, warmup, max_in_flight, workers, remote_workers, master_bind, join, out, point,
+        api_key_env, timeout, drain, calibrate) -> None:
+    """Drive a load (steps, Poisson/gamma rate, trace replay) at a server and record every request."""
+    from loadlab.loadgen import driver
+    from loadlab.loadgen.context import RunSettings
+
+    if join:
+        driver.join_master(join)
+        return
+    if not target or not model:
+        raise InputError("--target and --model are required", field="--target/--model",
+                         fix="e.g. --target http://127.0.0.1:8000 --model my-model")
+    if workers < 0 or remote_workers < 0 or workers + remote_workers < 1 and workers != 0:
+        raise InputError("--workers must be >= 0", field="--workers")
+    plan = _plan(concurrency, geometric, rate, trace, step_duration, warmup, burstiness, time_scale,
+                 max_in_flight)
+    if trace is None:
+        from loadlab.workload import load_profile
+
+        load_profile(profile)  # fail fast, exit 2, before any process starts
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(out) if out else Path("reports") / f"run-{stamp}"
+    settings = RunSettings(
+        base_url=target.rstrip("/"), model=model, api=api, seed=seed,
+        profile=None if trace else profile, trace=trace, time_scale=time_scale, timeout_s=timeout,
+        api_key_env=api_key_env, point=point, nonce=f"r{stamp}", calibrate=calibrate, plan=plan.describe(),
+    )
+    opts = driver.RunOptions(out=out_dir, workers=workers, remote_workers=remote_workers,
+                             master_bind=master_bind, drain_s=drain)
+    manifest = driver.run_load(settings, plan, opts)
+    rec = manifest.get("records", {})
+    click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out_dir}")

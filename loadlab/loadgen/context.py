@@ -1,0 +1,208 @@
+"""Per-process load state: what every Locust user of one worker shares.
+
+A :class:`LoadContext` is built from :class:`RunSettings` (plain JSON the master
+sends each worker; the API key is NOT in it: each process reads its own
+environment variable, named by ``api_key_env``). It owns the request factory and
+prefetcher, the current step, the pool of streaming clients (one kept-alive
+connection each), the in-flight count, the record sink and the self-monitor.
+
+:meth:`LoadContext.run_one` is the whole life of one request: take a client,
+send, turn the outcome into a REQUESTS row with run context (step, user, seq,
+targets, lags), hand the row to the sink. A cancellation mid-request (the run
+stopping, Ctrl-C) still produces a row, status ``aborted``, before propagating.
+
+Self-monitor (:meth:`LoadContext._monitor`): a greenlet sleeps ``LAG_TICK_S`` at a
+time and records how much later than asked it woke (scheduling lag: a busy event
+loop delays every timestamp by as much); every ``SAMPLE_S`` it emits a CLIENT row
+with the process CPU time used (``os.times`` user + system) over the interval.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from loadlab.loadgen.client import StreamingClient
+from loadlab.loadgen.prepare import Prefetcher, Prepared, RequestFactory
+from loadlab.loadgen.shapes import LoadPlan, Step, plan_from_dict
+from loadlab.loadgen.transport import SocketTransport
+
+LAG_TICK_S = 0.05
+SAMPLE_S = 1.0
+FLUSH_S = 0.5
+
+
+@dataclass
+class RunSettings:
+    """Everything a worker needs to send the run's requests (JSON-safe, secret-free)."""
+
+    base_url: str
+    model: str
+    api: str
+    seed: int
+    profile: str | None
+    trace: str | None
+    time_scale: float
+    timeout_s: float
+    api_key_env: str
+    point: str
+    nonce: str
+    calibrate: bool
+    plan: dict
+    n_workers: int = 1
+    t0: float | None = None           # open loop: unix time of offset 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def auth_headers(api_key_env: str) -> dict[str, str]:
+    """``Authorization`` from the named environment variable, if set (never logged)."""
+    key = os.environ.get(api_key_env)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+class LoadContext:
+    """Shared state of the users in one load-generator process."""
+
+    def __init__(self, settings: RunSettings, sink: Any, worker: str, worker_index: int) -> None:
+        self.settings = settings
+        self.plan: LoadPlan = plan_from_dict(settings.plan)
+        self.sink = sink
+        self.worker = worker
+        self.worker_index = worker_index
+        self.n_workers = settings.n_workers
+        self.headers = auth_headers(settings.api_key_env)
+        self.factory = RequestFactory(
+            api=settings.api, model=settings.model, seed=settings.seed, base_url=settings.base_url,
+            profile=settings.profile, trace=settings.trace, time_scale=settings.time_scale,
+            nonce=settings.nonce, calibrate=settings.calibrate, headers=self.headers,
+        )
+        total = self.factory.total
+        seqs = (range(worker_index, total, self.n_workers) if total is not None
+                else itertools.count(worker_index, self.n_workers))
+        self.prefetcher = Prefetcher(self.factory, seqs)
+        self.step: Step = self.plan.steps[0]
+        self.in_flight = 0
+        self.sent = 0
+        self.draining = False
+        self.released = Event()       # set when users may stop waiting (run over)
+        self.started = Event()        # open loop: set once t0 is known
+        self._clients: list[StreamingClient] = []
+        self._user_ids = itertools.count()
+        self._greenlets = [gevent.spawn(self._monitor), gevent.spawn(self._ticker)]
+
+    # -- users ---------------------------------------------------------------------
+    def next_user_id(self) -> int:
+        return next(self._user_ids)
+
+    def set_step(self, index: int, t0: float | None = None) -> None:
+        """Closed loop: requests sent from now on belong to step ``index``.
+        Open loop: ``t0`` (unix) is offset 0 of the schedule; dispatching starts."""
+        self.step = self.plan.steps[index]
+        if t0 is not None:
+            self.settings.t0 = t0
+            self.started.set()
+
+    def _client(self) -> StreamingClient:
+        if self._clients:
+            return self._clients.pop()
+        transport = SocketTransport(self.settings.base_url)
+        return StreamingClient(transport, self.settings.api, headers=self.headers,
+                               timeout_s=self.settings.timeout_s)
+
+    def run_one(self, prepared: Prepared, user: int, t_scheduled: float | None = None,
+                step: Step | None = None) -> dict[str, Any]:
+        """Send one request and record it; returns the row."""
+        step = step or self.step
+        client = self._client()
+        self.in_flight += 1
+        self.sent += 1
+        try:
+            outcome = client.send(prepared.body, {"X-Request-Id": prepared.request_id})
+        except BaseException:
+            if client.last is not None and client.last.timings.t_sent is not None:
+                self.sink.add_row(self._row(prepared, client.last, user, t_scheduled, step))
+            raise
+        finally:
+            self.in_flight -= 1
+        self._clients.append(client)
+        row = self._row(prepared, outcome, user, t_scheduled, step)
+        self.sink.add_row(row)
+        return row
+
+    def _row(self, prepared: Prepared, outcome: Any, user: int, t_scheduled: float | None,
+             step: Step) -> dict[str, Any]:
+        spec = prepared.spec
+        row = outcome.fields()
+        t_sent, t_first, t_done = row["t_sent"], row["t_first_token"], row["t_done"]
+        sched = t_scheduled is not None
+        row.update(
+            point=self.settings.point, step=step.index, concurrency=step.concurrency,
+            target_rate=step.target_rate, worker=self.worker, user=user,
+            request_id=prepared.request_id, seq=prepared.seq, endpoint=self.settings.base_url,
+            api=self.settings.api, t_scheduled=t_scheduled,
+            send_lag_s=(t_sent - t_scheduled) if sched and t_sent is not None else None,
+            ttft_from_scheduled_s=(t_first - t_scheduled) if sched and t_first is not None else None,
+            e2e_from_scheduled_s=(t_done - t_scheduled) if sched and t_done is not None else None,
+            target_prompt_tokens=spec.prompt_tokens, target_output_tokens=spec.output_tokens,
+            prefix_group=spec.prefix_group, prefix_tokens=spec.prefix_tokens,
+        )
+        return row
+
+    # -- lifecycle -----------------------------------------------------------------
+    def wait_idle(self, deadline_s: float) -> bool:
+        """Block until nothing is in flight or the deadline passes; True when idle."""
+        end = time.monotonic() + deadline_s
+        while self.in_flight and time.monotonic() < end:
+            gevent.sleep(0.02)
+        return self.in_flight == 0
+
+    def close(self) -> None:
+        self.released.set()
+        self.prefetcher.stop()
+        for g in self._greenlets:
+            g.kill(block=False)
+        self.sink.flush()
+
+    def _ticker(self) -> None:
+        while True:
+            gevent.sleep(FLUSH_S)
+            self.sink.tick()
+
+    def _monitor(self) -> None:
+        last_wall = time.time()
+        last_cpu = _cpu_s()
+        last_sent = 0
+        while True:
+            lags: list[float] = []
+            end = time.perf_counter() + SAMPLE_S
+            while time.perf_counter() < end:
+                t = time.perf_counter()
+                gevent.sleep(LAG_TICK_S)
+                lags.append(max(0.0, time.perf_counter() - t - LAG_TICK_S))
+            now, cpu = time.time(), _cpu_s()
+            self._emit_sample(now, now - last_wall, cpu - last_cpu, lags, self.sent - last_sent)
+            last_wall, last_cpu, last_sent = now, cpu, self.sent
+
+    def _emit_sample(self, now: float, wall: float, cpu: float, lags: list[float], sent: int = 0) -> None:
+        if wall <= 0:
+            return
+        self.sink.add_client({
+            "t": now, "worker": self.worker, "interval_s": wall, "cpu_s": cpu,
+            "cpu_frac": cpu / wall,
+            "sched_lag_mean_s": sum(lags) / len(lags) if lags else 0.0,
+            "sched_lag_max_s": max(lags) if lags else 0.0,
+            "in_flight": self.in_flight, "sent": sent,
+        })
+
+
+def _cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system

@@ -1,0 +1,285 @@
+"""Run a load plan headless with Locust as a library, into one run folder.
+
+Steps of :func:`run_load`:
+
+1. Open the run folder: manifest (status ``running``; target without credentials;
+   plan; workload; host; versions) and a :class:`~loadlab.loadgen.records.Recorder`.
+2. Runners. ``workers == 0``: one process, Locust ``LocalRunner``, the worker side
+   wired in-process (handy for ``locust -f`` parity and debugging; recording shares
+   the event loop with timing). ``workers >= 1`` (default 1): a ``MasterRunner`` that
+   only records, plus ``workers`` local worker processes (``loadlab run --join``) and
+   ``remote_workers`` more that the user starts on other machines with
+   ``loadlab run --join MASTER_HOST:PORT`` (the master binds ``master_bind``).
+3. Send every worker ``ll_config`` with its index; wait for ``ll_ready``.
+4. Closed loop: per step, ``ll_step`` then ``runner.start(concurrency)``, sleep to the
+   step's absolute end, write the step window (with the client's CPU and lag) to the
+   manifest. Open loop: ``ll_step`` with ``t0`` = now + ``START_LEAD_S``, one
+   dispatcher user per worker, windows at ``t0`` + cumulative durations.
+5. Drain: ``ll_drain`` (no new requests; in-flight ones get ``drain_s`` to finish),
+   then ``runner.stop()`` (anything left is recorded ``aborted``), wait for every
+   worker's ``ll_done`` and check the row counts, close the tables.
+6. Manifest ``complete``, or ``interrupted`` on SIGINT/SIGTERM (then
+   :class:`~loadlab.errors.RunInterrupted`, exit 130) after the same flushing.
+
+A progress line goes to ``progress`` every ``progress_s`` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gevent
+from gevent.event import Event
+from locust.env import Environment
+
+from loadlab import __version__
+from loadlab.errors import RunInterrupted, TargetError
+from loadlab.loadgen.context import RunSettings
+from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
+from loadlab.loadgen.shapes import LoadPlan
+from loadlab.loadgen.user import (CONFIG_MSG, DRAIN_MSG, DRAINED_MSG, READY_MSG, STEP_MSG, Link,
+                                  LLMUser, OpenLoopUser, locust_link, serve_worker)
+from loadlab.runstore import update_manifest, write_manifest
+
+START_LEAD_S = 0.3
+JOIN_TIMEOUT_S = 60.0
+
+
+@dataclass
+class RunOptions:
+    out: Path
+    workers: int = 1
+    remote_workers: int = 0
+    master_bind: str = "127.0.0.1:0"
+    drain_s: float = 30.0
+    progress_s: float = 5.0
+    progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+class _Master:
+    """Master-side bookkeeping: handlers for worker messages, events to wait on."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.ready: set[str] = set()
+        self.drained: set[str] = set()
+        self.changed = Event()
+
+    def attach(self, link: Link) -> None:
+        link.on(ROWS_MSG, self.recorder.add_rows)
+        link.on(CLIENT_MSG, self.recorder.add_client)
+        link.on(READY_MSG, lambda d: self._note(self.ready, d["worker"]))
+        link.on(DRAINED_MSG, lambda d: self._note(self.drained, d["worker"]))
+        link.on(DONE_MSG, lambda d: (self.recorder.mark_done(d["worker"], d["rows"]), self.changed.set()))
+
+    def _note(self, group: set[str], worker: str) -> None:
+        group.add(worker)
+        self.changed.set()
+
+    def wait_for(self, cond: Callable[[], bool], timeout_s: float, stop: Event | None = None) -> bool:
+        end = time.monotonic() + timeout_s
+        while not cond():
+            left = end - time.monotonic()
+            if left <= 0 or (stop is not None and stop.is_set()):
+                return cond()
+            self.changed.clear()
+            self.changed.wait(min(left, 0.2))
+        return True
+
+
+def _local_links() -> tuple[Link, Link]:
+    """Two in-process Links wired to each other (master side, worker side)."""
+    handlers: dict[str, dict[str, Callable]] = {"master": {}, "worker": {}}
+
+    def sender(to: str) -> Callable[[str, Any], None]:
+        return lambda kind, data: handlers[to][kind](data)
+
+    master = Link(sender("worker"), lambda k, h: handlers["master"].__setitem__(k, h))
+    worker = Link(sender("master"), lambda k, h: handlers["worker"].__setitem__(k, h))
+    return master, worker
+
+
+def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
+             manifest_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the plan; returns the final manifest. See the module docstring."""
+    out = Path(opts.out)
+    recorder = Recorder(out)
+    write_manifest(out, _manifest(settings, plan, opts, manifest_extra or {}))
+    stop = Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        gevent.signal_handler(sig, stop.set)
+    user_class = LLMUser if plan.mode == "closed" else OpenLoopUser
+    env = Environment(user_classes=[user_class])
+    master = _Master(recorder)
+    procs: list[subprocess.Popen] = []
+    status, error = "complete", None
+    try:
+        if opts.workers == 0:
+            runner = env.create_local_runner()
+            mlink, wlink = _local_links()
+            master.attach(mlink)
+            serve_worker(env, wlink, "local", sink_factory=lambda: LocalSink(recorder))
+            workers = {"local": None}
+        else:
+            host, port = _split_bind(opts.master_bind)
+            runner = env.create_master_runner(master_bind_host=host, master_bind_port=port or _free_port(host))
+            mlink = locust_link(runner)
+            master.attach(mlink)
+            procs = _spawn_workers(opts.workers, host if host not in ("*", "0.0.0.0") else "127.0.0.1",
+                                   runner.master_bind_port)
+            expected = opts.workers + opts.remote_workers
+            if not master.wait_for(lambda: runner.worker_count >= expected, JOIN_TIMEOUT_S, stop):
+                raise TargetError(f"only {runner.worker_count} of {expected} workers joined the master "
+                                  f"within {JOIN_TIMEOUT_S:.0f} s")
+            workers = {node.id: node.id for node in runner.clients.ready}
+        settings.n_workers = len(workers)
+        for index, cid in enumerate(workers):
+            data = {"settings": settings.to_dict(), "worker_index": index}
+            if cid == "local":
+                mlink.send(CONFIG_MSG, data)
+            else:
+                runner.send_message(CONFIG_MSG, data, client_id=cid)
+        if not master.wait_for(lambda: len(master.ready) >= len(workers), JOIN_TIMEOUT_S, stop):
+            raise TargetError("workers did not get ready (could they reach the target's /tokenize?)")
+        ticker = gevent.spawn(_progress_loop, runner, recorder, master, plan, opts)
+        interrupted = _drive(runner, mlink, master, recorder, plan, len(workers), out, stop)
+        ticker.kill(block=False)
+        if not interrupted:
+            mlink.send(DRAIN_MSG, {"deadline_s": opts.drain_s})
+            master.wait_for(lambda: len(master.drained) >= len(workers), opts.drain_s + 10, stop)
+        runner.stop()
+        master.wait_for(lambda: len(recorder.done_workers) >= len(workers), 15.0)
+        if stop.is_set():
+            status = "interrupted"
+    except BaseException as exc:  # record why, flush, re-raise
+        status, error = ("interrupted", None) if isinstance(exc, KeyboardInterrupt) else ("failed", str(exc))
+        raise
+    finally:
+        recorder.close()
+        lost = {w: n - recorder.rows_by_worker.get(w, 0) for w, n in recorder.done_workers.items()
+                if n != recorder.rows_by_worker.get(w, 0)}
+        manifest = update_manifest(out, status=status, error=error, finished=time.time(),
+                                   records={"rows": sum(recorder.rows_by_worker.values()),
+                                            "by_worker": dict(recorder.rows_by_worker),
+                                            "missing_by_worker": lost})
+        try:
+            env.runner.quit() if env.runner else None
+        finally:
+            _reap(procs)
+    if status == "interrupted":
+        raise RunInterrupted(f"run interrupted; everything measured is in {out}")
+    return manifest
+
+
+def _drive(runner: Any, link: Link, master: _Master, recorder: Recorder, plan: LoadPlan,
+           n_workers: int, out: Path, stop: Event) -> bool:
+    """Execute the plan's steps; True when interrupted."""
+    windows: list[dict[str, Any]] = []
+    t0 = time.time() + START_LEAD_S
+    step_start = t0
+    for step in plan.steps:
+        step_end = step_start + step.duration_s
+        if plan.mode == "closed":
+            link.send(STEP_MSG, {"index": step.index})
+            assert step.concurrency is not None
+            runner.start(step.concurrency, spawn_rate=max(1000.0, step.concurrency * 100.0))
+            step_start = time.time()
+            step_end = step_start + step.duration_s
+        elif step.index == 0:
+            link.send(STEP_MSG, {"index": 0, "t0": t0})
+            runner.start(n_workers, spawn_rate=1000.0)
+        while time.time() < step_end and not stop.is_set():
+            stop.wait(min(0.2, max(0.0, step_end - time.time())))
+        window = {"step": step.index, "concurrency": step.concurrency, "target_rate": step.target_rate,
+                  "t_start": step_start, "t_end": min(step_end, time.time()), "warmup_s": step.warmup_s}
+        gevent.sleep(0)  # let pending client samples land before summarising
+        window.update(recorder.client_summary(window["t_start"], window["t_end"]))
+        windows.append(window)
+        update_manifest(out, steps=windows)
+        if stop.is_set():
+            return True
+        step_start = step_end
+    return False
+
+
+def _progress_loop(runner: Any, recorder: Recorder, master: _Master, plan: LoadPlan,
+                   opts: RunOptions) -> None:
+    t_begin = time.time()
+    while True:
+        gevent.sleep(opts.progress_s)
+        steps = sorted(set(recorder.ok) | set(recorder.errors)) or [0]
+        step = steps[-1]
+        p50 = recorder.ttft_p50(step)
+        level = plan.steps[step].concurrency or plan.steps[step].target_rate
+        opts.progress(
+            f"[{time.time() - t_begin:6.1f}s] step {step + 1}/{len(plan.steps)} level={level} "
+            f"users={runner.user_count} ok={recorder.ok[step]} err={recorder.errors[step]} "
+            f"in_flight={sum(recorder.in_flight.values())} "
+            f"ttft_p50={'-' if p50 is None else f'{p50 * 1000:.1f}ms'}"
+        )
+
+
+def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: dict[str, Any]) -> dict[str, Any]:
+    import locust
+
+    return {
+        "kind": "run", "point": settings.point, "created": time.time(), "status": "running",
+        "target": {"base_url": settings.base_url, "model": settings.model, "api": settings.api},
+        "plan": plan.describe(),
+        "workload": {"profile": settings.profile, "trace": settings.trace, "seed": settings.seed,
+                     "nonce": settings.nonce, "calibrate": settings.calibrate,
+                     "time_scale": settings.time_scale},
+        "loadgen": {"workers": opts.workers, "remote_workers": opts.remote_workers,
+                    "timeout_s": settings.timeout_s, "drain_s": opts.drain_s,
+                    "api_key_env": settings.api_key_env,
+                    "client_table": "client.parquet (per-worker 1 s samples); steps[] carry the summary"},
+        "host": {"hostname": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "versions": {"loadlab": __version__, "locust": locust.__version__},
+        "steps": [],
+        **extra,
+    }
+
+
+def _split_bind(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host or "127.0.0.1", int(port or 0)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host if host not in ("*",) else "0.0.0.0", 0))
+        return s.getsockname()[1]
+
+
+def _spawn_workers(n: int, host: str, port: int) -> list[subprocess.Popen]:
+    """Local worker processes in their own session, so a terminal Ctrl-C reaches only the master."""
+    argv = [sys.executable, "-m", "loadlab", "run", "--join", f"{host}:{port}"]
+    return [subprocess.Popen(argv, start_new_session=True) for _ in range(n)]
+
+
+def _reap(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def join_master(address: str) -> None:
+    """Worker process: connect to a master and serve until it says quit."""
+    host, port = _split_bind(address)
+    env = Environment(user_classes=[LLMUser, OpenLoopUser])
+    runner = env.create_worker_runner(host, port)
+    serve_worker(env, locust_link(runner), runner.client_id)
+    runner.greenlet.join()

@@ -1,0 +1,155 @@
+"""Where request rows and client samples go: one :class:`Recorder` per run folder.
+
+The recorder lives in the process that owns the run folder (the only process in
+a local run, the Locust master in a distributed one). Workers never write the
+folder: their :class:`BatchSender` ships rows to the master in batches with
+``runner.send_message`` (``ll_rows`` / ``ll_client``, ordered per worker by ZeroMQ),
+so workers on other machines need no shared filesystem. At a stop each worker
+flushes and then sends ``ll_done`` with the number of rows it shipped; the master
+waits for every ``ll_done`` before it closes the tables, and compares counts.
+
+The recorder also keeps the live figures the progress line shows (per step:
+ok / error counts, TTFT median) and the client samples per step that
+:meth:`Recorder.client_summary` turns into the manifest's step entries.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadlab.runstore import CLIENT, REQUESTS, PartWriter
+
+ROWS_MSG = "ll_rows"
+CLIENT_MSG = "ll_client"
+DONE_MSG = "ll_done"
+
+
+class Recorder:
+    """Writes ``requests.parquet`` and ``client.parquet`` of one run folder."""
+
+    def __init__(self, run_dir: str | Path, writer_id: str = "master") -> None:
+        run_dir = Path(run_dir)
+        self.requests = PartWriter(run_dir / "requests.parquet", REQUESTS, writer_id=writer_id,
+                                   flush_rows=2000, flush_interval_s=1.0)
+        self.client = PartWriter(run_dir / "client.parquet", CLIENT, writer_id=writer_id,
+                                 flush_rows=500, flush_interval_s=2.0)
+        self._lock = threading.Lock()
+        self.ok: dict[int, int] = defaultdict(int)
+        self.errors: dict[int, int] = defaultdict(int)
+        self._ttfts: dict[int, list[float]] = defaultdict(list)
+        self._samples: list[dict[str, Any]] = []
+        self.in_flight: dict[str, int] = {}
+        self.rows_by_worker: dict[str, int] = defaultdict(int)
+        self.done_workers: dict[str, int] = {}
+
+    def add_rows(self, rows: list[dict[str, Any]]) -> None:
+        with self._lock:
+            for row in rows:
+                step = row["step"]
+                self.rows_by_worker[row["worker"]] += 1
+                if row["status"] == "ok":
+                    self.ok[step] += 1
+                    if row["ttft_s"] is not None:
+                        self._ttfts[step].append(row["ttft_s"])
+                else:
+                    self.errors[step] += 1
+        self.requests.extend(rows)
+
+    def add_client(self, samples: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._samples.extend(samples)
+            for s in samples:
+                self.in_flight[s["worker"]] = s["in_flight"]
+        self.client.extend(samples)
+
+    def mark_done(self, worker: str, rows_sent: int) -> None:
+        with self._lock:
+            self.done_workers[worker] = rows_sent
+
+    def ttft_p50(self, step: int) -> float | None:
+        values = self._ttfts.get(step)
+        return statistics.median(values) if values else None
+
+    def client_summary(self, t_start: float, t_end: float) -> dict[str, Any]:
+        """Client CPU (cores, summed over workers) and scheduling lag in a window."""
+        with self._lock:
+            inside = [s for s in self._samples if t_start < s["t"] <= t_end + 0.5]
+        if not inside:
+            return {"client_cpu_cores": None, "client_cpu_max_worker": None,
+                    "sched_lag_max_s": None, "sched_lag_mean_s": None}
+        per_worker: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for s in inside:
+            acc = per_worker[s["worker"]]
+            acc[0] += s["cpu_s"]
+            acc[1] += s["interval_s"]
+        fracs = {w: cpu / wall for w, (cpu, wall) in per_worker.items() if wall > 0}
+        return {
+            "client_cpu_cores": round(sum(fracs.values()), 4),
+            "client_cpu_max_worker": round(max(fracs.values()), 4),
+            "sched_lag_max_s": max(s["sched_lag_max_s"] for s in inside),
+            "sched_lag_mean_s": statistics.fmean(s["sched_lag_mean_s"] for s in inside),
+        }
+
+    def flush(self) -> None:
+        self.requests.flush()
+        self.client.flush()
+
+    def close(self) -> None:
+        self.requests.close()
+        self.client.close()
+
+
+class BatchSender:
+    """Worker side: buffers rows and ships them through ``send(kind, payload)``.
+
+    ``tick`` is called by a timer greenlet (every ``FLUSH_S``), ``flush`` on stop.
+    """
+
+    def __init__(self, send: Callable[[str, Any], None]) -> None:
+        self._send = send
+        self._rows: list[dict[str, Any]] = []
+        self._client: list[dict[str, Any]] = []
+        self.rows_sent = 0
+
+    def add_row(self, row: dict[str, Any]) -> None:
+        self._rows.append(row)
+
+    def add_client(self, sample: dict[str, Any]) -> None:
+        self._client.append(sample)
+
+    def flush(self) -> None:
+        rows, self._rows = self._rows, []
+        samples, self._client = self._client, []
+        if rows:
+            self._send(ROWS_MSG, rows)
+            self.rows_sent += len(rows)
+        if samples:
+            self._send(CLIENT_MSG, samples)
+
+    tick = flush
+
+
+class LocalSink:
+    """Same interface as :class:`BatchSender`, writing straight into a recorder."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.rows_sent = 0
+
+    def add_row(self, row: dict[str, Any]) -> None:
+        self.recorder.add_rows([row])
+        self.rows_sent += 1
+
+    def add_client(self, sample: dict[str, Any]) -> None:
+        self.recorder.add_client([sample])
+
+    def tick(self) -> None:
+        """Nothing to ship: the recorder's part writers flush by size and age themselves."""
+
+    def flush(self) -> None:
+        self.recorder.flush()
