@@ -84,7 +84,7 @@ def pmf_summary(values: np.ndarray, weights: np.ndarray, n: float) -> Summary:
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks in [0, 1): ties share the middle of their run."""
+    """Mid-ranks in (0, 1): ties share the middle of their run."""
     order = np.argsort(x, kind="mergesort")
     sorted_x = x[order]
     first = np.searchsorted(sorted_x, sorted_x, side="left")
@@ -102,13 +102,14 @@ def correlations(inp: np.ndarray, out: np.ndarray) -> tuple[float, float]:
 
 
 def rank_pairs(inp: np.ndarray, out: np.ndarray, seed: int = 0) -> Joint:
-    ri = np.minimum((_ranks(inp) * PAIR_GRID).astype(int), PAIR_GRID - 1)
-    ro = np.minimum((_ranks(out) * PAIR_GRID).astype(int), PAIR_GRID - 1)
+    """Empirical copula of a seeded subsample: ranks are taken within the subsample, so
+    each side is uniform on the grid and the marginals come only from the tables."""
     gen = np.random.default_rng(seed)
-    pick = gen.choice(inp.size, size=min(PAIR_COUNT, inp.size), replace=False)
-    pick.sort()
+    pick = np.sort(gen.choice(inp.size, size=min(PAIR_COUNT, inp.size), replace=False))
+    ri = np.minimum((_ranks(inp[pick]) * PAIR_GRID).astype(int), PAIR_GRID - 1)
+    ro = np.minimum((_ranks(out[pick]) * PAIR_GRID).astype(int), PAIR_GRID - 1)
     spearman, _ = correlations(inp, out)
-    return Joint(grid=PAIR_GRID, pairs=[(int(ri[k]), int(ro[k])) for k in pick], spearman=round(spearman, 4))
+    return Joint(grid=PAIR_GRID, pairs=[(int(a), int(b)) for a, b in zip(ri, ro)], spearman=round(spearman, 4))
 
 
 def fit_lengths(trace: TraceData, paired: bool | None = None) -> Lengths:
