@@ -59,35 +59,33 @@ def test_launch_healthy_records_redacted_flags_and_stops_group(fake_vllm, tmp_pa
 
 def test_server_that_dies_raises_with_log_tail(fake_vllm, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_MODE", "die")
-    with pytest.raises(TargetError, match="cannot allocate KV cache"):
-        with launch_target("vllm", ["m"], tmp_path, startup_timeout_s=30):
-            pytest.fail("must not yield")
+    with (pytest.raises(TargetError, match="cannot allocate KV cache"),
+          launch_target("vllm", ["m"], tmp_path, startup_timeout_s=30)):
+        pytest.fail("must not yield")
 
 
 def test_server_never_healthy_times_out(fake_vllm, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_MODE", "never")
-    with pytest.raises(TargetError, match="not healthy"):
-        with launch_target("vllm", ["m"], tmp_path, startup_timeout_s=1.5):
-            pytest.fail("must not yield")
+    with (pytest.raises(TargetError, match="not healthy"),
+          launch_target("vllm", ["m"], tmp_path, startup_timeout_s=1.5)):
+        pytest.fail("must not yield")
     assert "fake server argv" in (tmp_path / "vllm-server.log").read_text()
 
 
 def test_server_stopped_when_body_raises(fake_vllm, tmp_path):
-    with pytest.raises(KeyboardInterrupt):
-        with launch_target("vllm", ["m"], tmp_path, startup_timeout_s=30) as target:
-            pid = target.pid
-            raise KeyboardInterrupt
+    with (pytest.raises(KeyboardInterrupt),
+          launch_target("vllm", ["m"], tmp_path, startup_timeout_s=30) as target):
+        pid = target.pid
+        raise KeyboardInterrupt
     assert not _alive(pid)
 
 
 def test_bad_kind_and_missing_vllm(tmp_path, monkeypatch):
-    with pytest.raises(InputError, match="unknown target kind"):
-        with launch_target("tgi", [], tmp_path):
-            pass
+    with pytest.raises(InputError, match="unknown target kind"), launch_target("tgi", [], tmp_path):
+        pass
     monkeypatch.setenv("LOADLAB_VLLM_BIN", str(tmp_path / "absent"))
-    with pytest.raises(InputError, match="install_vllm.sh"):
-        with launch_target("vllm", ["m"], tmp_path):
-            pass
+    with pytest.raises(InputError, match="install_vllm.sh"), launch_target("vllm", ["m"], tmp_path):
+        pass
 
 
 def test_parse_flags_and_redaction():
