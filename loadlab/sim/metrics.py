@@ -34,13 +34,14 @@ What is observed when (vLLM's semantics):
 Accumulators are plain Python numbers and bucket lists (prometheus_client's metric
 objects take a lock per observation, too slow per token in replay); :meth:`render`
 hands them to prometheus_client's text exposition through a private CollectorRegistry,
-and :meth:`samples` yields the same samples as rows (what parsing the text gives).
+:meth:`samples` gives the same samples as rows (what parsing the text gives) and
+:meth:`values` just their values, in exposition order (the series set is fixed at
+construction, so a writer can learn the series once from one rendered page).
 No _created samples: vLLM omits them in multiprocess mode too.
 """
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_left
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -49,6 +50,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
+from loadlab.collect.parse import canonical_labels
 from loadlab.errors import InputError
 from loadlab.sim.hardware import ResolvedConfig
 from loadlab.sim.types import EngineRequest, FinishedRequest, StepOutput
@@ -80,7 +82,7 @@ class Sample(NamedTuple):
     family: str        # as prometheus_client's parser names it (counters without _total)
     type: str
     metric: str        # sample name (…_total, …_bucket, …_sum, …_count)
-    labels: str        # canonical JSON, sorted keys
+    labels: str        # canonical JSON (loadlab.collect.parse.canonical_labels)
     value: float
 
 
@@ -118,6 +120,7 @@ class EngineMetrics:
         if names == "v1":
             self._base["engine"] = "0"
         self._json_cache: dict[tuple, str] = {}
+        self._bucket_labels: dict[str, list[dict[str, str]]] = {}
         self.running = 0
         self.waiting = 0
         self.kv_usage = 0.0
@@ -274,7 +277,7 @@ class EngineMetrics:
         for name, key, text in hist_specs:
             if not v1 and key in ("tpot", "preempted"):
                 continue
-            yield name, "histogram", text, _histogram_samples(name, h[key], base)
+            yield name, "histogram", text, self._histogram_samples(name, h[key])
         yield ("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.",
                [("vllm:cache_config_info", self._cache_config_labels(), 1.0)])
 
@@ -311,6 +314,24 @@ class EngineMetrics:
         """Prometheus text exposition (format 0.0.4), as vLLM's /metrics serves it."""
         return generate_latest(self._registry).decode()
 
+    def _histogram_samples(self, name: str, hist: _Hist) -> list[tuple[str, dict, float]]:
+        labels = self._bucket_labels.get(name)
+        if labels is None:
+            les = [_le(b) for b in hist.bounds] + ["+Inf"]
+            labels = self._bucket_labels[name] = [{**self._base, "le": le} for le in les]
+        bucket = f"{name}_bucket"
+        out, running = [], 0
+        for label, count in zip(labels, hist.counts):
+            running += count
+            out.append((bucket, label, running))
+        out.append((f"{name}_count", self._base, hist.count))
+        out.append((f"{name}_sum", self._base, hist.sum))
+        return out
+
+    def values(self) -> list[float]:
+        """Sample values in exposition order; the series never change, only their values."""
+        return [float(v) for _, _, _, samples in self._families() for _, _, v in samples]
+
     def samples(self) -> list[Sample]:
         """The rendered samples as rows, without rendering or parsing text."""
         rows = []
@@ -320,20 +341,9 @@ class EngineMetrics:
                 key = (name, *labels.values())
                 text = cache.get(key)
                 if text is None:
-                    text = cache[key] = json.dumps(labels, sort_keys=True)
+                    text = cache[key] = canonical_labels(labels)
                 rows.append(Sample(family, kind, name, text, float(value)))
         return rows
-
-
-def _histogram_samples(name: str, hist: _Hist, base: dict[str, str]) -> list[tuple[str, dict, float]]:
-    out, running = [], 0
-    for bound, count in zip(hist.bounds, hist.counts):
-        running += count
-        out.append((f"{name}_bucket", {**base, "le": _le(bound)}, running))
-    out.append((f"{name}_bucket", {**base, "le": "+Inf"}, hist.count))
-    out.append((f"{name}_count", base, hist.count))
-    out.append((f"{name}_sum", base, hist.sum))
-    return out
 
 
 def _le(bound: float) -> str:

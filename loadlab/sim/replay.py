@@ -26,7 +26,7 @@ When the plan ends, requests still in flight are aborted (status "aborted"), as 
 generator that stops. Output in ``out_dir``: requests.parquet (REQUESTS, worker
 "sim-replay", times = ``start_epoch`` + virtual seconds), metrics.parquet (METRICS,
 source "sim", every ``metrics_interval_s`` virtual seconds, the same samples the
-simulator's /metrics would serve) and manifest.json (kind "sim-replay", steps, resolved
+simulator's /metrics would serve, written column-wise by the collector's MetricsSink) and manifest.json (kind "sim-replay", steps, resolved
 server flags, vLLM's start-up lines, wall time and speed).
 """
 
@@ -45,7 +45,9 @@ import numpy as np
 
 from loadlab import __version__
 from loadlab.errors import InputError
-from loadlab.runstore import METRICS, REQUESTS, PartWriter, update_manifest, write_manifest
+from loadlab.collect.parse import ExpositionParser, Scrape
+from loadlab.collect.sink import MetricsSink
+from loadlab.runstore import REQUESTS, PartWriter, update_manifest, write_manifest
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import resolve
@@ -160,8 +162,10 @@ class _Replay:
         self.progress = progress
         self.requests = PartWriter(out_dir / "requests.parquet", REQUESTS, writer_id=WORKER,
                                    flush_rows=20_000, flush_interval_s=30.0)
-        self.metric_rows = PartWriter(out_dir / "metrics.parquet", METRICS, writer_id=WORKER,
-                                      flush_rows=50_000, flush_interval_s=30.0)
+        self.parser = ExpositionParser()
+        self.metric_rows = MetricsSink(out_dir / "metrics.parquet", self.parser, endpoint=ENDPOINT,
+                                       source="sim", writer_id=WORKER, flush_interval_s=30.0)
+        self.series_ids: list[int] = []
         self.now = 0.0
         self.heap: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
         self.n_events = 0
@@ -236,12 +240,15 @@ class _Replay:
                     self.send(req.user)
 
     def on_sample(self, _: object) -> None:
-        t = self.epoch + self.now
-        rows = [{"t": t, "scrape_s": None, "endpoint": ENDPOINT, "family": s.family, "type": s.type,
-                 "metric": s.metric, "labels": s.labels, "value": s.value, "source": "sim"}
-                for s in self.metrics.samples()]
-        self.metric_rows.extend(rows)
-        self.counts["metrics_rows"] += len(rows)
+        """One metrics.parquet sample: the series are learnt once by parsing our own page."""
+        values = self.metrics.values()
+        if len(values) != len(self.series_ids):
+            scrape = self.parser.parse(self.metrics.render())
+            self.series_ids = scrape.ids
+        else:
+            scrape = Scrape(self.series_ids, values)
+        self.metric_rows.add_scrape(self.epoch + self.now, None, scrape)
+        self.counts["metrics_rows"] += len(values)
         if self.progress is not None:
             self.progress(self.now, self.plan.duration_s)
         next_t = self.now + self.plan.metrics_interval_s

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadlab.collect.parse import ExpositionParser, canonical_labels
 from loadlab.errors import InputError
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import ResolvedConfig, resolve
 from loadlab.sim.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineMetrics, buckets_1_2_5
-from loadlab.sim.types import EngineRequest
+from loadlab.sim.types import BatchShape, EngineRequest, StepOutput
 
 FIXTURES = Path("/work/shared/fixtures/vllm-0.32-cpu")
 if not FIXTURES.is_dir():  # the repository's copy, when the shared folder is absent
@@ -41,6 +41,14 @@ def run_engine(resolved: ResolvedConfig, names: str, requests: list[tuple[int, i
         out = engine.step(now)
         now = out.t_end if out is not None and out.t_end > now else pending[0][2]
     return metrics
+
+
+def replace_counts(metrics: EngineMetrics) -> StepOutput:
+    """An idle-looking step that changes gauges and the iteration histogram."""
+    return StepOutput(t_start=100.0, t_end=100.5, batch=BatchShape(0, 0, 0, 0, 0), scheduled={},
+                      new_tokens={}, first_token=[], finished=[], preempted=[],
+                      prefix_queries_tokens=16, prefix_hits_tokens=0, prompt_tokens_computed=0,
+                      iteration_tokens=0, num_running=2, num_waiting=3, kv_usage=0.25)
 
 
 def small(**kw: object) -> ResolvedConfig:
@@ -160,9 +168,16 @@ def test_preemptions_and_prefix_hits_are_counted() -> None:
 def test_samples_equal_parsed_render() -> None:
     metrics = run_engine(small(), "v1", [(40, 8, 0.0), (100, 5, 0.0)])
     parsed = sorted(
-        (f.name, f.type, s.name, json.dumps(s.labels, sort_keys=True), s.value)
+        (f.name, f.type, s.name, canonical_labels(s.labels), s.value)
         for f in text_string_to_metric_families(metrics.render()) for s in f.samples)
     assert sorted(tuple(s) for s in metrics.samples()) == parsed
+    # values() is aligned with the rendered page, so a writer can learn the series once
+    parser = ExpositionParser()
+    first = parser.parse(metrics.render())
+    assert first.values == metrics.values()
+    metrics.observe_step(replace_counts(metrics))
+    again = parser.parse(metrics.render())
+    assert again.ids == first.ids and again.values == metrics.values() != first.values
 
 
 def test_v0_names() -> None:

@@ -1,0 +1,83 @@
+"""How fast `loadlab sim replay` simulates: virtual seconds per wall second.
+
+Scenario (the brief's goal is >= 200x real time): 10 simulated minutes, closed loop at
+concurrency 256, Qwen2.5-7B on one H100 with vLLM's defaults, the sharegpt profile.
+Also times EngineMetrics.render() (served up to 10 Hz by the HTTP front) and
+samples() (one metrics.parquet sample in replay) on the populated metrics.
+
+    python benchmarks/bench_sim_replay.py [--minutes 10] [--concurrency 256] [--profile]
+
+``--profile`` runs under cProfile and prints where the wall time went, by module
+(engine/scheduler/blocks = the engine; replay/metrics/timing = the replay side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from loadlab.sim.config import SimConfig
+from loadlab.sim.replay import ReplayPlan, _Replay, run_replay
+
+
+def by_module(prof: cProfile.Profile) -> dict[str, float]:
+    """Self time per source file, in seconds."""
+    totals: dict[str, float] = defaultdict(float)
+    for (path, _, _), (_, _, tottime, _, _) in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
+        totals[Path(path).name if "loadlab" in path else "(numpy, pyarrow, builtins)"] += tottime
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, int]:
+    """(render ms, samples ms, samples) of the metrics after a one-minute replay."""
+    replay = _Replay(cfg, ReplayPlan(concurrencies=(64,), step_s=60, warmup_s=0), out, None)
+    replay.run()
+    metrics = replay.metrics
+    n = 50
+    t0 = time.perf_counter()
+    for _ in range(n):
+        metrics.render()
+    t1 = time.perf_counter()
+    for _ in range(n):
+        rows = metrics.samples()
+    t2 = time.perf_counter()
+    return (t1 - t0) / n * 1e3, (t2 - t1) / n * 1e3, len(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--concurrency", type=int, default=256)
+    ap.add_argument("--profile-name", default="sharegpt")
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    cfg = SimConfig(model="qwen2.5-7b", gpu="h100")
+    plan = ReplayPlan(concurrencies=(args.concurrency,), step_s=args.minutes * 60, warmup_s=60,
+                      profile=args.profile_name)
+    with tempfile.TemporaryDirectory() as tmp:
+        prof = cProfile.Profile() if args.profile else None
+        if prof:
+            prof.enable()
+        summary = run_replay(cfg, plan, Path(tmp) / "run")
+        if prof:
+            prof.disable()
+        render_ms, samples_ms, n_samples = time_exposition(cfg, Path(tmp) / "expo")
+    print(f"replay: {summary.virtual_s:.0f} virtual s in {summary.wall_s:.2f} wall s = "
+          f"{summary.speed:.0f}x real time (goal >= 200x){' [under cProfile]' if prof else ''}")
+    print(f"  engine steps {summary.engine_steps} ({summary.wall_s / summary.engine_steps * 1e6:.0f} us "
+          f"wall per step), requests {summary.requests}, metrics rows {summary.metrics_rows}")
+    print(f"metrics: render() {render_ms:.2f} ms, samples() {samples_ms:.2f} ms for {n_samples} samples")
+    if prof:
+        total = sum(by_module(prof).values())
+        print("self time by module:")
+        for name, seconds in list(by_module(prof).items())[:10]:
+            print(f"  {name:32s} {seconds:7.2f} s  {seconds / total:5.1%}")
+
+
+if __name__ == "__main__":
+    main()
