@@ -73,6 +73,7 @@ class PageServer:
         self._lines = page.rstrip("\n").split("\n")
         self._index = {line.rpartition(" ")[0]: i for i, line in enumerate(self._lines)
                        if line and not line.startswith("#")}
+        self._rates: dict[str, tuple[float, float, float]] = {}
         self._lock = threading.Lock()
         self._released = threading.Event()
         self.requests = 0
@@ -91,6 +92,7 @@ class PageServer:
     def set(self, key: str, value: float) -> None:
         """Change one sample's value (the key must exist in the page)."""
         with self._lock:
+            self._rates.pop(key, None)
             self._lines[self._index[key]] = f"{key} {float(value)!r}"
 
     def add(self, key: str, delta: float) -> None:
@@ -99,8 +101,17 @@ class PageServer:
             current = float(self._lines[i].rpartition(" ")[2])
             self._lines[i] = f"{key} {current + delta!r}"
 
+    def grow(self, key: str, per_s: float) -> None:
+        """Make a counter grow steadily from its current value at ``per_s`` a second."""
+        with self._lock:
+            current = float(self._lines[self._index[key]].rpartition(" ")[2])
+            self._rates[key] = (current, per_s, time.time())
+
     def body(self) -> bytes:
         with self._lock:
+            now = time.time()
+            for key, (base, per_s, since) in self._rates.items():
+                self._lines[self._index[key]] = f"{key} {base + per_s * (now - since)!r}"
             return ("\n".join(self._lines) + "\n").encode()
 
     def release(self) -> None:
