@@ -98,3 +98,15 @@ def test_parse_flags_and_redaction():
         "vllm", "--api-key", "***", "--api-key=***", "--port", "1"]
     with pytest.raises(InputError):
         parse_flags(["--max-num-seqs", "4", "stray", "value"])
+
+
+def test_launch_builtin_simulator(tmp_path):
+    flags = ["--max-num-seqs", "4", "--served-model-name", "simtiny", "--num-gpu-blocks-override",
+             "64", "--block-size", "32", "--max-model-len", "1024"]
+    with launch_target("sim", flags, tmp_path, startup_timeout_s=60) as target:
+        assert target.model == "simtiny"
+        assert target.flags["max_num_seqs"] == 4
+        metrics = httpx.get(f"{target.base_url}/metrics").text
+        assert 'num_gpu_blocks="64"' in metrics
+        pid = target.pid
+    assert not _alive(pid)
