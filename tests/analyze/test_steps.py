@@ -1,0 +1,67 @@
+"""The per-step table reads a run folder and shows each stall signature where it is."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from loadlab.analyze.steps import format_step_table, step_table
+from loadlab.errors import InputError
+from loadlab.sim.config import SimConfig
+from loadlab.sim.replay import ReplayPlan, run_replay
+
+
+@pytest.fixture(scope="module")
+def seq_capped(tmp_path_factory):
+    """Closed loop 4 -> 32 users against max_num_seqs 8 with a roomy pool."""
+    out = tmp_path_factory.mktemp("capped")
+    cfg = SimConfig(max_num_seqs=8, model="qwen2.5-7b", gpu="h100")
+    plan = ReplayPlan(concurrencies=(4, 32), step_s=40.0, warmup_s=10.0, profile="azure-conv", seed=3)
+    run_replay(cfg, plan, out)
+    return step_table(out)
+
+
+def test_sequence_cap_shows_as_running_pinned_and_waiting(seq_capped):
+    below, above = seq_capped.iloc[0], seq_capped.iloc[1]
+    assert below.running_max <= 4 and below.waiting_max == 0
+    assert above.running_max == 8
+    # waiting sits near c - max_num_seqs = 24 (a snapshot can catch a slot mid-refill)
+    assert 20 <= above.waiting_mean <= 24
+    assert above.kv_max < 0.5
+    assert above.ttft_p50_ms > 3 * below.ttft_p50_ms
+
+
+def test_itl_stays_flat_across_the_cap(seq_capped):
+    below, above = seq_capped.iloc[0], seq_capped.iloc[1]
+    assert above.itl_p50_ms < 3 * below.itl_p50_ms
+
+
+def test_tiny_pool_shows_preemptions_and_full_kv(tmp_path):
+    cfg = SimConfig(max_num_seqs=64, num_gpu_blocks_override=400, max_model_len=4096)
+    plan = ReplayPlan(concurrencies=(48,), step_s=30.0, warmup_s=5.0, profile="bwb", seed=1)
+    run_replay(cfg, plan, tmp_path)
+    row = step_table(tmp_path).iloc[0]
+    assert row.preemptions > 0
+    assert row.kv_max > 0.9
+    assert row.running_max < 64
+
+
+def test_table_text_has_a_row_per_step_and_skips_empty_columns(seq_capped):
+    text = format_step_table(seq_capped)
+    lines = text.splitlines()
+    assert len(lines) == 1 + len(seq_capped)
+    assert "TTFT p50 ms" in lines[0] and "waiting" in lines[0]
+    assert "rate" not in lines[0].split()  # closed loop: no target rate column
+
+
+def test_missing_manifest_is_an_input_error(tmp_path):
+    with pytest.raises(InputError) as exc:
+        step_table(tmp_path)
+    assert str(tmp_path) in str(exc.value)
+    assert exc.value.exit_code == 2
+
+
+def test_measured_window_excludes_warmup(seq_capped):
+    # every step kept its warm-up cut: the measured window is 30 of the 40 s
+    assert all(math.isclose(r.t_end - r.t_start, 30.0, abs_tol=1e-6) for r in seq_capped.itertuples())
