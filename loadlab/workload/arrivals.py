@@ -30,6 +30,7 @@ from loadlab.errors import InputError
 CHUNK = 1024
 STREAM = 0xA7
 _CACHE_CHUNKS = 8
+_MASK64 = (1 << 64) - 1  # SeedSequence wants non-negative ints; negative seeds wrap
 
 
 class RenewalSchedule:
@@ -49,7 +50,7 @@ class RenewalSchedule:
         self._cum: dict[int, np.ndarray] = {}
 
     def _gaps(self, chunk: int) -> np.ndarray:
-        gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, STREAM, chunk])))
+        gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed & _MASK64, STREAM, chunk])))
         if self.shape is None:
             return gen.exponential(1.0 / self.rate, CHUNK)
         return gen.gamma(self.shape, 1.0 / (self.rate * self.shape), CHUNK)

@@ -9,7 +9,7 @@ Steps and defaults
    ``PAIR_THRESHOLD`` (0.3), keep ``PAIR_COUNT`` (1,500) rank pairs drawn without
    replacement (seeded), each rank quantised to a ``PAIR_GRID`` (1,000) grid.
 3. Arrivals: rate = (n - 1) / span; CV of inter-arrival gaps; gamma shape 1/CV^2,
-   or Poisson when |CV - 1| < 0.1; index of dispersion of counts in full 1 s and 60 s
+   or Poisson when |CV - 1| < 0.1 (shape capped at 10,000 for periodic traces); index of dispersion of counts in full 1 s and 60 s
    bins; busiest minute / mean. Timestamps on a coarse grid (more than half the gaps
    exactly 0) are first spread uniformly (seeded) inside each grid slot, the grid
    being the median non-zero gap, since zero gaps describe the logger, not users.
@@ -46,6 +46,7 @@ PAIR_THRESHOLD = 0.3
 PAIR_COUNT = 1500
 PAIR_GRID = 1000
 COMMON_SHARE = 0.9
+MIN_CV = 0.01  # near-periodic traces: cap the gamma shape at 1 / MIN_CV^2 = 10,000
 _SUMMARY_P = (10, 25, 50, 75, 90, 99)
 
 
@@ -156,7 +157,7 @@ def fit_arrivals(timestamps_s: np.ndarray | None) -> Arrivals:
     if abs(cv - 1.0) < 0.1:
         return Arrivals(process="poisson", rate_per_s=round(rate, 5), cv=round(cv, 4), stats=stats)
     return Arrivals(process="gamma", rate_per_s=round(rate, 5), cv=round(cv, 4),
-                    gamma_shape=round(1.0 / cv**2, 6), stats=stats)
+                    gamma_shape=round(1.0 / max(cv, MIN_CV) ** 2, 6), stats=stats)
 
 
 def _counts_per(ts: np.ndarray, width: float) -> np.ndarray:

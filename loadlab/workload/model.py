@@ -117,7 +117,7 @@ class ArrivalStats(_Strict):
 class Arrivals(_Strict):
     process: Literal["poisson", "gamma", "none"]
     rate_per_s: float | None = Field(default=None, gt=0)
-    cv: float | None = Field(default=None, gt=0, description="coefficient of variation of inter-arrival times")
+    cv: float | None = Field(default=None, ge=0, description="coefficient of variation of inter-arrival times")
     gamma_shape: float | None = Field(default=None, gt=0, description="1 / cv^2; below 1 is burstier than Poisson")
     stats: ArrivalStats = ArrivalStats()
 

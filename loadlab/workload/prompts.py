@@ -58,6 +58,7 @@ WORDS: tuple[str, ...] = tuple(
     might next hand high place small case week company where group problem fact""".split()
 )
 WORDS = tuple(dict.fromkeys(WORDS))  # unique, order kept
+_WORD_ARRAY = np.array(WORDS, dtype=object)
 
 
 class TokenCounter(Protocol):
@@ -104,17 +105,20 @@ class PromptSynth:
         self._base = _key_int(self.seed, nonce)
         self._correction: dict[int, int] = {}
         self._last_correction = 0
-        self._chunk = lru_cache(maxsize=256)(self._make_chunk)
+        # group texts are reused across requests; a suffix only across one calibration
+        self._group_chunk = lru_cache(maxsize=256)(self._make_chunk)
+        self._suffix_chunk = lru_cache(maxsize=64)(self._make_chunk)
 
-    def _make_chunk(self, stream: int, index: int) -> tuple[str, ...]:
+    def _make_chunk(self, stream: int, index: int) -> list[str]:
         gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self._base, stream, index])))
-        return tuple(WORDS[i] for i in gen.integers(0, len(WORDS), _CHUNK))
+        return _WORD_ARRAY[gen.integers(0, len(WORDS), _CHUNK)].tolist()
 
     def _stream_words(self, stream: int, n: int) -> list[str]:
+        chunk = self._suffix_chunk if stream >= _SUFFIX_STREAM else self._group_chunk
         out: list[str] = []
         index = 0
         while len(out) < n:
-            out.extend(self._chunk(stream, index))
+            out.extend(chunk(stream, index))
             index += 1
         return out[:n]
 

@@ -1,0 +1,108 @@
+"""Prompt synthesis: exact token counts through a counter (in process and over the
+simulator's real /tokenize), prefix groups sharing identical leading text."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from loadlab.errors import InputError
+from loadlab.sim.testing import running_sim_in_thread
+from loadlab.sim.tokenizer import encode, encode_chat
+from loadlab.workload import RequestSpec, load_profile
+from loadlab.workload.prompts import WORDS, PromptSynth
+from loadlab.workload.tokenize import tokenize_counter
+
+
+class Counting:
+    """Wraps a counter and counts the calls made to it."""
+
+    def __init__(self, fn) -> None:  # type: ignore[no-untyped-def]
+        self.fn = fn
+        self.calls = 0
+
+    def __call__(self, text: str) -> int:
+        self.calls += 1
+        return self.fn(text)
+
+
+HEAVY = set(WORDS[::7])  # pretend every 7th word of the list costs two tokens
+
+
+def bpe_like(text: str) -> int:
+    """A BOS token, two tokens for some words, digits in pairs: one word != one token."""
+    n = 1
+    for piece in text.split():
+        if any(ch.isdigit() for ch in piece):
+            n += 1 + sum(ch.isdigit() for ch in piece) // 2
+        else:
+            n += 2 if piece in HEAVY else 1
+    return n
+
+
+def test_exact_counts_with_the_simulator_tokenizer() -> None:
+    counter = Counting(lambda t: len(encode(t)))
+    profile = load_profile("mooncake-conversation")
+    synth = profile.prompt_synth(3, counter=counter)
+    sampler = profile.sampler(3)
+    specs = [sampler.spec(i) for i in range(150)]
+    for spec in specs:
+        prompt = synth.prompt(spec)
+        assert prompt.counted_tokens == spec.prompt_tokens
+        assert len(encode(prompt.text)) == spec.prompt_tokens
+    assert counter.calls <= 2 * len(specs)  # the cached correction makes most lengths one count
+
+
+def test_exact_counts_for_chat_and_bpe_like_counters() -> None:
+    chat = PromptSynth(1, counter=lambda t: len(encode_chat([("user", t)])))
+    bpe = PromptSynth(1, counter=Counting(bpe_like))
+    for target in (4, 5, 17, 100, 999, 4096):
+        spec = RequestSpec(target, target, 10, None, 0, None)
+        assert len(encode_chat([("user", chat.prompt(spec).text)])) == target
+        prompt = bpe.prompt(spec)
+        assert bpe_like(prompt.text) == target == prompt.counted_tokens
+
+
+def test_without_a_counter_words_track_the_estimate() -> None:
+    synth = PromptSynth(1, words_per_token=0.75)
+    prompt = synth.prompt(RequestSpec(9, 400, 10, None, 0, None))
+    assert prompt.counted_tokens is None and prompt.target_tokens == 400
+    assert len(prompt.text.split()) == 300
+
+
+def test_same_seed_same_text_and_nonce_changes_it() -> None:
+    spec = RequestSpec(5, 300, 10, 2, 120, None)
+    assert PromptSynth(4).prompt(spec).text == PromptSynth(4).prompt(spec).text
+    assert PromptSynth(4).prompt(spec).text != PromptSynth(4, nonce="run2").prompt(spec).text
+    with pytest.raises(InputError, match="whitespace"):
+        PromptSynth(4, nonce="a b")
+
+
+def test_prefix_groups_share_identical_leading_text_then_diverge() -> None:
+    synth = PromptSynth(8, common_prefix_tokens=512)
+    a = synth.prompt(RequestSpec(1, 3000, 10, 7, 2000, None)).text.split()
+    b = synth.prompt(RequestSpec(2, 2500, 10, 7, 1500, None)).text.split()
+    other = synth.prompt(RequestSpec(3, 3000, 10, 9, 2000, None)).text.split()
+    lone = synth.prompt(RequestSpec(4, 900, 10, 0, 512, None)).text.split()
+    assert a[:1500] == b[:1500]
+    assert b[1500].startswith("#") and a[1500] != b[1500]  # the unique marker ends the chain
+    assert a[:512] == other[:512] == lone[:512]  # the common prefix (system prompt) is everyone's
+    assert a[512:530] != other[512:530]
+    assert lone[512] == "#4"
+    plain = synth.prompt(RequestSpec(5, 50, 10, None, 0, None)).text.split()
+    assert plain[0] == "#5"  # no prefix: unique from the first token
+
+
+def test_tokenize_counter_against_the_simulator_over_http() -> None:
+    with running_sim_in_thread() as url:
+        model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
+        for chat in (False, True):
+            counter = tokenize_counter(url, model, chat=chat)
+            assert counter is not None
+            synth = PromptSynth(2, common_prefix_tokens=64, counter=counter)
+            for target in (70, 333):
+                prompt = synth.prompt(RequestSpec(target, target, 5, 1, 64, None))
+                assert prompt.counted_tokens == target
+                expected = len(encode_chat([("user", prompt.text)])) if chat else len(encode(prompt.text))
+                assert expected == target
+        assert tokenize_counter(url + "/no-such-prefix", model) is None  # 404: fall back to estimates
