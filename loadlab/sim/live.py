@@ -9,7 +9,7 @@ client sees each token when the modelled GPU would have produced it.
 Loop
 1. No unfinished request: wait for a submit.
 2. Start the step at the previous step's end when the loop is less than ``MAX_LAG_S``
-   (wall) behind it, else at ``engine_now``. Starting back-to-back steps on the model
+   (20 ms wall) behind it, else at ``engine_now``. Starting back-to-back steps on the model
    clock absorbs the event loop's millisecond timer granularity and per-step CPU cost,
    so the average period equals the modelled one while the server keeps up; once it
    falls further behind, the clock re-anchors to the wall and the lag is real (and
@@ -43,19 +43,22 @@ from loadlab.sim.hardware import ResolvedConfig
 from loadlab.sim.timing import StepTimeModel
 from loadlab.sim.types import BatchShape, EngineRequest, FinishedRequest, StepOutput
 
-MAX_LAG_S = 0.005
+MAX_LAG_S = 0.02
 
 
 class RequestStream:
     """One request's mailbox: the driver counts tokens in, the HTTP handler reads them.
 
     Only counts travel: the ``k``-th output token's id and text follow from
-    ``(seed, k)`` (see :func:`loadlab.sim.tokenizer.output_token`).
+    ``(seed, k)`` (see :func:`loadlab.sim.tokenizer.output_token`). A reader either
+    awaits :meth:`next`, or installs a ``sink`` that the driver calls synchronously when
+    an emission is due, so a step's writes to all streams happen in one pass without
+    waking a coroutine per token (the server's streaming fast path).
     """
 
     __slots__ = ("request_id", "prompt_len", "max_tokens", "output_len", "seed",
                  "generated", "delivered", "finish_reason", "streaming", "interval",
-                 "_waiter")
+                 "sink", "_waiter")
 
     def __init__(self, request_id: str, prompt_len: int, max_tokens: int, output_len: int,
                  seed: int, streaming: bool, interval: int) -> None:
@@ -69,6 +72,7 @@ class RequestStream:
         self.finish_reason: str | None = None
         self.streaming = streaming
         self.interval = interval
+        self.sink: Callable[[RequestStream], None] | None = None
         self._waiter: asyncio.Future[None] | None = None
 
     def ready(self) -> bool:
@@ -80,22 +84,39 @@ class RequestStream:
         pending = self.generated - self.delivered
         return pending > 0 and (self.delivered == 0 or pending >= self.interval)
 
+    def take(self) -> tuple[int, int, str | None]:
+        """Consume what is due: (first position, count, finish_reason or None)."""
+        start = self.delivered
+        self.delivered = self.generated
+        return start, self.generated - start, self.finish_reason
+
     def _wake(self) -> None:
+        if not self.ready():
+            return
+        if self.sink is not None:
+            self.sink(self)
+            if self.finish_reason is None:
+                return
         waiter = self._waiter
-        if waiter is not None and not waiter.done() and self.ready():
+        if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def next(self) -> tuple[int, int, str | None]:
-        """Wait for the next emission: (first position, count, finish_reason or None)."""
-        while not self.ready():
+    async def _wait(self, until: Callable[[], bool]) -> None:
+        while not until():
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
             finally:
                 self._waiter = None
-        start = self.delivered
-        self.delivered = self.generated
-        return start, self.generated - start, self.finish_reason
+
+    async def next(self) -> tuple[int, int, str | None]:
+        """Wait for the next emission and consume it."""
+        await self._wait(self.ready)
+        return self.take()
+
+    async def wait_finished(self) -> None:
+        """Wait until the request finished (for readers that use a ``sink``)."""
+        await self._wait(lambda: self.finish_reason is not None)
 
     @property
     def finished(self) -> bool:
@@ -106,8 +127,10 @@ class RequestStream:
 class StepPeriods:
     """Modelled vs measured step periods (wall seconds), for the live benchmark.
 
-    Only back-to-back steps count: a step that starts when the previous one ended.
-    ``measured_s / modelled_s`` close to 1 means the server keeps the modelled pace.
+    Counted over steps that follow a step while the engine stayed busy: measured is the
+    wall time between their publications (so any lag or re-anchoring shows), modelled
+    the step's duration / time_scale. ``measured_s / modelled_s`` close to 1 means the
+    server keeps the modelled pace.
     """
 
     steps: int = 0
@@ -228,20 +251,22 @@ class LiveDriver:
             self._task = None
 
     async def _run(self) -> None:
-        prev_end: float | None = None
-        prev_pub: float | None = None
+        prev_end: float | None = None        # engine time the previous busy step ended
+        prev_pub: float | None = None        # wall time it was published
         max_lag = MAX_LAG_S * self._scale
         while True:
             if not self.engine.has_unfinished_requests():
                 self._wake.clear()
                 await self._wake.wait()
-                prev_end = None
+                prev_end = prev_pub = None
                 continue
             now = self.engine_now()
-            back_to_back = prev_end is not None and now - prev_end < max_lag
-            if prev_end is not None and not back_to_back:
-                self.periods.reanchors += 1
-            start = prev_end if back_to_back else now
+            if prev_end is not None and now - prev_end < max_lag:
+                start = prev_end
+            else:
+                if prev_end is not None:
+                    self.periods.reanchors += 1
+                start = now
             out = self.engine.step(start)
             if out is None:           # work exists but nothing is runnable now
                 self._wake.clear()
@@ -249,14 +274,14 @@ class LiveDriver:
                     await asyncio.wait_for(self._wake.wait(), timeout=MAX_LAG_S)
                 except asyncio.TimeoutError:
                     pass
-                prev_end = None
+                prev_end = prev_pub = None
                 continue
             self._step_end = out.t_end
             # Always yield, even when late, so handlers write between steps.
             await asyncio.sleep(max(0.0, self._wall(out.t_end) - self._clock()))
             published = self._clock()
             self._step_end = None
-            self._account(out, published, prev_pub if back_to_back else None)
+            self._account(out, published, prev_pub)
             prev_end, prev_pub = out.t_end, published
             self._publish(out)
             for request_id in self._deferred_aborts:
@@ -286,9 +311,10 @@ class LiveDriver:
                     s.generated += n
                     touched.append(s)
         for fin in out.finished:
-            self._finish(fin)
+            self._finish(fin)       # wakes its reader once, with the last tokens
         for s in touched:
-            s._wake()
+            if s.finish_reason is None:
+                s._wake()
 
     def _finish(self, fin: FinishedRequest) -> None:
         s = self._streams.pop(fin.request_id, None)

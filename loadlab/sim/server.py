@@ -7,6 +7,8 @@ Routes (shapes in :mod:`loadlab.sim.protocol`):
   "tokens", "token_strs"}``.
 - ``GET /v1/models``, ``GET /health`` (200, empty), ``GET /metrics`` (Prometheus text
   from :class:`loadlab.sim.metrics.EngineMetrics`), ``GET /version``.
+- ``GET /sim/stats`` (simulator only, not vLLM): the live driver's modelled vs measured
+  step periods (:class:`loadlab.sim.live.StepPeriods`), for benchmarks and debugging.
 
 With ``--api-key`` every ``/v1`` route needs ``Authorization: Bearer <key>`` (as vLLM:
 other routes stay open); a missing or wrong key gets 401 ``{"error": "Unauthorized"}``.
@@ -20,13 +22,14 @@ in one request is answered and the server keeps serving.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from loadlab import __version__
 from loadlab.sim import protocol, tokenizer
@@ -49,6 +52,27 @@ def _json(status: int, body: bytes) -> web.Response:
 def _text_of(stream: RequestStream, start: int, count: int) -> str:
     seed = stream.seed
     return "".join(_PIECES[(seed + p * 7919) % _NWORDS] for p in range(start, start + count))
+
+
+class _SseEvents:
+    """The SSE bytes of one streamed request's emissions, vLLM's event sequence."""
+
+    def __init__(self, req: GenerationRequest) -> None:
+        self.enc = protocol.StreamEncoder(req)
+        self.chat = req.kind == "chat"
+        self.usage_prompt = len(req.prompt_token_ids) if req.include_usage else None
+
+    def render(self, stream: RequestStream, start: int, count: int,
+               finish: str | None) -> bytes:
+        enc = self.enc
+        event = enc.chunk(_text_of(stream, start, count), finish)
+        if start == 0 and self.chat:
+            event = enc.role_chunk() + event
+        if finish is not None:
+            if self.usage_prompt is not None:
+                event += enc.usage_chunk(self.usage_prompt, stream.generated)
+            event += "data: [DONE]\n\n"
+        return event.encode()
 
 
 class SimServer:
@@ -92,23 +116,33 @@ class SimServer:
 
     async def _stream(self, request: web.Request, req: GenerationRequest,
                       stream: RequestStream) -> web.StreamResponse:
+        """SSE body. Fast path (HTTP/1.1): the driver calls a sink that writes each due
+        event straight to the socket as a chunk, so a step's events to all clients go out
+        in one pass with no coroutine woken per token; the handler only waits for the end.
+        ``prepare()`` has sent the headers, and ``write_eof()`` adds the last chunk."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                            "Cache-Control": "no-cache"})
+        transport = request.transport
+        fast = request.version >= HttpVersion11 and transport is not None
+        if fast:
+            resp.enable_chunked_encoding()
         await resp.prepare(request)
-        enc = protocol.StreamEncoder(req)
-        chat = req.kind == "chat"
-        while True:
-            start, count, finish = await stream.next()
-            text = _text_of(stream, start, count)
-            event = enc.chunk(text, finish)
-            if start == 0 and chat:
-                event = enc.role_chunk() + event
-            if finish is not None:
-                if req.include_usage:
-                    event += enc.usage_chunk(len(req.prompt_token_ids), stream.generated)
-                await resp.write((event + "data: [DONE]\n\n").encode())
-                break
-            await resp.write(event.encode())
+        events = _SseEvents(req)
+        if fast:
+            def sink(s: RequestStream) -> None:
+                data = events.render(s, *s.take())
+                if not transport.is_closing():
+                    transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+            stream.sink = sink
+            if stream.ready():            # tokens that came out while the headers went
+                sink(stream)
+            await stream.wait_finished()
+        else:
+            finish = None
+            while finish is None:
+                start, count, finish = await stream.next()
+                await resp.write(events.render(stream, start, count, finish))
         await resp.write_eof()
         return resp
 
@@ -132,6 +166,11 @@ class SimServer:
         resp = web.Response(body=self.metrics.render().encode())
         resp.headers["Content-Type"] = METRICS_CONTENT_TYPE
         return resp
+
+    async def stats(self, request: web.Request) -> web.Response:
+        p = self.driver.periods
+        return web.json_response({**dataclasses.asdict(p), "ratio": p.ratio if p.modelled_s else None,
+                                  "open_streams": self.driver.num_streams})
 
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": f"{__version__}+loadlab.sim"})
@@ -189,6 +228,7 @@ def build_app(cfg: SimConfig, resolved: ResolvedConfig | None = None) -> web.App
     app.router.add_get("/health", sim.health)
     app.router.add_get("/metrics", sim.metrics_text)
     app.router.add_get("/version", sim.version)
+    app.router.add_get("/sim/stats", sim.stats)
 
     async def lifecycle(app: web.Application):
         driver.start()

@@ -277,3 +277,23 @@ def test_subprocess_server_via_running_sim():
         assert r.json()["usage"]["completion_tokens"] == 3
         info = metric(metrics(base), "vllm:cache_config_info", enable_prefix_caching="False")
         assert info == 1
+
+
+def test_http_1_0_clients_get_the_same_events_unchunked(url):
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    body = json.dumps({"prompt": "a b", "max_tokens": 3, "ignore_eos": True, "stream": True,
+                       "stream_options": {"include_usage": True}}).encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
+    events = payload.decode().split("\n\n")
+    assert events[-2:] == ["data: [DONE]", ""]
+    assert len(events) == 3 + 1 + 2              # 3 tokens, usage, [DONE], trailing ""

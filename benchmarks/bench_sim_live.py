@@ -1,0 +1,123 @@
+"""Can the live simulator keep the modelled pace with many concurrent streams?
+
+Starts ``loadlab sim serve`` as a subprocess pinned to one core and a lean aiohttp
+client in this process pinned to another (when the machine has two); the client
+keeps ``--streams`` streaming completions open (closed loop, ``ignore_eos``, fixed
+lengths) for ``--seconds``. Reported side by side:
+
+- the server's modelled vs measured step periods over busy steps
+  (``GET /sim/stats``; goal: ratio within 5 % of 1.0), steps published late, re-anchors;
+- tokens/s the client received vs what the modelled step times allow;
+- the server process's CPU use (share of one core).
+
+Usage: python benchmarks/bench_sim_live.py [--streams 256] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+
+import aiohttp
+import httpx
+
+from loadlab.sim.testing import running_sim
+
+
+async def drive(base: str, streams: int, seconds: float, prompt_words: int,
+                max_tokens: int) -> dict[str, float]:
+    prompt = " ".join(f"w{i}" for i in range(prompt_words))
+    deadline = time.monotonic() + seconds
+    counts = {"requests": 0, "events": 0, "tokens": 0}
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(base_url=base, connector=connector, timeout=timeout) as s:
+
+        async def user(u: int) -> None:
+            while time.monotonic() < deadline:
+                body = {"prompt": f"user{u} {prompt}", "max_tokens": max_tokens,
+                        "ignore_eos": True, "stream": True,
+                        "stream_options": {"include_usage": True}}
+                async with s.post("/v1/completions", json=body) as r:
+                    async for line in r.content:
+                        if line.startswith(b"data: {"):
+                            counts["events"] += 1
+                            if b'"usage"' in line:
+                                counts["tokens"] += json.loads(line[6:])["usage"][
+                                    "completion_tokens"]
+                counts["requests"] += 1
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(user(u) for u in range(streams)))
+        counts["wall_s"] = time.monotonic() - t0
+    return counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--streams", type=int, default=256)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--prompt-words", type=int, default=200)
+    ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--time-scale", type=float, default=1.0)
+    args = ap.parse_args()
+
+    flags = dict(max_num_seqs=args.streams, max_model_len=4096, time_scale=args.time_scale,
+                 gpu="h100")
+    with running_sim(**flags) as base:
+        kids = _children()
+        server_pid = kids[-1] if kids else None
+        if server_pid and (os.cpu_count() or 1) > 1:
+            os.sched_setaffinity(server_pid, {0})      # the server gets one core ...
+            os.sched_setaffinity(0, {1})               # ... the client another
+        cpu0 = _cpu_seconds(server_pid)
+        counts = asyncio.run(drive(base, args.streams, args.seconds, args.prompt_words,
+                                   args.max_tokens))
+        cpu = _cpu_seconds(server_pid) - cpu0
+        stats = httpx.get(f"{base}/sim/stats").json()
+
+    wall = counts["wall_s"]
+    print(f"streams={args.streams} wall={wall:.1f}s requests={counts['requests']} "
+          f"events={counts['events']} tokens={counts['tokens']}")
+    print(f"client tokens/s received      {counts['tokens'] / wall:10.0f}")
+    print(f"busy steps measured           {stats['steps']:10d}")
+    print(f"modelled step period (mean)   {1e3 * stats['modelled_s'] / max(stats['steps'], 1):10.3f} ms")
+    print(f"measured step period (mean)   {1e3 * stats['measured_s'] / max(stats['steps'], 1):10.3f} ms")
+    print(f"measured / modelled           {stats['ratio'] or float('nan'):10.4f}   (goal 0.95-1.05)")
+    print(f"late steps (> 20 ms)          {stats['late_steps']:10d}   max lag {1e3 * stats['max_lag_s']:.1f} ms")
+    print(f"re-anchors (fell behind)      {stats['reanchors']:10d}")
+    if server_pid:
+        print(f"server CPU                    {100 * cpu / wall:10.0f} % of one core "
+              f"({1e6 * cpu / max(counts['events'], 1):.1f} us per SSE event, all costs)")
+    print(f"host load average (1 min)     {os.getloadavg()[0]:10.2f}   on {os.cpu_count()} cores")
+
+
+def _children() -> list[int]:
+    """Pids of this process's children (the server), newest last."""
+    me = os.getpid()
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == me:
+                    kids.append(int(entry))
+            except OSError:
+                continue
+    return sorted(kids)
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+if __name__ == "__main__":
+    main()
