@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--prompt-words", type=int, default=200)
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--no-pin", action="store_true",
+                    help="leave server and client unpinned (on a busy shared host)")
     args = ap.parse_args()
 
     flags = dict(max_num_seqs=args.streams, max_model_len=4096, time_scale=args.time_scale,
@@ -70,7 +72,7 @@ def main() -> None:
     with running_sim(**flags) as base:
         kids = _children()
         server_pid = kids[-1] if kids else None
-        if server_pid and (os.cpu_count() or 1) > 1:
+        if server_pid and (os.cpu_count() or 1) > 1 and not args.no_pin:
             os.sched_setaffinity(server_pid, {0})      # the server gets one core ...
             os.sched_setaffinity(0, {1})               # ... the client another
         cpu0 = _cpu_seconds(server_pid)
