@@ -2,7 +2,10 @@
 
 Scenario (the brief's goal is >= 200x real time): 10 simulated minutes, closed loop at
 concurrency 256, Qwen2.5-7B on one H100 with vLLM's defaults, the sharegpt profile.
-Also times EngineMetrics.render() (served up to 10 Hz by the HTTP front) and
+Side by side, the same closed loop driven straight through the Engine (no metrics, no
+records, no event heap) shows how much of the time is the engine's and how much the
+replay's. Speeds are given per wall second and per CPU second of this process (the
+machine is shared: CPU time is the steadier figure). Also times EngineMetrics.render() (served up to 10 Hz by the HTTP front) and
 samples() (one metrics.parquet sample in replay) on the populated metrics.
 
     python benchmarks/bench_sim_replay.py [--minutes 10] [--concurrency 256] [--profile]
@@ -22,7 +25,42 @@ from collections import defaultdict
 from pathlib import Path
 
 from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import ReplayPlan, _Replay, run_replay
+from loadlab.sim.engine import Engine
+from loadlab.sim.hardware import resolve
+from loadlab.sim.replay import ReplayPlan, _Replay, prompt_ids, run_replay
+from loadlab.sim.timing import StepTimeModel
+from loadlab.sim.types import EngineRequest
+from loadlab.workload import load_profile
+
+
+def engine_only(cfg: SimConfig, plan: ReplayPlan) -> tuple[float, float, int]:
+    """(wall s, CPU s, steps) of the bare engine under the same closed loop and requests."""
+    resolved = resolve(cfg)
+    engine = Engine(resolved, StepTimeModel(resolved).step_time)
+    profile = load_profile(plan.profile)
+    sampler, common, mml = profile.sampler(plan.seed), profile.common_prefix_tokens, resolved.max_model_len
+    seq, now, steps = 0, 0.0, 0
+
+    def send() -> None:
+        nonlocal seq
+        spec = sampler.spec(seq)
+        out_len = min(spec.output_tokens, mml - 1)
+        p_len = min(spec.prompt_tokens, mml - out_len)
+        ids = prompt_ids(seq, p_len, spec.prefix_group, min(spec.prefix_tokens, p_len - 1), common)
+        engine.add_request(EngineRequest(str(seq), ids, out_len, out_len, now))
+        seq += 1
+
+    w0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(plan.concurrencies[0]):
+        send()
+    while now < plan.duration_s:
+        out = engine.step(now)
+        assert out is not None
+        steps += 1
+        now = out.t_end
+        for _ in out.finished:
+            send()
+    return time.perf_counter() - w0, time.process_time() - c0, steps
 
 
 def by_module(prof: cProfile.Profile) -> dict[str, float]:
@@ -63,14 +101,22 @@ def main() -> None:
         prof = cProfile.Profile() if args.profile else None
         if prof:
             prof.enable()
+        c0 = time.process_time()
         summary = run_replay(cfg, plan, Path(tmp) / "run")
+        cpu = time.process_time() - c0
         if prof:
             prof.disable()
+        bare_wall, bare_cpu, bare_steps = engine_only(cfg, plan)
         render_ms, samples_ms, n_samples = time_exposition(cfg, Path(tmp) / "expo")
-    print(f"replay: {summary.virtual_s:.0f} virtual s in {summary.wall_s:.2f} wall s = "
-          f"{summary.speed:.0f}x real time (goal >= 200x){' [under cProfile]' if prof else ''}")
-    print(f"  engine steps {summary.engine_steps} ({summary.wall_s / summary.engine_steps * 1e6:.0f} us "
-          f"wall per step), requests {summary.requests}, metrics rows {summary.metrics_rows}")
+    v = summary.virtual_s
+    print(f"replay: {v:.0f} virtual s in {summary.wall_s:.2f} wall s / {cpu:.2f} CPU s = "
+          f"{summary.speed:.0f}x / {v / cpu:.0f}x real time (goal >= 200x)"
+          f"{' [under cProfile]' if prof else ''}")
+    print(f"  engine steps {summary.engine_steps} ({cpu / summary.engine_steps * 1e6:.0f} CPU us per step), "
+          f"requests {summary.requests}, metrics rows {summary.metrics_rows}")
+    print(f"bare engine, same loop: {bare_wall:.2f} wall s / {bare_cpu:.2f} CPU s = {v / bare_cpu:.0f}x "
+          f"({bare_steps} steps, {bare_cpu / bare_steps * 1e6:.0f} CPU us per step); "
+          f"replay adds {(cpu - bare_cpu) / cpu:.0%} of the replay's CPU time")
     print(f"metrics: render() {render_ms:.2f} ms, samples() {samples_ms:.2f} ms for {n_samples} samples")
     if prof:
         total = sum(by_module(prof).values())

@@ -125,12 +125,51 @@ class ReplaySummary:
 
 class _Request:
     __slots__ = ("seq", "user", "step", "t_sent", "prompt_len", "output_len", "target_prompt",
-                 "target_output", "group", "prefix", "times")
+                 "target_output", "group", "prefix")
 
     def __init__(self, **kw: Any) -> None:
         for k, v in kw.items():
             setattr(self, k, v)
-        self.times: list[float] = []
+
+
+class TokenTimes:
+    """Each request's token times, without touching every request at every step.
+
+    A decoding request nearly always emits at every step end from its first token to
+    its last, so its times are a slice of the step-end timeline. Only a request that
+    skips a step while alive (preempted, or left without token budget) gets its own
+    list, from the skip on. Per step that costs a few set operations, not a loop.
+    """
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+        self._first: dict[str, int] = {}          # id -> index of its first-token step
+        self._own: dict[str, list[float]] = {}    # ids that skipped a step: explicit times
+        self._prev: set[str] = set()              # ids that emitted at the last step end
+
+    def observe(self, out: StepOutput) -> None:
+        j, t = len(self.ends), out.t_end
+        self.ends.append(t)
+        new = out.new_tokens
+        emit = new.keys() if sum(new.values()) == len(new) else {r for r, n in new.items() if n}
+        for rid in out.first_token:
+            self._first[rid] = j
+        for rid in self._prev - emit:
+            if rid not in self._own:
+                self._own[rid] = self.ends[self._first[rid]:j]
+        if self._own:
+            for rid in emit & self._own.keys():
+                self._own[rid].append(t)
+        self._prev = set(emit)
+
+    def pop(self, rid: str) -> list[float]:
+        """Token times of a request that is done (finished, or aborted after the last step)."""
+        first = self._first.pop(rid, None)
+        own = self._own.pop(rid, None)
+        self._prev.discard(rid)
+        if own is not None:
+            return own
+        return [] if first is None else self.ends[first:]
 
 
 def prompt_ids(seq: int, prompt_len: int, group: int | None, prefix_len: int,
@@ -144,6 +183,14 @@ def prompt_ids(seq: int, prompt_len: int, group: int | None, prefix_len: int,
     ids.extend(range(group * GROUP_STRIDE + shared_common, group * GROUP_STRIDE + prefix_len))
     ids.extend(range(own + prefix_len, own + prompt_len))
     return ids
+
+
+def quantile(sorted_values: np.ndarray, q: float) -> float:
+    """Linear-interpolation quantile of sorted values (numpy's default method, ~20x cheaper)."""
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
 
 
 class _Replay:
@@ -174,6 +221,7 @@ class _Replay:
         self.busy = False
         self.ended = False
         self.live: dict[str, _Request] = {}
+        self.token_times = TokenTimes()
         self.busy_users: set[int] = set()
         self.schedule: RenewalSchedule | None = None
         self.counts = {"completed": 0, "aborted": 0, "engine_steps": 0, "metrics_rows": 0}
@@ -225,14 +273,10 @@ class _Replay:
     def on_step_end(self, out: StepOutput) -> None:
         self.busy = False
         self.metrics.observe_step(out)
-        t_end = out.t_end
-        live = self.live
-        for rid, n in out.new_tokens.items():
-            if n:
-                live[rid].times.append(t_end)
+        self.token_times.observe(out)
         for fin in out.finished:
-            req = live.pop(fin.request_id)
-            self.record(req, fin.request_id, "ok", fin.output_len, t_end)
+            req = self.live.pop(fin.request_id)
+            self.record(req, fin.request_id, "ok", out.t_end)
             self.counts["completed"] += 1
             if req.user is not None:
                 self.busy_users.discard(req.user)
@@ -282,13 +326,14 @@ class _Replay:
             fin = self.engine.abort_request(rid, self.now)
             if fin is not None:
                 self.metrics.observe_abort(fin)
-            self.record(req, rid, "aborted", len(req.times), self.now)
+            self.record(req, rid, "aborted", self.now)
             self.counts["aborted"] += 1
         self.live.clear()
 
-    def record(self, req: _Request, rid: str, status: str, output_tokens: int, t_done: float) -> None:
-        epoch, t_sent, times = self.epoch, req.t_sent, req.times
-        first = times[0] if times else None
+    def record(self, req: _Request, rid: str, status: str, t_done: float) -> None:
+        epoch, t_sent = self.epoch, req.t_sent
+        times = np.asarray(self.token_times.pop(rid))
+        first = float(times[0]) if len(times) else None
         row: dict[str, Any] = {
             "point": self.plan.point, "step": req.step, "worker": WORKER, "user": req.user,
             "concurrency": self.plan.concurrencies[req.step] if self.plan.concurrencies else None,
@@ -297,8 +342,8 @@ class _Replay:
             "t_scheduled": epoch + t_sent, "t_sent": epoch + t_sent, "send_lag_s": 0.0,
             "t_first_token": None if first is None else epoch + first,
             "t_done": epoch + t_done, "n_chunks": len(times),
-            "chunk_offsets_s": [t - t_sent for t in times],
-            "prompt_tokens": req.prompt_len, "output_tokens": output_tokens,
+            "chunk_offsets_s": times - t_sent,
+            "prompt_tokens": req.prompt_len, "output_tokens": len(times),
             "target_prompt_tokens": req.target_prompt, "target_output_tokens": req.target_output,
             "prefix_group": req.group, "prefix_tokens": req.prefix, "status": status,
             "http_status": 200, "error": None if status == "ok" else "aborted at end of plan",
@@ -308,9 +353,9 @@ class _Replay:
         if status == "ok":
             row["e2e_s"] = row["e2e_from_scheduled_s"] = t_done - t_sent
         if len(times) > 1:
-            gaps = np.diff(times)
-            row.update(itl_mean_s=float(gaps.mean()), itl_p50_s=float(np.percentile(gaps, 50)),
-                       itl_p99_s=float(np.percentile(gaps, 99)), itl_max_s=float(gaps.max()))
+            gaps = np.sort(np.diff(times))
+            row.update(itl_mean_s=float(gaps.mean()), itl_p50_s=quantile(gaps, 0.5),
+                       itl_p99_s=quantile(gaps, 0.99), itl_max_s=float(gaps[-1]))
         self.requests.add(row)
 
 

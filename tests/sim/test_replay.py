@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from loadlab.errors import InputError
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import ReplayPlan, prompt_ids, run_replay
+from loadlab.sim.engine import Engine
+from loadlab.sim.hardware import resolve
+from loadlab.sim.replay import ReplayPlan, TokenTimes, prompt_ids, quantile, run_replay
+from loadlab.sim.types import EngineRequest
 
 EPOCH = 1_800_000_000.0
 
@@ -42,6 +46,7 @@ def test_closed_loop_records(tmp_path: Path) -> None:
     assert (requests.status == "aborted").sum() == 12
     ok = requests[requests.status == "ok"]
     assert (ok.n_chunks == ok.output_tokens).all()
+    assert (ok.output_tokens == ok.target_output_tokens.clip(upper=4095)).all()
     assert ok.e2e_s.to_numpy() == pytest.approx([c[-1] for c in ok.chunk_offsets_s])
     assert ok.ttft_s.to_numpy() == pytest.approx([c[0] for c in ok.chunk_offsets_s])
     assert (ok.t_done <= EPOCH + 30).all() and (requests.t_sent >= EPOCH).all()
@@ -137,3 +142,33 @@ def test_bad_plans(tmp_path: Path, plan: dict) -> None:
     with pytest.raises(InputError):
         run_replay(small_cfg(), ReplayPlan(**plan), tmp_path)
     assert not (tmp_path / "manifest.json").exists()
+
+
+def test_token_times_match_per_token_tracking_under_preemption() -> None:
+    # 6 long requests in a 40-block pool: preemptions make requests skip steps
+    resolved = resolve(SimConfig(num_gpu_blocks_override=40, block_size=16, max_model_len=512,
+                                 max_num_seqs=6, max_num_batched_tokens=256))
+    tracker, naive, done, preempted = TokenTimes(), {}, {}, 0
+    engine = Engine(resolved, lambda batch: 0.01)
+    for i in range(6):
+        engine.add_request(EngineRequest(f"r{i}", list(range(i * 1000, i * 1000 + 90)), 60, 60, 0.0))
+    now = 0.0
+    while engine.has_unfinished_requests():
+        out = engine.step(now)
+        assert out is not None
+        now = out.t_end
+        preempted += len(out.preempted)
+        tracker.observe(out)
+        for rid, n in out.new_tokens.items():
+            if n:
+                naive.setdefault(rid, []).append(out.t_end)
+        for fin in out.finished:
+            done[fin.request_id] = tracker.pop(fin.request_id)
+    assert preempted > 0 and len(done) == 6
+    assert done == naive
+
+
+def test_quantile_matches_numpy() -> None:
+    values = np.sort(np.random.default_rng(0).exponential(size=37))
+    for q in (0.0, 0.5, 0.99, 1.0):
+        assert quantile(values, q) == pytest.approx(np.percentile(values, q * 100))
