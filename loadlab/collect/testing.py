@@ -8,7 +8,7 @@
 - :func:`running_prometheus`: starts a real Prometheus binary with a temporary
   config and storage, scraping given targets every second; yields its URL.
 - ``python -m loadlab.collect.testing N PAGE``: serves N ok pages in a separate
-  process (for benchmarks); prints one base URL per line.
+  process (for benchmarks); prints one base URL per line, exits when stdin closes.
 """
 
 from __future__ import annotations
@@ -232,16 +232,17 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
 
 
 def _serve_forever(n: int, page_path: str) -> None:
+    """Serve ``n`` copies of a page whose generated-token counter grows; exit on stdin EOF."""
     page = Path(page_path).read_text()
     servers = [PageServer(page).start() for _ in range(n)]
+    counter = next((k for k in servers[0]._index if k.startswith("vllm:generation_tokens_total")), None)
     for s in servers:
+        if counter is not None:
+            s.grow(counter, 100.0)
         print(s.url, flush=True)
-    tick = 0
-    key = next(k for k in servers[0]._index if k.startswith("vllm:generation_tokens_total"))
-    while sys.stdin.readline():  # one line in: advance counters; EOF: exit
-        tick += 1
-        for s in servers:
-            s.add(key, 10)
+    sys.stdin.read()
+    for s in servers:
+        s.stop()
 
 
 if __name__ == "__main__":
