@@ -124,8 +124,8 @@ class ReplaySummary:
 
 
 class _Request:
-    __slots__ = ("seq", "user", "step", "t_sent", "prompt_len", "output_len", "target_prompt",
-                 "target_output", "group", "prefix")
+    __slots__ = ("seq", "user", "step", "t_sent", "prompt_len", "target_prompt", "target_output",
+                 "group", "prefix")
 
     def __init__(self, **kw: Any) -> None:
         for k, v in kw.items():
@@ -223,7 +223,6 @@ class _Replay:
         self.live: dict[str, _Request] = {}
         self.token_times = TokenTimes()
         self.busy_users: set[int] = set()
-        self.schedule: RenewalSchedule | None = None
         self.counts = {"completed": 0, "aborted": 0, "engine_steps": 0, "metrics_rows": 0}
 
     # ---- the loop ------------------------------------------------------------------------
@@ -233,7 +232,7 @@ class _Replay:
 
     def run(self) -> None:
         self.push(0.0, _BOUNDARY, self.on_boundary, 0)
-        self.push(0.0, _SAMPLE, self.on_sample)
+        self.push(0.0, _SAMPLE, self.on_sample, 0)
         while self.heap and not self.ended:
             self.now, _, _, handler, arg = heapq.heappop(self.heap)
             handler(arg)
@@ -259,16 +258,15 @@ class _Replay:
                     self.send(user)
         else:
             shape = None if plan.burstiness == 1.0 else plan.burstiness
-            self.schedule = RenewalSchedule(plan.rates[k], shape, plan.seed * 1000 + k)
-            self.push(self.now, _ARRIVAL, self.on_open_arrival, (k, 0))
+            schedule = RenewalSchedule(plan.rates[k], shape, plan.seed * 1000 + k)
+            self.push(self.now, _ARRIVAL, self.on_open_arrival, (k, 0, schedule))
 
-    def on_open_arrival(self, arg: tuple[int, int]) -> None:
-        k, n = arg
+    def on_open_arrival(self, arg: tuple[int, int, RenewalSchedule]) -> None:
+        k, n, schedule = arg
         self.send(None)
-        assert self.schedule is not None
-        t_next = k * self.plan.step_s + self.schedule.offset(n + 1)
+        t_next = k * self.plan.step_s + schedule.offset(n + 1)
         if t_next < (k + 1) * self.plan.step_s:
-            self.push(t_next, _ARRIVAL, self.on_open_arrival, (k, n + 1))
+            self.push(t_next, _ARRIVAL, self.on_open_arrival, (k, n + 1, schedule))
 
     def on_step_end(self, out: StepOutput) -> None:
         self.busy = False
@@ -283,7 +281,7 @@ class _Replay:
                 if req.user < self.plan.concurrencies[self.step]:
                     self.send(req.user)
 
-    def on_sample(self, _: object) -> None:
+    def on_sample(self, tick: int) -> None:
         """One metrics.parquet sample: the series are learnt once by parsing our own page."""
         values = self.metrics.values()
         if len(values) != len(self.series_ids):
@@ -295,9 +293,9 @@ class _Replay:
         self.counts["metrics_rows"] += len(values)
         if self.progress is not None:
             self.progress(self.now, self.plan.duration_s)
-        next_t = self.now + self.plan.metrics_interval_s
+        next_t = (tick + 1) * self.plan.metrics_interval_s
         if next_t <= self.plan.duration_s + 1e-9:
-            self.push(next_t, _SAMPLE, self.on_sample)
+            self.push(next_t, _SAMPLE, self.on_sample, tick + 1)
 
     # ---- requests ------------------------------------------------------------------------
     def send(self, user: int | None) -> None:
@@ -310,7 +308,7 @@ class _Replay:
         req = EngineRequest(rid, prompt_ids(self.seq, prompt_len, spec.prefix_group, prefix, self.common),
                             output_len, output_len, self.now)
         self.live[rid] = _Request(seq=self.seq, user=user, step=self.step, t_sent=self.now,
-                                  prompt_len=prompt_len, output_len=output_len,
+                                  prompt_len=prompt_len,
                                   target_prompt=spec.prompt_tokens, target_output=spec.output_tokens,
                                   group=spec.prefix_group, prefix=prefix)
         self.seq += 1
