@@ -11,7 +11,7 @@ Model
   usable = num_gpu_blocks - 1 and usage = 1 - free / (num_gpu_blocks - 1).
 - Every block has a reference count. A block whose count drops to 0 goes into the free
   queue, *keeping its hash*: cached-but-unreferenced blocks count as free.
-- Free queue: doubly linked list, LRU at the head. Allocation pops the head and evicts
+- Free queue: LRU order, head first (vLLM: a doubly linked list; here an OrderedDict). Allocation pops the head and evicts
   that block's hash from the cache map. A request's blocks are freed tail-first (the
   caller passes them reversed), so its tail is evicted before its shared prefix.
 - Hashes: only FULL blocks, chained ``hash((parent_hash, token_ids))``
@@ -28,21 +28,20 @@ Everything is O(blocks touched); nothing scans the pool.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 
 class Block:
-    """One KV block: reference count, cached hash, and free-queue links."""
+    """One KV block: reference count and the hash it is cached under (None if not)."""
 
-    __slots__ = ("block_id", "ref_cnt", "block_hash", "prev", "next")
+    __slots__ = ("block_hash", "block_id", "ref_cnt")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
         self.block_hash: int | None = None
-        self.prev: Block | None = None
-        self.next: Block | None = None
 
 
 def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int = 0) -> list[int]:
@@ -56,77 +55,66 @@ def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int =
 
 
 class BlockPool:
-    """Blocks, reference counts, the LRU free queue and the hash -> block map."""
+    """Blocks, reference counts, the LRU free queue and the hash -> block map.
+
+    The free queue is an ``OrderedDict`` used as a doubly linked list (C speed): pop the
+    head with ``popitem(last=False)``, take a touched block out of the middle with ``del``,
+    append at the tail by assignment.
+    """
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool = True) -> None:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self.blocks = [Block(i) for i in range(num_gpu_blocks)]
-        self._head = Block(-1)  # sentinels of the free queue
-        self._tail = Block(-1)
-        prev = self._head
-        for blk in self.blocks[1:]:  # block 0 is the null block, never free
-            prev.next = blk
-            blk.prev = prev
-            prev = blk
-        prev.next = self._tail
-        self._tail.prev = prev
-        self.blocks[0].ref_cnt = 1
-        self.num_free = num_gpu_blocks - 1
+        self.blocks[0].ref_cnt = 1  # block 0 is the null block, never free
+        self._free: OrderedDict[Block, None] = OrderedDict.fromkeys(self.blocks[1:])
         self._cached: dict[int, Block] = {}
         self._dups: dict[int, list[Block]] = {}
 
-    # -- free queue -----------------------------------------------------------------
-    def _unlink(self, blk: Block) -> None:
-        p, n = blk.prev, blk.next
-        p.next = n  # type: ignore[union-attr]
-        n.prev = p  # type: ignore[union-attr]
-        blk.prev = blk.next = None
-        self.num_free -= 1
-
-    def _append(self, blk: Block) -> None:
-        last = self._tail.prev
-        last.next = blk  # type: ignore[union-attr]
-        blk.prev = last
-        blk.next = self._tail
-        self._tail.prev = blk
-        self.num_free += 1
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
 
     def free_queue_ids(self) -> list[int]:
         """Block ids from LRU head to tail (for tests and debugging; O(pool))."""
-        out = []
-        blk = self._head.next
-        while blk is not self._tail:
-            out.append(blk.block_id)  # type: ignore[union-attr]
-            blk = blk.next  # type: ignore[union-attr]
-        return out
+        return [blk.block_id for blk in self._free]
 
     # -- allocation -----------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[Block]:
         """Pop ``n`` blocks from the LRU head, evicting their hashes. Caller checks num_free."""
         out = []
+        pop = self._free.popitem
         for _ in range(n):
-            blk = self._head.next
-            self._unlink(blk)  # type: ignore[arg-type]
-            if blk.block_hash is not None:  # type: ignore[union-attr]
-                self._evict(blk)  # type: ignore[arg-type]
-            blk.ref_cnt = 1  # type: ignore[union-attr]
+            blk = pop(last=False)[0]
+            if blk.block_hash is not None:
+                self._evict(blk)
+            blk.ref_cnt = 1
             out.append(blk)
-        return out  # type: ignore[return-value]
+        return out
+
+    def take_one(self) -> Block:
+        """:meth:`get_new_blocks` for one block, without the list (the decode hot path)."""
+        blk = self._free.popitem(last=False)[0]
+        if blk.block_hash is not None:
+            self._evict(blk)
+        blk.ref_cnt = 1
+        return blk
 
     def touch(self, blocks: Iterable[Block]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
+        free = self._free
         for blk in blocks:
             if blk.ref_cnt == 0:
-                self._unlink(blk)
+                del free[blk]
             blk.ref_cnt += 1
 
     def free_blocks(self, blocks_tail_first: Iterable[Block]) -> None:
         """Drop a reference; blocks reaching zero join the queue tail in the order given."""
+        free = self._free
         for blk in blocks_tail_first:
             blk.ref_cnt -= 1
             if blk.ref_cnt == 0:
-                self._append(blk)
+                free[blk] = None
 
     # -- prefix cache ---------------------------------------------------------------
     def cache_block(self, blk: Block, block_hash: int) -> None:
@@ -170,7 +158,7 @@ class BlockPool:
 
     def usage(self) -> float:
         """vLLM's kv_cache_usage_perc: 1 - free / (num_gpu_blocks - 1)."""
-        return 1.0 - self.num_free / (self.num_gpu_blocks - 1)
+        return 1.0 - len(self._free) / (self.num_gpu_blocks - 1)
 
 
 class KVRequest(Protocol):

@@ -3,7 +3,9 @@
 Callers own the clock and pass ``now``: the live server passes (scaled) wall time, the
 replay passes virtual time, so the same engine serves both. One :meth:`Engine.step`:
 
-1. ``plan = scheduler.schedule()``; nothing scheduled -> return None (idle).
+1. ``plan = scheduler.schedule()`` (:class:`~loadlab.sim.fastpath.FastScheduler`, or the
+   reference :class:`~loadlab.sim.scheduler.Scheduler` with ``reference=True``);
+   nothing scheduled or preempted -> return None (idle).
 2. ``duration = step_time(BatchShape)``; ``t_end = now + duration``.
 3. ``scheduler.update(plan)`` applies the forward pass as of ``t_end``.
 4. Per-request timestamps: first scheduled = ``now`` of its first admission (not reset by
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from loadlab.sim.fastpath import FastScheduler
 from loadlab.sim.scheduler import Scheduler, SchedulerConfig, SimRequest
 from loadlab.sim.types import BatchShape, EngineRequest, FinishedRequest, StepOutput
 
@@ -36,8 +39,10 @@ class Engine:
     """Runs scheduler steps on the caller's clock and reports each as a StepOutput."""
 
     def __init__(self, cfg: SchedulerConfig, step_time: Callable[[BatchShape], float],
-                 observer: Callable[[StepOutput], None] | None = None) -> None:
-        self.scheduler = Scheduler(cfg)
+                 observer: Callable[[StepOutput], None] | None = None, *,
+                 reference: bool = False) -> None:
+        """``reference=True`` runs the plain Scheduler instead of its decode fast path."""
+        self.scheduler = Scheduler(cfg) if reference else FastScheduler(cfg)
         self.step_time = step_time
         self.observer = observer
 

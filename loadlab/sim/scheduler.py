@@ -34,8 +34,8 @@ of requests emitting their first token + tokens emitted. ``prompt_tokens_compute
 ``prompt_tokens_cached`` split those prompts as ``prompt_tokens_by_source``
 (local_compute / local_cache_hit) does, at first token.
 
-A fast path (:mod:`loadlab.sim.decode_fastpath`) handles steps in which every running
-request decodes; it must give the same results as this reference path.
+:class:`loadlab.sim.fastpath.FastScheduler` gives the same results in O(events) per step
+for decoding requests; this class is the reference it is tested against.
 """
 
 from __future__ import annotations
@@ -66,10 +66,28 @@ class SchedulerConfig(Protocol):
 class SimRequest:
     """Scheduler-side state of one request."""
 
-    __slots__ = ("req", "request_id", "key", "prompt_len", "output_len", "max_tokens",
-                 "num_tokens", "num_computed", "num_output", "blocks", "block_hashes",
-                 "num_cached_blocks", "num_preemptions", "num_cached_tokens",
-                 "first_scheduled_time", "first_token_time", "is_decoding")
+    __slots__ = (
+        "base",
+        "block_hashes",
+        "blocks",
+        "event_at",
+        "first_scheduled_time",
+        "first_token_time",
+        "is_decoding",
+        "key",
+        "max_tokens",
+        "num_cached_blocks",
+        "num_cached_tokens",
+        "num_computed",
+        "num_output",
+        "num_preemptions",
+        "num_tokens",
+        "output_len",
+        "prompt_len",
+        "req",
+        "request_id",
+        "steady",
+    )
 
     def __init__(self, req: EngineRequest, key: int, block_hashes: list[int]) -> None:
         self.req = req
@@ -89,6 +107,12 @@ class SimRequest:
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.is_decoding = False  # True when it holds all its tokens but the last
+        # Lazy decode state of the fast path (loadlab.sim.fastpath): while ``steady``, the
+        # counters above hold their value at decode clock ``base``; the request next needs
+        # individual attention (a new block, or its last token) at clock ``event_at``.
+        self.steady = False
+        self.base = 0
+        self.event_at = -1
 
 
 @dataclass
@@ -107,6 +131,8 @@ class SchedulePlan:
     prefix_hits_tokens: int = 0
     preempted_prefix_queries_tokens: int = 0
     preempted_prefix_hits_tokens: int = 0
+    fast: bool = False                     # planned by FastScheduler's decode fast path
+    finishing: list[SimRequest] = field(default_factory=list)  # fast path: last token now
 
 
 @dataclass
@@ -229,10 +255,8 @@ class Scheduler:
             n = r.num_tokens - computed
             if 0 < thr < n:
                 n = thr
-            if n > budget:
-                n = budget
-            if n > mml - 1 - computed:
-                n = mml - 1 - computed
+            n = min(n, budget)
+            n = min(n, mml - 1 - computed)
             if n <= 0:
                 i += 1
                 continue
@@ -260,82 +284,90 @@ class Scheduler:
                 n_prefill_reqs += 1
             i += 1
 
-        if not preempted:
-            waiting = self.waiting
-            while waiting and budget > 0 and len(running) < self.max_num_seqs:
-                r = waiting[0]
-                hit = kv.lookup(r)
-                n_hit = len(hit) * bs
-                n = r.num_tokens - n_hit
-                if 0 < thr < n:
-                    n = thr
-                if not self.chunked_prefill and n > budget:
-                    break
-                if n > budget:
-                    n = budget
-                if not kv.allocate_slots(r, n, hit, self.reserve_full_isl):
-                    break
-                if self.enable_caching:
-                    if r.num_preemptions:
-                        plan.preempted_prefix_queries_tokens += r.num_tokens
-                        plan.preempted_prefix_hits_tokens += n_hit
-                    else:
-                        plan.prefix_queries_tokens += r.num_tokens
-                        plan.prefix_hits_tokens += n_hit
-                waiting.popleft()
-                running.append(r)
-                plan.admitted.append(r)
-                r.num_computed = n_hit
-                if r.num_cached_tokens < 0:
-                    r.num_cached_tokens = n_hit
-                scheduled[r.request_id] = n
-                batch.append(r)
-                budget -= n
-                context += n_hit + n
-                n_prefill += n
-                n_prefill_reqs += 1
-
         plan.num_prefill_tokens = n_prefill
         plan.num_decode_tokens = n_decode
         plan.num_prefill_requests = n_prefill_reqs
         plan.context_tokens = context
+        if not preempted:
+            self._admit(plan, budget)
         return plan
+
+    def _admit(self, plan: SchedulePlan, budget: int) -> None:
+        """Step 3: admit from the head of waiting into ``plan`` with what budget is left."""
+        thr = self.threshold
+        bs = self.block_size
+        kv = self.kv
+        running = self.running
+        waiting = self.waiting
+        scheduled = plan.scheduled
+        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+            r = waiting[0]
+            hit = kv.lookup(r)
+            n_hit = len(hit) * bs
+            n = r.num_tokens - n_hit
+            if 0 < thr < n:
+                n = thr
+            if not self.chunked_prefill and n > budget:
+                break
+            n = min(n, budget)
+            if not kv.allocate_slots(r, n, hit, self.reserve_full_isl):
+                break
+            if self.enable_caching:
+                if r.num_preemptions:
+                    plan.preempted_prefix_queries_tokens += r.num_tokens
+                    plan.preempted_prefix_hits_tokens += n_hit
+                else:
+                    plan.prefix_queries_tokens += r.num_tokens
+                    plan.prefix_hits_tokens += n_hit
+            waiting.popleft()
+            running.append(r)
+            plan.admitted.append(r)
+            r.num_computed = n_hit
+            if r.num_cached_tokens < 0:
+                r.num_cached_tokens = n_hit
+            scheduled[r.request_id] = n
+            plan.requests.append(r)
+            budget -= n
+            plan.context_tokens += n_hit + n
+            plan.num_prefill_tokens += n
+            plan.num_prefill_requests += 1
 
     def update(self, plan: SchedulePlan) -> StepResult:
         """Apply the step's forward pass: advance, emit tokens, finish (step 4)."""
-        new_tokens: dict[str, int] = {}
-        res = StepResult(new_tokens)
-        mml = self.max_model_len
-        finished_any = False
+        res = StepResult({})
+        scheduled = plan.scheduled
         for r in plan.requests:
-            n = plan.scheduled[r.request_id]
-            r.num_computed += n
-            if r.num_computed < r.num_tokens:
-                new_tokens[r.request_id] = 0
-                continue
-            new_tokens[r.request_id] = 1
-            res.iteration_tokens += 1
-            if r.num_output == 0:
-                res.first_token.append(r)
-                res.iteration_tokens += r.prompt_len
-                res.prompt_tokens_cached += r.num_cached_tokens
-                res.prompt_tokens_computed += r.prompt_len - r.num_cached_tokens
-            r.num_output += 1
-            r.num_tokens += 1
-            r.is_decoding = True
-            if r.num_tokens >= mml or r.num_output >= r.max_tokens:
-                res.finished.append((r, "length"))
-            elif r.num_output >= r.output_len:
-                res.finished.append((r, "stop"))
-            else:
-                continue
-            finished_any = True
-        if finished_any:
-            for r, _ in res.finished:
-                self.running.remove(r)
-                self.kv.free(r)
-                del self.requests[r.request_id]
+            self._advance(r, scheduled[r.request_id], res)
+        for r, _ in res.finished:
+            self._release(r)
         return res
+
+    def _advance(self, r: SimRequest, n: int, res: StepResult) -> None:
+        """Compute ``n`` tokens of ``r``; emit and maybe finish it (recorded in ``res``)."""
+        r.num_computed += n
+        if r.num_computed < r.num_tokens:
+            res.new_tokens[r.request_id] = 0
+            return
+        res.new_tokens[r.request_id] = 1
+        res.iteration_tokens += 1
+        if r.num_output == 0:
+            res.first_token.append(r)
+            res.iteration_tokens += r.prompt_len
+            res.prompt_tokens_cached += r.num_cached_tokens
+            res.prompt_tokens_computed += r.prompt_len - r.num_cached_tokens
+        r.num_output += 1
+        r.num_tokens += 1
+        r.is_decoding = True
+        if r.num_tokens >= self.max_model_len or r.num_output >= r.max_tokens:
+            res.finished.append((r, "length"))
+        elif r.num_output >= r.output_len:
+            res.finished.append((r, "stop"))
+
+    def _release(self, r: SimRequest) -> None:
+        """A finished request leaves running and frees its blocks (tail first)."""
+        self.running.remove(r)
+        self.kv.free(r)
+        del self.requests[r.request_id]
 
     @property
     def num_running(self) -> int:

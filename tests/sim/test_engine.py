@@ -59,7 +59,7 @@ def test_max_model_len_caps_generation() -> None:
 
 
 def test_abort_frees_blocks_of_running_and_drops_waiting_requests() -> None:
-    e, outs = make_engine(max_num_seqs=1)
+    e, _outs = make_engine(max_num_seqs=1)
     e.add_request(req("run", 100, out=50))
     e.add_request(req("wait", 10, out=5))
     out = e.step(0.0)

@@ -11,11 +11,12 @@ import pytest
 from sched_fixtures import make_engine, req, run_until_idle, unique_tokens
 
 from loadlab.errors import InputError
+from loadlab.sim.engine import Engine
 
 
 def test_sequence_cap_keeps_requests_waiting_with_kv_mostly_free() -> None:
     c, cap = 12, 4
-    e, outs = make_engine(max_num_seqs=cap, num_gpu_blocks=400, max_num_batched_tokens=1024)
+    e, _outs = make_engine(max_num_seqs=cap, num_gpu_blocks=400, max_num_batched_tokens=1024)
     sent = 0
     for _ in range(c):
         e.add_request(req(f"r{sent}", 100, out=10 + sent % 17))
@@ -67,7 +68,7 @@ def test_tiny_pool_preempts_the_newest_and_admits_nothing_that_step() -> None:
 
 
 def test_preempted_request_goes_before_older_waiting_requests() -> None:
-    e, outs = make_engine(num_gpu_blocks=12, max_model_len=160, enable_prefix_caching=False,
+    e, _outs = make_engine(num_gpu_blocks=12, max_model_len=160, enable_prefix_caching=False,
                           scheduler_reserve_full_isl=False, long_prefill_token_threshold=32,
                           max_num_seqs=3)
     for rid, n, o in (("A", 150, 5), ("B", 8, 6), ("C", 40, 20), ("D", 8, 2)):
@@ -159,7 +160,7 @@ def test_shared_prefix_hits_cut_prefill_work(caching: bool) -> None:
 
 
 def test_identical_requests_in_one_step_share_blocks_cached_at_allocation() -> None:
-    e, outs = make_engine()
+    e, _outs = make_engine()
     toks = unique_tokens(48)
     e.add_request(req("a", toks, out=2))
     e.add_request(req("b", list(toks), out=2))
@@ -169,7 +170,7 @@ def test_identical_requests_in_one_step_share_blocks_cached_at_allocation() -> N
 
 
 def test_kv_usage_counts_cached_free_blocks_as_free() -> None:
-    e, outs = make_engine(num_gpu_blocks=101, max_model_len=1024, max_num_batched_tokens=512)
+    e, _outs = make_engine(num_gpu_blocks=101, max_model_len=1024, max_num_batched_tokens=512)
     e.add_request(req("x", 320, out=3))
     out = e.step(0.0)
     assert out.kv_usage == pytest.approx(20 / 100)
@@ -180,7 +181,7 @@ def test_kv_usage_counts_cached_free_blocks_as_free() -> None:
 
 def _reserve_case(reserve: bool) -> list[str]:
     """A holds 6 of 10 blocks; B (100 tokens = 7 blocks) arrives; 64-token budget."""
-    e, outs = make_engine(num_gpu_blocks=11, max_model_len=160, max_num_batched_tokens=64,
+    e, _outs = make_engine(num_gpu_blocks=11, max_model_len=160, max_num_batched_tokens=64,
                           scheduler_reserve_full_isl=reserve, enable_prefix_caching=False)
     e.add_request(req("A", 90, out=3))
     now = run_steps(e, 2)
@@ -189,7 +190,7 @@ def _reserve_case(reserve: bool) -> list[str]:
     return out.admitted
 
 
-def run_steps(e, n: int, now: float = 0.0) -> float:  # noqa: ANN001
+def run_steps(e: Engine, n: int, now: float = 0.0) -> float:
     for _ in range(n):
         now = e.step(now).t_end
     return now

@@ -1,0 +1,211 @@
+"""The scheduler's decode fast path: O(events) per step instead of O(running).
+
+At concurrency in the hundreds almost every running request is *decoding*: each step it
+computes one token and emits one. Nothing about it needs attention except (a) the step
+in which its next token needs a new KV block and (b) the step of its last token. The
+fast path keeps such requests "steady": their counters are stored as of a decode clock
+``base`` and advance implicitly by one per fast step; a calendar (clock -> requests) holds
+the step of each one's next event. Prefilling requests stay explicit.
+
+A step is fast when the batch cannot be order-dependent:
+
+1. ``demand = #steady + sum(chunk of each explicit running request) <= max_num_batched_tokens``
+   (every running request gets its whole share, as the reference loop would give it), and
+2. ``blocks needed (steady requests at a block boundary + explicit chunks) <= free blocks``
+   (no allocation can fail, so no preemption).
+
+Then: allocate for explicit requests (running order) and for calendar events, admit
+waiting requests exactly as the reference does with the budget left, and in
+:meth:`update` emit one token for every steady request at once (dict copy), finish the
+calendar's finishers, and advance explicit requests one by one. Otherwise the step
+is slow: every steady request is materialised and the reference
+:class:`~loadlab.sim.scheduler.Scheduler` plans the step, after which the steady set and
+calendar are rebuilt (O(running), like the reference itself).
+
+Blocks that steady requests fill with generated tokens are registered in the prefix
+cache only if the request is preempted (``Scheduler._preempt`` caches a victim's full
+blocks), not in the step they fill: their hashes are salted per request, so only
+that request, resumed after a preemption, could ever hit them, and no observable
+differs. (Neither path models a later prompt that repeats generated text.) Within one step the order of ``finished`` may differ from the
+reference; everything else in a StepOutput is equal (tests/sim/test_fastpath.py).
+"""
+
+from __future__ import annotations
+
+from loadlab.sim.scheduler import SchedulePlan, Scheduler, SchedulerConfig, SimRequest, StepResult
+
+
+class FastScheduler(Scheduler):
+    """Same decisions as :class:`Scheduler`; decoding requests cost O(1) per event."""
+
+    def __init__(self, cfg: SchedulerConfig) -> None:
+        super().__init__(cfg)
+        self._clock = 0                                 # fast steps taken
+        self._steady: dict[str, int] = {}               # id -> 1 for each steady request
+        self._calendar: dict[int, list[SimRequest]] = {}
+        self._explicit: list[SimRequest] = []           # running, not steady, running order
+        self._steady_ctx = 0                            # sum of steady num_computed, now
+
+    # -- lazy state -----------------------------------------------------------------------
+    def _materialize(self, r: SimRequest) -> None:
+        d = self._clock - r.base
+        if d:
+            r.num_computed += d
+            r.num_tokens += d
+            r.num_output += d
+        r.base = self._clock
+
+    def _make_steady(self, r: SimRequest) -> None:
+        """``r`` (decoding, counters current) joins the steady set."""
+        r.steady = True
+        r.base = self._clock
+        self._steady[r.request_id] = 1
+        self._steady_ctx += r.num_computed
+        self._plan_event(r)
+
+    def _plan_event(self, r: SimRequest) -> None:
+        to_block = len(r.blocks) * self.block_size - r.num_computed
+        to_last = min(r.output_len - r.num_output, self.max_model_len - r.num_tokens) - 1
+        ev = self._clock + (min(to_last, to_block))
+        r.event_at = ev
+        slot = self._calendar.get(ev)
+        if slot is None:
+            self._calendar[ev] = [r]
+        else:
+            slot.append(r)
+
+    def _drop_steady(self, r: SimRequest) -> None:
+        self._materialize(r)
+        r.steady = False
+        del self._steady[r.request_id]
+        self._steady_ctx -= r.num_computed
+
+    # -- step ----------------------------------------------------------------------------
+    def schedule(self) -> SchedulePlan:
+        clock = self._clock
+        bs = self.block_size
+        thr = self.threshold
+        mml = self.max_model_len
+        events = [r for r in self._calendar.pop(clock, ()) if r.steady and r.event_at == clock]
+        demand = len(self._steady)
+        need_blocks = 0
+        chunks = []
+        for r in self._explicit:
+            c = r.num_computed
+            n = r.num_tokens - c
+            if 0 < thr < n:
+                n = thr
+            n = min(n, mml - 1 - c)
+            chunks.append(n)
+            if n > 0:
+                demand += n
+                need = -(-min(c + n, mml) // bs) - len(r.blocks)
+                if need > 0:
+                    need_blocks += need
+        for r in events:
+            if r.num_computed + clock - r.base == len(r.blocks) * bs:
+                need_blocks += 1
+        if demand > self.max_num_batched_tokens or need_blocks > self.pool.num_free:
+            return self._slow_schedule()
+
+        kv = self.kv
+        caching = self.enable_caching
+        plan = SchedulePlan(dict(self._steady), [], [], [], fast=True)
+        scheduled = plan.scheduled
+        context = n_prefill = n_prefill_reqs = 0
+        for r, n in zip(self._explicit, chunks):
+            if n <= 0:
+                continue
+            c = r.num_computed
+            if c + n > len(r.blocks) * bs:
+                kv.allocate_slots(r, n)
+            elif caching and (c + n) // bs > r.num_cached_blocks:
+                kv.cache_full_blocks(r, min(c + n, r.num_tokens))
+            scheduled[r.request_id] = n
+            plan.requests.append(r)
+            context += c + n
+            n_prefill += n
+            n_prefill_reqs += 1
+        take_one = self.pool.take_one
+        for r in events:
+            self._materialize(r)
+            if r.num_computed == len(r.blocks) * bs:
+                r.blocks.append(take_one())
+            if min(r.output_len - r.num_output, mml - r.num_tokens) == 1:
+                plan.finishing.append(r)
+            else:
+                self._plan_event(r)
+        n_steady = len(self._steady)
+        plan.num_decode_tokens = n_steady
+        plan.num_prefill_tokens = n_prefill
+        plan.num_prefill_requests = n_prefill_reqs
+        plan.context_tokens = context + self._steady_ctx + n_steady
+        self._admit(plan, self.max_num_batched_tokens - demand)
+        return plan
+
+    def update(self, plan: SchedulePlan) -> StepResult:
+        if not plan.fast:
+            res = super().update(plan)
+            self._rebuild()
+            return res
+        res = StepResult(dict(self._steady))
+        res.iteration_tokens = len(self._steady)
+        mml = self.max_model_len
+        for r in plan.finishing:  # counters are current (materialised at schedule)
+            r.num_computed += 1
+            r.num_tokens += 1
+            r.num_output += 1
+            r.steady = False
+            del self._steady[r.request_id]
+            self._steady_ctx -= r.num_computed - 1
+            if r.num_tokens >= mml or r.num_output >= r.max_tokens:
+                res.finished.append((r, "length"))
+            else:
+                res.finished.append((r, "stop"))
+        self._steady_ctx += len(self._steady)
+        self._clock += 1
+        n_done = len(res.finished)
+        scheduled = plan.scheduled
+        for r in plan.requests:
+            self._advance(r, scheduled[r.request_id], res)
+        done = {r.request_id for r, _ in res.finished[n_done:]}
+        explicit = []
+        for r in self._explicit + plan.admitted:
+            if r.request_id in done:
+                continue
+            if r.is_decoding:
+                self._make_steady(r)
+            else:
+                explicit.append(r)
+        self._explicit = explicit
+        for r, _ in res.finished:
+            self._release(r)
+        return res
+
+    def _slow_schedule(self) -> SchedulePlan:
+        """Materialise every steady request and let the reference plan the step."""
+        for r in self.running:
+            if r.steady:  # (a victim's generated blocks are cached by _preempt)
+                self._materialize(r)
+                r.steady = False
+        self._steady.clear()
+        self._calendar.clear()
+        self._explicit = []
+        self._steady_ctx = 0
+        return super().schedule()
+
+    def _rebuild(self) -> None:
+        for r in self.running:
+            if r.is_decoding:
+                self._make_steady(r)
+            else:
+                self._explicit.append(r)
+
+    def abort_request(self, request_id: str) -> SimRequest | None:
+        r = self.requests.get(request_id)
+        if r is not None:
+            if r.steady:
+                self._drop_steady(r)
+            elif r in self._explicit:
+                self._explicit.remove(r)
+        return super().abort_request(request_id)
