@@ -88,12 +88,14 @@ def run(target, model, api, profile, seed, concurrency, geometric, rate, burstin
         step_duration, warmup, max_in_flight, workers, remote_workers, master_bind, join, out, point,
         api_key_env, timeout, drain, calibrate) -> None:
     """Drive a load (steps, Poisson/gamma rate, trace replay) at a server and record every request."""
+    if join:
+        from loadlab.loadgen.worker import join_master
+
+        join_master(join)
+        return
     from loadlab.loadgen import driver
     from loadlab.loadgen.context import RunSettings
 
-    if join:
-        driver.join_master(join)
-        return
     if not target or not model:
         raise InputError("--target and --model are required", field="--target/--model",
                          fix="e.g. --target http://127.0.0.1:8000 --model my-model")

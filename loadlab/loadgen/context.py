@@ -36,6 +36,7 @@ from loadlab.loadgen.transport import SocketTransport
 LAG_TICK_S = 0.05
 SAMPLE_S = 1.0
 FLUSH_S = 0.5
+CLIENT_ERROR_BACKOFF_S = 0.1
 
 
 @dataclass
@@ -135,6 +136,10 @@ class LoadContext:
         self._clients.append(client)
         row = self._row(prepared, outcome, user, t_scheduled, step)
         self.sink.add_row(row)
+        if outcome.status == "client_error":
+            # No connection (server down or restarting): pause so a closed-loop user does
+            # not spin out thousands of error rows a second; the run itself goes on.
+            gevent.sleep(CLIENT_ERROR_BACKOFF_S)
         return row
 
     def _row(self, prepared: Prepared, outcome: Any, user: int, t_scheduled: float | None,

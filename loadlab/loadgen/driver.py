@@ -47,7 +47,8 @@ from loadlab.errors import RunInterrupted, TargetError
 from loadlab.loadgen.context import RunSettings
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
 from loadlab.loadgen.shapes import LoadPlan
-from loadlab.loadgen.user import (CONFIG_MSG, DRAIN_MSG, DRAINED_MSG, READY_MSG, STEP_MSG, Link,
+from loadlab.loadgen.worker import split_address
+from loadlab.loadgen.user import (CONFIG_MSG, DRAIN_MSG, DRAINED_MSG, FAILED_MSG, READY_MSG, STEP_MSG, Link,
                                   LLMUser, OpenLoopUser, locust_link, serve_worker)
 from loadlab.runstore import update_manifest, write_manifest
 
@@ -73,6 +74,7 @@ class _Master:
         self.recorder = recorder
         self.ready: set[str] = set()
         self.drained: set[str] = set()
+        self.failures: list[str] = []
         self.changed = Event()
 
     def attach(self, link: Link) -> None:
@@ -80,6 +82,7 @@ class _Master:
         link.on(CLIENT_MSG, self.recorder.add_client)
         link.on(READY_MSG, lambda d: self._note(self.ready, d["worker"]))
         link.on(DRAINED_MSG, lambda d: self._note(self.drained, d["worker"]))
+        link.on(FAILED_MSG, lambda d: (self.failures.append(d["error"]), self.changed.set()))
         link.on(DONE_MSG, lambda d: (self.recorder.mark_done(d["worker"], d["rows"]), self.changed.set()))
 
     def _note(self, group: set[str], worker: str) -> None:
@@ -131,7 +134,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
             serve_worker(env, wlink, "local", sink_factory=lambda: LocalSink(recorder))
             workers = {"local": None}
         else:
-            host, port = _split_bind(opts.master_bind)
+            host, port = split_address(opts.master_bind)
             runner = env.create_master_runner(master_bind_host=host, master_bind_port=port or _free_port(host))
             mlink = locust_link(runner)
             master.attach(mlink)
@@ -149,8 +152,12 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
                 mlink.send(CONFIG_MSG, data)
             else:
                 runner.send_message(CONFIG_MSG, data, client_id=cid)
-        if not master.wait_for(lambda: len(master.ready) >= len(workers), JOIN_TIMEOUT_S, stop):
-            raise TargetError("workers did not get ready (could they reach the target's /tokenize?)")
+        master.wait_for(lambda: len(master.ready) >= len(workers) or bool(master.failures), JOIN_TIMEOUT_S, stop)
+        if master.failures:
+            raise TargetError(f"a worker could not start: {master.failures[0]}")
+        if len(master.ready) < len(workers):
+            raise TargetError(f"only {len(master.ready)} of {len(workers)} workers got ready within "
+                              f"{JOIN_TIMEOUT_S:.0f} s")
         ticker = gevent.spawn(_progress_loop, runner, recorder, master, plan, opts)
         interrupted = _drive(runner, mlink, master, recorder, plan, len(workers), out, stop)
         ticker.kill(block=False)
@@ -250,11 +257,6 @@ def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: di
     }
 
 
-def _split_bind(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host or "127.0.0.1", int(port or 0)
-
-
 def _free_port(host: str) -> int:
     with socket.socket() as s:
         s.bind((host if host not in ("*",) else "0.0.0.0", 0))
@@ -274,12 +276,3 @@ def _reap(procs: list[subprocess.Popen]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-
-
-def join_master(address: str) -> None:
-    """Worker process: connect to a master and serve until it says quit."""
-    host, port = _split_bind(address)
-    env = Environment(user_classes=[LLMUser, OpenLoopUser])
-    runner = env.create_worker_runner(host, port)
-    serve_worker(env, locust_link(runner), runner.client_id)
-    runner.greenlet.join()

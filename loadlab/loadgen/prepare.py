@@ -27,7 +27,7 @@ from typing import Any
 from loadlab.workload import RequestSpec, load_profile
 from loadlab.errors import TargetError
 from loadlab.workload.prompts import PromptSynth
-from loadlab.loadgen.transport import SocketTransport
+from loadlab.loadgen.transport import ConnectionFailed, SocketTransport, StreamClosed, TransportTimeout
 from loadlab.workload.traces import read_trace
 
 
@@ -122,7 +122,12 @@ class RequestFactory:
         counter = None
         if calibrate:
             counter = SocketTokenCounter(base_url, model, api == "chat", headers or {})
-            if counter.count("the") is None:  # no /tokenize: estimate, and say so in the manifest
+            try:
+                probe = counter.count("the")
+            except (ConnectionFailed, TransportTimeout, StreamClosed) as exc:
+                raise TargetError(f"cannot reach {base_url}/tokenize to calibrate prompts: {exc}",
+                                  ) from None
+            if probe is None:  # no /tokenize: estimate, and say so in the manifest
                 counter = None
         self.calibrated = counter is not None
         self.synth = PromptSynth(seed, common_prefix_tokens=common, counter=counter, nonce=nonce)

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadlab.runstore import CLIENT, REQUESTS, PartWriter
 
 ROWS_MSG = "ll_rows"
 CLIENT_MSG = "ll_client"
@@ -33,6 +32,9 @@ class Recorder:
     """Writes ``requests.parquet`` and ``client.parquet`` of one run folder."""
 
     def __init__(self, run_dir: str | Path, writer_id: str = "master") -> None:
+        # Imported here: workers only ship rows and should not pay for pandas/pyarrow.
+        from loadlab.runstore import CLIENT, REQUESTS, PartWriter
+
         run_dir = Path(run_dir)
         self.requests = PartWriter(run_dir / "requests.parquet", REQUESTS, writer_id=writer_id,
                                    flush_rows=2000, flush_interval_s=1.0)

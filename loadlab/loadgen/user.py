@@ -17,7 +17,7 @@ Protocol (message names; data JSON/msgpack-safe):
 
 - master -> worker: ``ll_config`` (RunSettings), ``ll_step`` ({"index"}),
   ``ll_drain`` ({"deadline_s"}): stop starting requests, report when idle.
-- worker -> master: ``ll_ready``, ``ll_rows`` / ``ll_client`` (record batches),
+- worker -> master: ``ll_ready`` (or ``ll_failed`` with the reason), ``ll_rows`` / ``ll_client`` (record batches),
   ``ll_drained``, ``ll_done`` ({"worker", "rows"}) after Locust's ``test_stop``.
 
 :class:`Link` hides whether the other side is a message away (Locust runners) or
@@ -39,7 +39,7 @@ from loadlab.loadgen.context import LoadContext, RunSettings
 from loadlab.loadgen.records import DONE_MSG, BatchSender
 from loadlab.loadgen.shapes import arrivals
 
-CONFIG_MSG, READY_MSG, STEP_MSG = "ll_config", "ll_ready", "ll_step"
+CONFIG_MSG, READY_MSG, FAILED_MSG, STEP_MSG = "ll_config", "ll_ready", "ll_failed", "ll_step"
 DRAIN_MSG, DRAINED_MSG = "ll_drain", "ll_drained"
 
 
@@ -134,7 +134,11 @@ def serve_worker(environment: Any, link: Link, worker: str,
     def on_config(data: dict) -> None:
         sink = sink_factory() if sink_factory else BatchSender(link.send)
         settings = RunSettings(**data["settings"])
-        environment.loadlab = LoadContext(settings, sink, worker, data["worker_index"])
+        try:
+            environment.loadlab = LoadContext(settings, sink, worker, data["worker_index"])
+        except Exception as exc:  # tell the master why, so it stops at once with the reason
+            link.send(FAILED_MSG, {"worker": worker, "error": f"{type(exc).__name__}: {exc}"})
+            raise
         link.send(READY_MSG, {"worker": worker})
 
     def on_step(data: dict) -> None:

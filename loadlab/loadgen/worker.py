@@ -1,0 +1,28 @@
+"""A load-generator worker process: ``loadlab run --join HOST:PORT``.
+
+Kept apart from the driver so a worker imports only what sending needs (Locust,
+the client, the workload), not the run-folder writers (pandas, pyarrow): workers
+start faster and stay lean. Everything it needs arrives from the master in
+``ll_config``; the API key comes from this machine's environment variable.
+"""
+
+from __future__ import annotations
+
+from locust.env import Environment
+
+from loadlab.loadgen.user import LLMUser, OpenLoopUser, locust_link, serve_worker
+
+
+def split_address(text: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port); a missing port is 0."""
+    host, _, port = text.rpartition(":")
+    return host or "127.0.0.1", int(port or 0)
+
+
+def join_master(address: str) -> None:
+    """Connect to the master at ``address`` and serve until it says quit."""
+    host, port = split_address(address)
+    env = Environment(user_classes=[LLMUser, OpenLoopUser])
+    runner = env.create_worker_runner(host, port)
+    serve_worker(env, locust_link(runner), runner.client_id)
+    runner.greenlet.join()

@@ -1,0 +1,114 @@
+"""`loadlab run` against the simulator on port 0: counts, timing agreement, rates, determinism."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import numpy as np
+import pytest
+
+from loadlab.sim.testing import running_sim
+
+MODEL = "test-model"
+
+
+@pytest.fixture(scope="module")
+def sim() -> str:
+    with running_sim(served_model_name=MODEL, max_num_seqs=16) as url:
+        yield url
+
+
+def _metric(url: str, name: str) -> float:
+    """Sum of all samples of ``name`` (any labels) on the server's /metrics."""
+    text = httpx.get(f"{url}/metrics").text
+    pat = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", re.M)
+    return sum(float(v) for v in pat.findall(text))
+
+
+def _max_overlap(rows) -> int:
+    """Most requests open at once, from their raw send/done times."""
+    events = sorted([(t, 1) for t in rows.t_sent] + [(t, -1) for t in rows.t_done], key=lambda e: (e[0], e[1]))
+    level = best = 0
+    for _, d in events:
+        level += d
+        best = max(best, level)
+    return best
+
+
+def test_closed_loop_steps_counts_ttft_and_exact_prompts(sim, cli, load, tiny_profile, tmp_path) -> None:
+    before = {n: _metric(sim, n) for n in ("vllm:request_success_total", "vllm:time_to_first_token_seconds_sum",
+                                           "vllm:time_to_first_token_seconds_count")}
+    out = tmp_path / "run"
+    res = cli("--target", sim, "--model", MODEL, "--profile", str(tiny_profile), "--concurrency", "1,4",
+              "--step-duration", "2", "--warmup", "0.5", "--workers", "1", "--out", str(out), "--seed", "3")
+    assert res.returncode == 0, res.stderr
+    df, manifest = load(out)
+    after = {n: _metric(sim, n) for n in before}
+
+    assert manifest["status"] == "complete"
+    assert [(s["step"], s["concurrency"]) for s in manifest["steps"]] == [(0, 1), (1, 4)]
+    assert set(df.status) == {"ok"}
+    # Nothing lost or duplicated: every request the server completed has exactly one row.
+    assert after["vllm:request_success_total"] - before["vllm:request_success_total"] == len(df)
+    assert df.request_id.is_unique and df.seq.is_unique
+    for window in manifest["steps"]:
+        rows = df[df.step == window["step"]]
+        c = window["concurrency"]
+        # Closed loop: c users back to back -> about c x duration / mean latency requests.
+        expected = c * (window["t_end"] - window["t_start"]) / rows.e2e_s.mean()
+        assert abs(len(rows) - expected) <= 0.15 * expected + c, (len(rows), expected)
+        assert (rows.concurrency == c).all()
+        assert _max_overlap(rows) <= c
+        assert window["client_cpu_cores"] is not None and window["sched_lag_max_s"] is not None
+    assert _max_overlap(df[df.step == 1]) == 4
+    # Prompts hit their target token count exactly; outputs are pinned by max/min_tokens.
+    assert (df.prompt_tokens == df.target_prompt_tokens).all()
+    assert (df.output_tokens == df.target_output_tokens).all()
+    assert (df.n_chunks == df.output_tokens).all()
+    # The client's TTFT agrees with the server's own (its histogram's sum/count over the run).
+    n = after["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"]
+    server_mean = (after["vllm:time_to_first_token_seconds_sum"]
+                   - before["vllm:time_to_first_token_seconds_sum"]) / n
+    assert n == len(df)
+    assert 0 <= df.ttft_s.mean() - server_mean < 0.004, (df.ttft_s.mean(), server_mean)
+
+
+def test_open_loop_rate_is_reached_without_drift(sim, cli, load, tiny_profile, tmp_path) -> None:
+    out = tmp_path / "rate"
+    # Burstiness 1000 = nearly even gaps, so the schedule itself holds 300 arrivals in 3 s.
+    res = cli("--target", sim, "--model", MODEL, "--profile", str(tiny_profile), "--rate", "100",
+              "--burstiness", "1000", "--step-duration", "3", "--warmup", "0.5", "--workers", "1",
+              "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    df, manifest = load(out)
+    assert set(df.status) == {"ok"} and df.request_id.is_unique
+    sent = np.sort(df.t_sent.to_numpy())
+    achieved = (len(sent) - 1) / (sent[-1] - sent[0])
+    assert abs(achieved - 100) <= 2.0, achieved
+    assert df.send_lag_s.median() < 0.005 and df.send_lag_s.quantile(0.99) < 0.05
+    assert (df.ttft_from_scheduled_s >= df.ttft_s).all()
+    assert manifest["steps"][0]["target_rate"] == 100
+
+
+def test_same_seed_same_requests_across_runs_and_worker_splits(sim, cli, load, tiny_profile, tmp_path) -> None:
+    before = _metric(sim, "vllm:request_success_total")
+    frames = []
+    for workers in ("0", "2"):
+        out = tmp_path / f"w{workers}"
+        res = cli("--target", sim, "--model", MODEL, "--profile", str(tiny_profile), "--rate", "40",
+                  "--step-duration", "2", "--warmup", "0", "--workers", workers, "--seed", "11",
+                  "--out", str(out))
+        assert res.returncode == 0, res.stderr
+        df, manifest = load(out)
+        assert manifest["records"]["missing_by_worker"] == {}
+        frames.append(df)
+    one, two = frames
+    assert two.worker.nunique() == 2
+    assert _metric(sim, "vllm:request_success_total") - before == len(one) + len(two)
+    cols = ["seq", "request_id", "target_prompt_tokens", "target_output_tokens", "prefix_group", "prompt_tokens"]
+    a = one[cols].sort_values("seq").reset_index(drop=True)
+    b = two[cols].sort_values("seq").reset_index(drop=True)
+    assert len(a) > 50 and a.equals(b)
+    offs = [np.sort(f.t_scheduled.to_numpy() - f.t_scheduled.min()) for f in frames]
+    assert np.allclose(offs[0], offs[1], atol=1e-6)
