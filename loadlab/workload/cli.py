@@ -73,11 +73,12 @@ def _prefix_line(model: ProfileModel) -> str:
         return "prefix:   none (every prompt unique)"
     if pre.kind == "shared":
         return f"prefix:   every request shares the first {pre.common_tokens} tokens"
-    assert pre.group_sizes is not None and pre.prefix_fraction is not None
-    sizes, frac = pre.group_sizes.v, pre.prefix_fraction.v
+    assert pre.group_sizes is not None and pre.group_prefix_tokens is not None
+    sizes, shared = pre.group_sizes.v, pre.group_prefix_tokens.v
     mid = len(sizes) // 2
     return (f"prefix:   common {pre.common_tokens} tokens; {pre.group_share:.1%} of requests in {pre.group_count} "
-            f"groups (size median {sizes[mid]:g}, max {sizes[-1]:g}); shared fraction of prompt median {frac[mid]:.2f}")
+            f"groups (size median {sizes[mid]:g}, max {sizes[-1]:g}); a group shares a median "
+            f"{shared[mid]:,.0f} leading tokens")
 
 
 @profile.command("show")

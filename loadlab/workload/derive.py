@@ -16,9 +16,14 @@ Steps and defaults
 4. Prefix (traces with prefix-block hash ids): leading block positions whose modal id
    is in >= 90% of requests form the common prefix; a request's shared prefix is the
    leading run of its blocks that occur in two or more requests (x block tokens, capped
-   at its length); requests are grouped by their first block after the common part,
-   groups of two or more give ``group_sizes``, ``group_share`` and ``prefix_fraction``.
-   Reuse figures are computed in trace order with an infinite cache.
+   at its length); requests are grouped by their first block after the common part.
+   Groups of two or more give ``group_sizes``, ``group_share``,
+   ``group_prefix_tokens`` (per group, the median shared prefix of its members, at
+   least the common prefix) and ``grouped_tail_tokens`` (per grouped request, input
+   minus its group's prefix, at least 1); lone requests give ``ungrouped_input``. Paired
+   profiles get each row's grouped flag as a third rank-pair element, with input ranks
+   taken within the row's kind. Reuse figures are computed in trace order with an
+   infinite cache.
 """
 
 from __future__ import annotations
@@ -102,23 +107,32 @@ def correlations(inp: np.ndarray, out: np.ndarray) -> tuple[float, float]:
     return spearman, log_pearson
 
 
-def rank_pairs(inp: np.ndarray, out: np.ndarray, seed: int = 0) -> Joint:
+def rank_pairs(inp: np.ndarray, out: np.ndarray, grouped: np.ndarray | None = None, seed: int = 0) -> Joint:
     """Empirical copula of a seeded subsample: ranks are taken within the subsample, so
-    each side is uniform on the grid and the marginals come only from the tables."""
+    each side is uniform on the grid and the marginals come only from the tables.
+    ``grouped`` adds each row's prefix-group flag as a third element."""
     gen = np.random.default_rng(seed)
     pick = np.sort(gen.choice(inp.size, size=min(PAIR_COUNT, inp.size), replace=False))
-    ri = np.minimum((_ranks(inp[pick]) * PAIR_GRID).astype(int), PAIR_GRID - 1)
+    ri = _ranks(inp[pick])
+    if grouped is not None:  # the sampler maps grouped and lone input ranks through different tables
+        flags = grouped[pick]
+        for kind in (flags, ~flags):
+            if kind.any():
+                ri[kind] = _ranks(inp[pick][kind])
+    ri = np.minimum((ri * PAIR_GRID).astype(int), PAIR_GRID - 1)
     ro = np.minimum((_ranks(out[pick]) * PAIR_GRID).astype(int), PAIR_GRID - 1)
+    cols = [ri, ro] if grouped is None else [ri, ro, grouped[pick].astype(int)]
     spearman, _ = correlations(inp, out)
-    return Joint(grid=PAIR_GRID, pairs=[(int(a), int(b)) for a, b in zip(ri, ro)], spearman=round(spearman, 4))
+    return Joint(grid=PAIR_GRID, pairs=[[int(c[k]) for c in cols] for k in range(pick.size)],
+                 spearman=round(spearman, 4))
 
 
-def fit_lengths(trace: TraceData, paired: bool | None = None) -> Lengths:
+def fit_lengths(trace: TraceData, paired: bool | None = None, grouped: np.ndarray | None = None) -> Lengths:
     inp, out = trace.input_tokens.astype(float), trace.output_tokens.astype(float)
     if paired is None:
         paired = inp.size > 2 and max(abs(c) for c in correlations(inp, out)) >= PAIR_THRESHOLD
     return Lengths(input=quantile_table(inp), output=quantile_table(out), input_summary=summary(inp),
-                   output_summary=summary(out), joint=rank_pairs(inp, out) if paired else None)
+                   output_summary=summary(out), joint=rank_pairs(inp, out, grouped) if paired else None)
 
 
 def _spread_grid(ts: np.ndarray, seed: int = 0) -> tuple[np.ndarray, float | None]:
@@ -165,7 +179,8 @@ def _counts_per(ts: np.ndarray, width: float) -> np.ndarray:
     return np.bincount((ts[ts < bins * width] // width).astype(int), minlength=bins) if bins else np.array([])
 
 
-def fit_prefix(hash_ids: list[list[int]], input_tokens: np.ndarray, block: int) -> Prefix:
+def fit_prefix(hash_ids: list[list[int]], input_tokens: np.ndarray, block: int) -> tuple[Prefix, np.ndarray]:
+    """Prefix structure and, per request, whether it is in a group of two or more."""
     n = len(hash_ids)
     occurrences = Counter(b for ids in hash_ids for b in set(ids))
     common = 0
@@ -182,8 +197,31 @@ def fit_prefix(hash_ids: list[list[int]], input_tokens: np.ndarray, block: int) 
             run += 1
         shared_tokens[r] = min(run * block, int(input_tokens[r]))
         keys.append(ids[common] if len(ids) > common and occurrences[ids[common]] >= 2 else None)
-    sizes = Counter(k for k in keys if k is not None)
     grouped = np.array([k is not None for k in keys])
+    stats = _reuse_stats(hash_ids, input_tokens, block)
+    common_tokens = common * block
+    if not grouped.any():
+        kind = "shared" if common_tokens else "none"
+        return Prefix(kind=kind, block_tokens=block, common_tokens=common_tokens, stats=stats), grouped
+    members: dict[int, list[int]] = {}
+    for r, k in enumerate(keys):
+        if k is not None:
+            members.setdefault(k, []).append(r)
+    inputs = input_tokens.astype(float)
+    sizes = np.array([len(m) for m in members.values()], dtype=float)
+    group_prefix = np.array([max(float(np.median(shared_tokens[m])), common_tokens) for m in members.values()])
+    tails = np.concatenate([np.maximum(inputs[m] - g, 1.0) for m, g in zip(members.values(), group_prefix)])
+    prefix = Prefix(kind="groups", block_tokens=block, common_tokens=common_tokens,
+                    group_share=round(float(grouped.mean()), 4), group_count=len(members),
+                    group_sizes=quantile_table(sizes), group_prefix_tokens=quantile_table(group_prefix),
+                    grouped_tail_tokens=quantile_table(tails),
+                    ungrouped_input=quantile_table(inputs[~grouped]) if (~grouped).sum() >= 2 else None,
+                    stats=stats)
+    return prefix, grouped
+
+
+def _reuse_stats(hash_ids: list[list[int]], input_tokens: np.ndarray, block: int) -> dict[str, float]:
+    """Block reuse and token-level prefix hits replayed in trace order, infinite cache."""
     seen: set[int] = set()
     reused = hit_tokens = total_blocks = 0
     for r, ids in enumerate(hash_ids):
@@ -194,24 +232,17 @@ def fit_prefix(hash_ids: list[list[int]], input_tokens: np.ndarray, block: int) 
         hit_tokens += min(lead * block, int(input_tokens[r]))
         total_blocks += len(ids)
         seen.update(ids)
-    stats = {"block_reuse_ratio": round(reused / total_blocks, 4),
-             "token_prefix_hit_ratio": round(hit_tokens / float(input_tokens.sum()), 4),
-             "requests": float(n)}
-    common_tokens = common * block
-    if not sizes:
-        kind = "shared" if common_tokens else "none"
-        return Prefix(kind=kind, block_tokens=block, common_tokens=common_tokens, stats=stats)
-    size_arr = np.array(list(sizes.values()), dtype=float)
-    frac = shared_tokens[grouped] / input_tokens[grouped]
-    return Prefix(kind="groups", block_tokens=block, common_tokens=common_tokens,
-                  group_share=round(float(grouped.mean()), 4), group_count=len(sizes),
-                  group_sizes=quantile_table(size_arr), prefix_fraction=quantile_table(np.clip(frac, 0, 1)),
-                  stats=stats)
+    return {"block_reuse_ratio": round(reused / total_blocks, 4),
+            "token_prefix_hit_ratio": round(hit_tokens / float(input_tokens.sum()), 4),
+            "requests": float(len(hash_ids))}
 
 
 def fit_profile(trace: TraceData, name: str, description: str, source: Source, paired: bool | None = None) -> ProfileModel:
     """A complete profile from a trace; ``paired=None`` decides from the correlation."""
-    prefix = (fit_prefix(trace.hash_ids, trace.input_tokens, trace.block_tokens or 1)
-              if trace.hash_ids else Prefix(kind="none"))
+    prefix, grouped = Prefix(kind="none"), None
+    if trace.hash_ids:
+        prefix, flags = fit_prefix(trace.hash_ids, trace.input_tokens, trace.block_tokens or 1)
+        grouped = flags if prefix.kind == "groups" else None
+    lengths = fit_lengths(trace, paired, grouped)
     return ProfileModel(name=name, description=description, source=source,
-                        lengths=fit_lengths(trace, paired), arrivals=fit_arrivals(trace.timestamps_s), prefix=prefix)
+                        lengths=lengths, arrivals=fit_arrivals(trace.timestamps_s), prefix=prefix)

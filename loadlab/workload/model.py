@@ -15,10 +15,15 @@ A profile is one YAML file holding only DERIVED figures of a trace, never raw ro
   ``none`` where the source has no timestamps) and burstiness statistics.
 - ``prefix``: prefix-sharing structure. ``none``; ``shared`` (every request starts
   with the same ``common_tokens``); or ``groups`` (requests belong to groups, e.g.
-  conversations, that share a leading text whose length is ``prefix_fraction`` of the
-  prompt; ``group_sizes`` is the number of requests per group, ``group_share`` the
-  share of requests in a group of two or more; ``common_tokens`` may add a prefix that
-  every request shares, such as a system prompt).
+  conversations or a document asked about repeatedly; ``group_share`` of requests are
+  in a group of two or more, ``group_sizes`` is the number of requests per group,
+  ``common_tokens`` a prefix every request shares, such as a system prompt). A grouped
+  request is its group's shared prefix (``group_prefix_tokens``, one length per group)
+  plus its own tail (``grouped_tail_tokens``); a lone request's length comes from
+  ``ungrouped_input``. So with groups, ``lengths.input`` is the source's marginal for
+  reference and the sampler reproduces it only approximately. Paired profiles carry
+  the grouping as a third element of each rank pair, whose input rank is then taken
+  within its kind (grouped or lone).
 
 Errors name the file, the field path, what was wrong and the fix (exit code 2).
 """
@@ -85,16 +90,19 @@ class Summary(_Strict):
 class Joint(_Strict):
     kind: Literal["rank_pairs"] = "rank_pairs"
     grid: int = Field(gt=1, description="ranks are integers in [0, grid)")
-    pairs: list[tuple[int, int]]
+    pairs: list[list[int]] = Field(description="[input rank, output rank] or [input rank, output rank, grouped 0/1]")
     spearman: float = Field(description="Spearman correlation of the source (input, output)")
 
     @model_validator(mode="after")
     def _check(self) -> "Joint":
         if not self.pairs:
             raise ValueError("pairs must not be empty")
-        bad = [pr for pr in self.pairs if not (0 <= pr[0] < self.grid and 0 <= pr[1] < self.grid)]
-        if bad:
-            raise ValueError(f"rank pair {list(bad[0])} is outside [0, {self.grid})")
+        width = len(self.pairs[0])
+        for pr in self.pairs:
+            if len(pr) != width or width not in (2, 3):
+                raise ValueError(f"rank pair {pr} must have 2 entries (or 3 in every pair)")
+            if not (0 <= pr[0] < self.grid and 0 <= pr[1] < self.grid) or (width == 3 and pr[2] not in (0, 1)):
+                raise ValueError(f"rank pair {pr} is outside [0, {self.grid}) (grouped flag: 0 or 1)")
         return self
 
 
@@ -137,17 +145,21 @@ class Prefix(_Strict):
     group_share: float = Field(default=0.0, ge=0, le=1)
     group_count: int = Field(default=0, ge=0, description="number of groups of 2+ requests in the source")
     group_sizes: Table | None = None
-    prefix_fraction: Table | None = None
+    group_prefix_tokens: Table | None = None
+    grouped_tail_tokens: Table | None = None
+    ungrouped_input: Table | None = None
     stats: dict[str, float] = {}
 
     @model_validator(mode="after")
     def _check(self) -> "Prefix":
         if self.kind == "shared" and self.common_tokens <= 0:
             raise ValueError("kind 'shared' needs common_tokens > 0")
-        if self.kind == "groups" and (self.group_sizes is None or self.prefix_fraction is None or self.group_count < 1):
-            raise ValueError("kind 'groups' needs group_sizes, prefix_fraction and group_count >= 1")
-        if self.prefix_fraction is not None and self.prefix_fraction.v[-1] > 1.0:
-            raise ValueError("prefix_fraction values must lie in [0, 1]")
+        needed = (self.group_sizes, self.group_prefix_tokens, self.grouped_tail_tokens)
+        if self.kind == "groups" and (any(t is None for t in needed) or self.group_count < 1):
+            raise ValueError("kind 'groups' needs group_sizes, group_prefix_tokens, grouped_tail_tokens "
+                             "and group_count >= 1")
+        if self.kind == "groups" and self.group_share < 1 and self.ungrouped_input is None:
+            raise ValueError("kind 'groups' with group_share < 1 needs ungrouped_input")
         return self
 
 

@@ -3,19 +3,22 @@
 Steps for request ``seq`` (all uniforms from :mod:`loadlab.workload.rng`, keyed by
 (seed, seq), so no state is shared between requests):
 
-1. Lengths. Independent profiles map two uniforms through the input and output
-   inverse-CDF tables (linear interpolation between table points, rounded, at least 1).
-   Profiles with a ``joint`` table pick one rank pair uniformly, jitter it inside its
-   grid cell and map each rank through its own table: the marginals stay exact and
-   the input/output dependence of the source is kept.
-2. Prefix. ``shared``: group 0, prefix = ``common_tokens``. ``groups``: with
-   probability ``group_share`` the request joins one of a fixed pool of
-   ``group_count`` groups, chosen with probability proportional to the group's size
-   (sizes drawn once per seed from ``group_sizes``), and shares
-   ``prefix_fraction x prompt`` leading tokens with its group (at least
-   ``common_tokens``); otherwise it is in group 0 with just the common prefix, or in
-   no group. The prefix always leaves at least one unique token.
-3. Arrival. ``arrival_s`` is the request's offset in the profile's own arrival process
+1. Kind. With prefix groups, a request is grouped with probability ``group_share``
+   (or as its rank pair's third element says, for paired profiles).
+2. Lengths. Output: a uniform through the output table (linear interpolation between
+   table points, rounded, at least 1). Input: a lone request maps a uniform through
+   ``ungrouped_input`` (``lengths.input`` when the profile has no groups); a grouped
+   request is its group's prefix plus a tail drawn from ``grouped_tail_tokens``.
+   Paired profiles pick one rank pair uniformly and jitter it inside its grid cell;
+   its two ranks replace the two uniforms, which keeps the source's input/output
+   dependence.
+3. Prefix. ``shared``: group 0, prefix = ``common_tokens``. ``groups``: a grouped
+   request joins one of a fixed pool of ``group_count`` groups, chosen with probability
+   proportional to the group's size (sizes drawn once per seed from ``group_sizes``);
+   each group's prefix length is drawn from ``group_prefix_tokens`` as a pure function
+   of (seed, group). Lone requests are in group 0 with just the common prefix, or in no
+   group. The prefix always leaves at least one unique token.
+4. Arrival. ``arrival_s`` is the request's offset in the profile's own arrival process
    at its recorded rate (None when the profile has no arrival model); a load
    generator that drives its own rate ignores it.
 """
@@ -33,6 +36,7 @@ from loadlab.workload.prompts import PromptSynth, TokenCounter
 
 _SAMPLER_STREAM = 0x5A
 _GROUP_POOL_STREAM = 0x6B
+_GROUP_PREFIX_STREAM = 0x7C
 
 
 @dataclass(frozen=True)
@@ -71,18 +75,21 @@ class RequestSampler:
         lengths = model.lengths
         self._input = QuantileFn(lengths.input)
         self._output = QuantileFn(lengths.output)
-        self._pairs = list(lengths.joint.pairs) if lengths.joint else None
+        self._pairs = [tuple(p) for p in lengths.joint.pairs] if lengths.joint else None
         self._grid = lengths.joint.grid if lengths.joint else 0
         prefix = model.prefix
         self._common = prefix.common_tokens
+        self._share = prefix.group_share if prefix.kind == "groups" else 0.0
+        self._lone_input = QuantileFn(prefix.ungrouped_input) if prefix.ungrouped_input else self._input
+        self._tail = QuantileFn(prefix.grouped_tail_tokens) if prefix.grouped_tail_tokens else self._input
         self._group_cum: list[float] = []
-        self._fraction: QuantileFn | None = None
+        self._group_prefix: QuantileFn | None = None
         if prefix.kind == "groups":
-            assert prefix.group_sizes is not None and prefix.prefix_fraction is not None
+            assert prefix.group_sizes is not None and prefix.group_prefix_tokens is not None
             sizes_fn = QuantileFn(prefix.group_sizes)
             draws = rng.uniforms(rng.key(self.seed, _GROUP_POOL_STREAM), prefix.group_count)
             self._group_cum = list(accumulate(max(1.0, round(sizes_fn(u))) for u in draws))
-            self._fraction = QuantileFn(prefix.prefix_fraction)
+            self._group_prefix = QuantileFn(prefix.group_prefix_tokens)
         arr = model.arrivals
         self._schedule: RenewalSchedule | None = None
         if arr.process != "none" and arr.rate_per_s:
@@ -91,31 +98,27 @@ class RequestSampler:
 
     def spec(self, seq: int) -> RequestSpec:
         """The request at position ``seq``; same (profile, seed, seq) -> same spec."""
-        u = rng.uniforms(rng.key(self.seed, _SAMPLER_STREAM, seq), 7)
+        u = rng.uniforms(rng.key(self.seed, _SAMPLER_STREAM, seq), 5)
+        u_in, u_out = u[1], u[2]
+        grouped = u[3] < self._share
         if self._pairs is not None:
-            i, j = self._pairs[min(int(u[0] * len(self._pairs)), len(self._pairs) - 1)]
-            prompt = self._input((i + u[1]) / self._grid)
-            output = self._output((j + u[2]) / self._grid)
-        else:
-            prompt = self._input(u[1])
-            output = self._output(u[2])
-        prompt_tokens = max(1, round(prompt))
-        output_tokens = max(1, round(output))
-        group, prefix_tokens = self._prefix(prompt_tokens, u[3], u[4], u[5])
-        arrival = self._schedule.offset(seq) if self._schedule is not None else None
-        return RequestSpec(seq, prompt_tokens, output_tokens, group, prefix_tokens, arrival)
-
-    def _prefix(self, prompt_tokens: int, u_join: float, u_group: float, u_frac: float) -> tuple[int | None, int]:
-        kind = self.model.prefix.kind
+            pair = self._pairs[min(int(u[0] * len(self._pairs)), len(self._pairs) - 1)]
+            u_in, u_out = (pair[0] + u_in) / self._grid, (pair[1] + u_out) / self._grid
+            if len(pair) == 3:
+                grouped = pair[2] == 1
+        output_tokens = max(1, round(self._output(u_out)))
+        if grouped and self._group_prefix is not None:
+            g = bisect_right(self._group_cum, u[4] * self._group_cum[-1])
+            shared = round(self._group_prefix(rng.uniforms(rng.key(self.seed, _GROUP_PREFIX_STREAM, g), 1)[0]))
+            prompt_tokens = shared + max(1, round(self._tail(u_in)))
+            return RequestSpec(seq, prompt_tokens, output_tokens, g + 1, shared, self._arrival(seq))
+        prompt_tokens = max(1, round(self._lone_input(u_in)))
         common = min(self._common, prompt_tokens - 1)
-        if kind == "groups" and u_join < self.model.prefix.group_share:
-            assert self._fraction is not None
-            g = bisect_right(self._group_cum, u_group * self._group_cum[-1])
-            shared = max(common, round(self._fraction(u_frac) * prompt_tokens))
-            return g + 1, min(shared, prompt_tokens - 1)
-        if common > 0:
-            return 0, common
-        return None, 0
+        group = 0 if common > 0 else None
+        return RequestSpec(seq, prompt_tokens, output_tokens, group, common, self._arrival(seq))
+
+    def _arrival(self, seq: int) -> float | None:
+        return self._schedule.offset(seq) if self._schedule is not None else None
 
 
 class Profile:

@@ -22,19 +22,24 @@ def _draw(name: str, seed: int, n: int = N) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("name", list_profiles())
 def test_sampled_quantiles_match_the_profile(name: str) -> None:
-    lengths = load_profile(name).model.lengths
+    model = load_profile(name).model
+    lengths = model.lengths
     inp, out = _draw(name, seed=7)
-    for values, summary in ((inp, lengths.input_summary), (out, lengths.output_summary)):
+    # with prefix groups a grouped prompt is its group's prefix plus its own tail, which
+    # reproduces the input marginal only approximately (documented in model.py)
+    loose = model.prefix.kind == "groups"
+    for values, summary, approx in ((inp, lengths.input_summary, loose), (out, lengths.output_summary, False)):
         for q in (10, 25, 50, 75, 90, 99):
             want = getattr(summary, f"p{q}")
             # compared in probability space: steep parts of a bimodal CDF (Mooncake synthetic)
             # turn tiny sampling noise into large token differences
             below = np.mean(values < np.floor(want))
             at_most = np.mean(values <= np.ceil(want))
-            tol = 0.02 if q < 99 else 0.005
+            tol = (0.04 if approx else 0.02) if q < 99 else (0.01 if approx else 0.005)
             assert below <= q / 100 + tol and at_most >= q / 100 - tol, (name, q, below, at_most)
         assert values.mean() == pytest.approx(summary.mean, rel=0.08), name
-        assert values.max() <= summary.max and values.min() >= 1
+        if not approx:
+            assert values.max() <= summary.max and values.min() >= 1
 
 
 def test_bwb_pairs_keep_the_correlation_and_independent_profiles_do_not_invent_one() -> None:
@@ -100,3 +105,27 @@ def test_arrival_offsets_follow_the_profile_rate() -> None:
     assert offsets[0] == 0.0 and np.all(np.diff(offsets) >= 0)
     assert (N - 1) / offsets[-1] == pytest.approx(load_profile("azure-conv").model.arrivals.rate_per_s, rel=0.05)
     assert load_profile("bwb").sampler(9).spec(5).arrival_s is None
+
+
+@pytest.mark.parametrize("name", ["mooncake-conversation", "mooncake-synthetic"])
+def test_prefix_reuse_matches_the_trace(name: str) -> None:
+    """Token-level prefix hits under an infinite cache, replayed in order, as the derive
+    step measured them on the trace: a request hits the longest prefix of its group (or
+    the common prefix) that an earlier request already sent."""
+    profile = load_profile(name)
+    sampler = profile.sampler(4)
+    common = profile.common_prefix_tokens
+    longest: dict[int, int] = {}
+    hit = total = 0
+    n = int(profile.model.prefix.stats["requests"])
+    for i in range(n):
+        spec = sampler.spec(i)
+        total += spec.prompt_tokens
+        if spec.prefix_group is None:
+            continue
+        seen = longest.get(spec.prefix_group, 0)
+        if i > 0 and common:
+            seen = max(seen, min(common, spec.prefix_tokens))
+        hit += min(seen, spec.prefix_tokens)
+        longest[spec.prefix_group] = max(longest.get(spec.prefix_group, 0), spec.prefix_tokens)
+    assert hit / total == pytest.approx(profile.model.prefix.stats["token_prefix_hit_ratio"], abs=0.05)
