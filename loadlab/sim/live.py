@@ -33,7 +33,9 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -240,6 +242,11 @@ class LiveDriver:
     def start(self) -> None:
         """Start the loop task on the running event loop."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+        self._task.add_done_callback(_report_crash)
+
+    @property
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done()
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -322,3 +329,9 @@ class LiveDriver:
             s.generated = fin.output_len
             s.finish_reason = fin.finish_reason
             s._wake()
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    """A dead engine loop must be loud: print why (the server then answers 503 on /health)."""
+    if not task.cancelled() and task.exception() is not None:
+        traceback.print_exception(task.exception(), file=sys.stderr)

@@ -5,7 +5,7 @@ Routes (shapes in :mod:`loadlab.sim.protocol`):
 - ``POST /v1/completions``, ``POST /v1/chat/completions``: streaming (SSE) and not.
 - ``POST /tokenize``: ``{"prompt"}`` or ``{"messages"}`` -> ``{"count", "max_model_len",
   "tokens", "token_strs"}``.
-- ``GET /v1/models``, ``GET /health`` (200, empty), ``GET /metrics`` (Prometheus text
+- ``GET /v1/models``, ``GET /health`` (200, empty; 503 if the engine loop died), ``GET /metrics`` (Prometheus text
   from :class:`loadlab.sim.metrics.EngineMetrics`), ``GET /version``.
 - ``GET /sim/stats`` (simulator only, not vLLM): the live driver's modelled vs measured
   step periods (:class:`loadlab.sim.live.StepPeriods`), for benchmarks and debugging.
@@ -41,8 +41,7 @@ from loadlab.sim.protocol import GenerationRequest, ProtocolError
 DRIVER = web.AppKey("driver", LiveDriver)
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _PIECES = tokenizer.OUTPUT_PIECES
-_IDS = tokenizer.OUTPUT_IDS
-_NWORDS = len(tokenizer.OUTPUT_WORDS)
+output_token = tokenizer.output_token
 
 
 def _json(status: int, body: bytes) -> web.Response:
@@ -51,7 +50,7 @@ def _json(status: int, body: bytes) -> web.Response:
 
 def _text_of(stream: RequestStream, start: int, count: int) -> str:
     seed = stream.seed
-    return "".join(_PIECES[(seed + p * 7919) % _NWORDS] for p in range(start, start + count))
+    return "".join(_PIECES[output_token(seed, p)] for p in range(start, start + count))
 
 
 class _SseEvents:
@@ -132,7 +131,10 @@ class SimServer:
             def sink(s: RequestStream) -> None:
                 data = events.render(s, *s.take())
                 if not transport.is_closing():
-                    transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+                    try:
+                        transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+                    except (OSError, RuntimeError):
+                        pass          # client gone: the cancelled handler aborts the request
 
             stream.sink = sink
             if stream.ready():            # tokens that came out while the headers went
@@ -160,7 +162,8 @@ class SimServer:
                                                       self.resolved.model.hf_name))
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+        """200 while the engine loop runs; 503 if it died, as vLLM's dead engine."""
+        return web.Response(status=200 if self.driver.alive else 503)
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         resp = web.Response(body=self.metrics.render().encode())
