@@ -72,8 +72,8 @@ def endpoint_urls(endpoint: str) -> tuple[str, str]:
             fix="give the server's base URL, e.g. http://127.0.0.1:8000",
         )
     base = parts.path.rstrip("/")
-    base = base[: -len("/metrics")] if base.endswith("/metrics") else base
-    base = base[: -len("/v1")] if base.endswith("/v1") else base
+    base = base.removesuffix("/metrics")
+    base = base.removesuffix("/v1")
     host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
     url = urlunsplit((parts.scheme, host, f"{base}/metrics", parts.query, ""))
     label = urlunsplit((parts.scheme, host, base, "", ""))
@@ -157,7 +157,7 @@ class MetricsFetcher:
                     raise
                 self.close()
                 return self._get(deadline)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             cause = "timeout"
         except ConnectionRefusedError:
             cause = "refused"

@@ -159,8 +159,8 @@ def scrape_rows(
     for sid, value in zip(scrape.ids, scrape.values):
         s = parser.series[sid]
         rows.append(
-            dict(t=t, scrape_s=scrape_s, endpoint=endpoint, family=s.family, type=s.type,
-                 metric=s.metric, labels=s.labels, value=value, source=source)
+            {"t": t, "scrape_s": scrape_s, "endpoint": endpoint, "family": s.family, "type": s.type,
+                 "metric": s.metric, "labels": s.labels, "value": value, "source": source}
         )
     return rows
 

@@ -26,6 +26,7 @@ are computed from the raw rows (:mod:`loadlab.collect.windows`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
@@ -53,7 +54,7 @@ def _client(url: str, headers: dict[str, str] | None = None) -> Any:
 def _chunks(start: float, end: float, chunk_s: float) -> list[tuple[float, float]]:
     n = max(1, math.ceil((end - start) / chunk_s))
     edges = [start + (end - start) * i / n for i in range(n + 1)]
-    return list(zip(edges[:-1], edges[1:]))
+    return list(itertools.pairwise(edges))
 
 
 def _raw_series(pc: Any, selector: str, start: float, end: float, chunk_s: float) -> list[dict]:
@@ -102,7 +103,7 @@ class _Types:
             return known.family, known.type
         mtype = self.meta.get(name)
         if mtype == "counter":
-            return (name[: -len("_total")] if name.endswith("_total") else name), "counter"
+            return (name.removesuffix("_total")), "counter"
         if mtype is not None:
             return name, mtype
         for suffix in ("_bucket", "_sum", "_count"):
@@ -126,8 +127,8 @@ def metrics_rows(series: Iterable[dict], types: _Types, scheme: str = "http") ->
         family, mtype = types.resolve(name)
         canon = canonical_labels(labels)
         rows.extend(
-            dict(t=t, scrape_s=None, endpoint=endpoint, family=family, type=mtype, metric=name,
-                 labels=canon, value=v, source=SOURCE)
+            {"t": t, "scrape_s": None, "endpoint": endpoint, "family": family, "type": mtype, "metric": name,
+                 "labels": canon, "value": v, "source": SOURCE}
             for t, v in item["values"]
         )
     return rows
@@ -149,11 +150,11 @@ def scrape_rows(pc: Any, instances: Sequence[str], start: float, end: float,
     rows = []
     for (inst, t), up in sorted(per_name["up"].items()):
         samples = per_name["scrape_samples_scraped"].get((inst, t))
-        rows.append(dict(t=t, endpoint=endpoint_of(inst, scheme),
-                         duration_s=per_name["scrape_duration_seconds"].get((inst, t)),
-                         ok=up == 1.0, http_status=None,
-                         n_samples=None if samples is None else int(samples),
-                         error=None if up == 1.0 else "down (prometheus up=0)"))
+        rows.append({"t": t, "endpoint": endpoint_of(inst, scheme),
+                         "duration_s": per_name["scrape_duration_seconds"].get((inst, t)),
+                         "ok": up == 1.0, "http_status": None,
+                         "n_samples": None if samples is None else int(samples),
+                         "error": None if up == 1.0 else "down (prometheus up=0)"})
     return rows
 
 
@@ -219,6 +220,6 @@ def query_range_frame(url: str, promql: str, start: float, end: float, step_s: f
     pc = _client(url)
     series = _stepped_series(pc, promql, start, end, step_s)
     return pd.DataFrame(
-        [dict(t=t, labels=canonical_labels(s["metric"]), value=v) for s in series for t, v in s["values"]],
+        [{"t": t, "labels": canonical_labels(s["metric"]), "value": v} for s in series for t, v in s["values"]],
         columns=["t", "labels", "value"],
     )

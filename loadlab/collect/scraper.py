@@ -40,7 +40,12 @@ from typing import Any
 
 from loadlab.collect import catalog
 from loadlab.collect.fetch import MetricsFetcher, endpoint_urls
-from loadlab.collect.parse import CACHE_CONFIG_FAMILY, ExpositionError, ExpositionParser, cache_config
+from loadlab.collect.parse import (
+    CACHE_CONFIG_FAMILY,
+    ExpositionError,
+    ExpositionParser,
+    cache_config,
+)
 from loadlab.collect.sink import MetricsSink
 from loadlab.errors import InputError
 from loadlab.runstore import SCRAPES, PartWriter, update_manifest
@@ -114,8 +119,8 @@ class _EndpointLoop:
 
     def _record(self, t: float, duration: float | None, status: int | None, n: int, error: str | None) -> None:
         self.owner._scrapes.add(
-            dict(t=t, endpoint=self.label, duration_s=duration, ok=error is None,
-                 http_status=status, n_samples=n, error=error)
+            {"t": t, "endpoint": self.label, "duration_s": duration, "ok": error is None,
+                 "http_status": status, "n_samples": n, "error": error}
         )
         with self.owner._changed:
             st = self.stats

@@ -124,7 +124,7 @@ class PageServer:
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_GET(self) -> None:
                 server.requests += 1
                 server.last_authorization = self.headers.get("Authorization")
                 mode = server.mode
@@ -223,10 +223,9 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
         if proc.poll() is not None:
             err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
             raise RuntimeError(f"prometheus exited with {proc.returncode}: {err[-500:]}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status == 200:
-                    return
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as resp:
+            if resp.status == 200:
+                return
         pause.wait(0.1)
     raise TimeoutError(f"prometheus not ready after {timeout_s} s")
 

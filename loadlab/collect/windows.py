@@ -145,7 +145,8 @@ def gauge_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
     frame = data[["t", "endpoint", "labels", "value"]].copy()
     for name in by:
         if name != "endpoint":
-            frame[name] = [_labels(s).get(name) for s in frame["labels"]]
+            values = {s: _labels(s).get(name) for s in frame["labels"].unique()}
+            frame[name] = frame["labels"].map(values)
     snaps = frame.groupby(["endpoint", "t", *[b for b in by if b != "endpoint"]],
                           sort=True)["value"].sum().reset_index()
     rows = []
@@ -202,8 +203,9 @@ def _select(metrics: pd.DataFrame, family: str, where: Mapping[str, str] | None,
     if metric is not None:
         data = data[data["metric"] == metric]
     if where:
-        keep = [all(_labels(s).get(k) == v for k, v in where.items()) for s in data["labels"]]
-        data = data[np.asarray(keep, dtype=bool)]
+        match = {s: all(_labels(s).get(k) == v for k, v in where.items())
+                 for s in data["labels"].unique()}
+        data = data[data["labels"].map(match).to_numpy(dtype=bool)]
     return data
 
 
@@ -229,8 +231,7 @@ def _span(t: np.ndarray, t_start: float, t_end: float) -> tuple[int, int] | None
     if ie < 0:
         return None
     ib = int(np.searchsorted(t, t_start, side="right")) - 1
-    if ib < 0:
-        ib = 0
+    ib = max(ib, 0)
     if ib >= ie:
         return None
     return ib, ie

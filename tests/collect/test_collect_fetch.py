@@ -17,7 +17,7 @@ BODY = b"".join(b'vllm:num_requests_running{engine="%d"} 1.0\n' % i for i in ran
 class Framed(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         kind = self.path.strip("/").split("/")[0]
         self.send_response(200)
         if kind == "chunked":

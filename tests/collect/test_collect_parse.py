@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from collect_pages import IDLE_PAGE, LOAD_PAGE
 from prometheus_client.parser import text_string_to_metric_families
 
-from collect_pages import IDLE_PAGE, LOAD_PAGE
 from loadlab.collect import catalog
 from loadlab.collect.parse import ExpositionError, ExpositionParser, cache_config, parse_text
 

@@ -10,7 +10,10 @@ import pytest
 from collect_pages import GENERATED, RUNNING
 
 from loadlab.collect.prometheus import (
-    collect_from_prometheus, histogram_quantile_query, rate_query, read_prometheus,
+    collect_from_prometheus,
+    histogram_quantile_query,
+    rate_query,
+    read_prometheus,
 )
 from loadlab.collect.scraper import Scraper
 from loadlab.collect.testing import prometheus_binary, running_prometheus
@@ -38,7 +41,7 @@ def test_direct_and_prometheus_agree_per_window(tmp_path, page_server):
                 server.set(RUNNING, level)
                 t_start = time.time()
                 done = scraper.stats()[server.url].ok + PHASE_SCRAPES
-                assert scraper.wait_until(lambda st: st[server.url].ok >= done, 30)
+                assert scraper.wait_until(lambda st, done=done: st[server.url].ok >= done, 30)
                 phases.append((t_start, time.time(), level))
         t_end = phases[-1][1]
         wait_for_scrape(prom_url, t_end)
@@ -60,7 +63,7 @@ def test_direct_and_prometheus_agree_per_window(tmp_path, page_server):
         assert gauge["occupancy"].tolist() == [1.0, 1.0], name
         assert counter.rate_per_s.tolist() == pytest.approx([40.0, 40.0], rel=0.1), name
         assert (coverage.coverage >= 0.5).all(), name
-    (d_gauge, d_counter, _), (p_gauge, p_counter, _) = got["direct"], got["prometheus"]
+    (d_gauge, _, _), (p_gauge, _, _) = got["direct"], got["prometheus"]
     assert d_gauge["p95"].tolist() == p_gauge["p95"].tolist()
     assert abs(d_gauge["n"] - p_gauge["n"]).max() <= 2
     # raw rows look the same: same series, same label spelling, same families and types

@@ -106,10 +106,19 @@ def test_ticks_stay_on_the_grid_and_missed_ticks_are_recorded(tmp_path):
     assert abs(len(scrapes) - (round(offsets.max()) + 1)) <= 1
 
 
-@pytest.mark.parametrize("kwargs", [dict(interval_s=0.05), dict(interval_s=1.0, timeout_s=1.5)])
+@pytest.mark.parametrize("kwargs", [{"interval_s": 0.05}, {"interval_s": 1.0, "timeout_s": 1.5}])
 def test_bad_settings_are_input_errors(tmp_path, kwargs):
     with pytest.raises(InputError):
         Scraper(["http://127.0.0.1:1"], tmp_path, **kwargs)
+
+
+def test_a_page_without_vllm_metrics_is_a_gap(tmp_path):
+    with PageServer("# TYPE python_info gauge\npython_info 1.0\n") as server:
+        with Scraper([server.url], tmp_path, interval_s=0.2) as scraper:
+            assert scraper.wait_until(lambda st: st[server.url].attempts >= 2, 10)
+    _, scrapes = tables(tmp_path)
+    attempts = scrapes[scrapes.error != "missed tick"]
+    assert set(attempts.error) == {"no vllm metrics"} and not scrapes.ok.any()
 
 
 def test_page_fixture_is_the_real_vllm_text():

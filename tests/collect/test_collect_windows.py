@@ -9,7 +9,11 @@ import pandas as pd
 import pytest
 
 from loadlab.collect.windows import (
-    counter_windows, coverage_windows, gauge_windows, histogram_quantile, histogram_windows,
+    counter_windows,
+    coverage_windows,
+    gauge_windows,
+    histogram_quantile,
+    histogram_windows,
     resolve_family,
 )
 
@@ -18,8 +22,8 @@ EP = "http://a:1"
 
 def rows(family, type_, metric, labels, ts, values, endpoint=EP):
     lab = json.dumps(labels, sort_keys=True, separators=(",", ":"))
-    return [dict(t=float(t), scrape_s=0.001, endpoint=endpoint, family=family, type=type_,
-                 metric=metric, labels=lab, value=float(v), source="direct")
+    return [{"t": float(t), "scrape_s": 0.001, "endpoint": endpoint, "family": family, "type": type_,
+                 "metric": metric, "labels": lab, "value": float(v), "source": "direct"}
             for t, v in zip(ts, values)]
 
 
