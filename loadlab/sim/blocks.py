@@ -120,10 +120,8 @@ class BlockPool:
     def cache_block(self, blk: Block, block_hash: int) -> None:
         """Record a just-filled block under its chained hash."""
         blk.block_hash = block_hash
-        if block_hash in self._cached:
+        if self._cached.setdefault(block_hash, blk) is not blk:
             self._dups.setdefault(block_hash, []).append(blk)
-        else:
-            self._cached[block_hash] = blk
 
     def _evict(self, blk: Block) -> None:
         h = blk.block_hash
@@ -228,11 +226,12 @@ class KVCacheManager:
         if n_full <= i:
             return
         hashes = req.block_hashes
-        pool = self.pool
+        blocks = req.blocks
+        cache_block = self.pool.cache_block
         while i < n_full:
             if i == len(hashes):  # a block holding generated tokens: salt with the request
                 hashes.append(hash((hashes[-1] if hashes else 0, req.key, i)))
-            pool.cache_block(req.blocks[i], hashes[i])
+            cache_block(blocks[i], hashes[i])
             i += 1
         req.num_cached_blocks = n_full
 

@@ -127,14 +127,28 @@ class FastScheduler(Scheduler):
             n_prefill += n
             n_prefill_reqs += 1
         take_one = self.pool.take_one
-        for r in events:
-            self._materialize(r)
-            if r.num_computed == len(r.blocks) * bs:
-                r.blocks.append(take_one())
-            if min(r.output_len - r.num_output, mml - r.num_tokens) == 1:
+        calendar = self._calendar
+        for r in events:  # _materialize and _plan_event, inlined: this loop is the hot one
+            d = clock - r.base
+            if d:
+                r.num_computed += d
+                r.num_tokens += d
+                r.num_output += d
+                r.base = clock
+            blocks = r.blocks
+            if r.num_computed == len(blocks) * bs:
+                blocks.append(take_one())
+            to_last = min(r.output_len - r.num_output, mml - r.num_tokens) - 1
+            if to_last == 0:
                 plan.finishing.append(r)
+                continue
+            ev = clock + min(to_last, len(blocks) * bs - r.num_computed)
+            r.event_at = ev
+            slot = calendar.get(ev)
+            if slot is None:
+                calendar[ev] = [r]
             else:
-                self._plan_event(r)
+                slot.append(r)
         n_steady = len(self._steady)
         plan.num_decode_tokens = n_steady
         plan.num_prefill_tokens = n_prefill
