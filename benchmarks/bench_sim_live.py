@@ -67,8 +67,8 @@ def main() -> None:
                     help="leave server and client unpinned (on a busy shared host)")
     args = ap.parse_args()
 
-    flags = dict(max_num_seqs=args.streams, max_model_len=4096, time_scale=args.time_scale,
-                 gpu="h100")
+    flags = {"max_num_seqs": args.streams, "max_model_len": 4096,
+             "time_scale": args.time_scale, "gpu": "h100"}
     with running_sim(**flags) as base:
         kids = _children()
         server_pid = kids[-1] if kids else None

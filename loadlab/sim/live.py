@@ -58,9 +58,9 @@ class RequestStream:
     waking a coroutine per token (the server's streaming fast path).
     """
 
-    __slots__ = ("request_id", "prompt_len", "max_tokens", "output_len", "seed",
-                 "generated", "delivered", "finish_reason", "streaming", "interval",
-                 "sink", "_waiter")
+    __slots__ = ("_waiter", "delivered", "finish_reason", "generated", "interval",
+                 "max_tokens", "output_len", "prompt_len", "request_id", "seed", "sink",
+                 "streaming")
 
     def __init__(self, request_id: str, prompt_len: int, max_tokens: int, output_len: int,
                  seed: int, streaming: bool, interval: int) -> None:

@@ -5,8 +5,9 @@ Routes (shapes in :mod:`loadlab.sim.protocol`):
 - ``POST /v1/completions``, ``POST /v1/chat/completions``: streaming (SSE) and not.
 - ``POST /tokenize``: ``{"prompt"}`` or ``{"messages"}`` -> ``{"count", "max_model_len",
   "tokens", "token_strs"}``.
-- ``GET /v1/models``, ``GET /health`` (200, empty; 503 if the engine loop died), ``GET /metrics`` (Prometheus text
-  from :class:`loadlab.sim.metrics.EngineMetrics`), ``GET /version``.
+- ``GET /v1/models``; ``GET /health`` (200, empty; 503 if the engine loop died);
+  ``GET /metrics`` (Prometheus text from :class:`loadlab.sim.metrics.EngineMetrics`);
+  ``GET /version``.
 - ``GET /sim/stats`` (simulator only, not vLLM): the live driver's modelled vs measured
   step periods (:class:`loadlab.sim.live.StepPeriods`), for benchmarks and debugging.
 
@@ -41,7 +42,7 @@ from loadlab.sim.protocol import GenerationRequest, ProtocolError
 DRIVER = web.AppKey("driver", LiveDriver)
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _PIECES = tokenizer.OUTPUT_PIECES
-output_token = tokenizer.output_token
+_output_token = tokenizer.output_token
 
 
 def _json(status: int, body: bytes) -> web.Response:
@@ -50,7 +51,7 @@ def _json(status: int, body: bytes) -> web.Response:
 
 def _text_of(stream: RequestStream, start: int, count: int) -> str:
     seed = stream.seed
-    return "".join(_PIECES[output_token(seed, p)] for p in range(start, start + count))
+    return "".join(_PIECES[_output_token(seed, p)] for p in range(start, start + count))
 
 
 class _SseEvents:

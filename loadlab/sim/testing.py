@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from loadlab.errors import TargetError
+from loadlab.errors import LoadlabError, TargetError
 from loadlab.sim.config import SimConfig
 
 URL_LINE = re.compile(r"Starting vLLM API server on (http://\S+)")
@@ -144,7 +144,7 @@ def running_sim_in_thread(cfg: SimConfig | None = None, host: str = "127.0.0.1",
         asyncio.set_event_loop(loop)
         try:
             state["runner"], state["url"] = loop.run_until_complete(server.start(cfg, host, 0))
-        except BaseException as exc:      # reported to the caller below
+        except (LoadlabError, OSError) as exc:   # re-raised in the caller's thread below
             state["error"] = exc
             started.set()
             return

@@ -71,7 +71,7 @@ _WORD_LIST = tuple(dict.fromkeys(
     day left general end led role church old next way town best country made
     along several original point field water field light order right found great
     right power small open field center common short white across today head
-    early story level black road level model level local free human range good""".split()
+    early story level black road level model level local free human range good""".split()  # noqa: SIM905
 ))
 
 

@@ -20,8 +20,8 @@ MAX_LEN = 512
 
 
 def config(**overrides) -> SimConfig:
-    base = dict(served_model_name=MODEL, max_model_len=MAX_LEN, time_scale=20.0,
-                num_gpu_blocks_override=400, max_num_seqs=32)
+    base = {"served_model_name": MODEL, "max_model_len": MAX_LEN, "time_scale": 20.0,
+            "num_gpu_blocks_override": 400, "max_num_seqs": 32}
     return SimConfig(**{**base, **overrides})
 
 
