@@ -48,6 +48,13 @@ KINDS = ("sim", "vllm")
 DEFAULT_STARTUP_TIMEOUT_S = {"sim": 60.0, "vllm": 300.0}
 LOG_TAIL_LINES = 40
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Scheduler/cache knobs the analyzer reads from the manifest's ``server`` block; vLLM's
+# /metrics never shows max_num_seqs or the token budget, so the launch flags are the source.
+SERVER_KNOBS = (
+    "max_num_seqs", "max_num_batched_tokens", "block_size", "max_model_len",
+    "gpu_memory_utilization", "num_gpu_blocks_override", "enable_prefix_caching",
+    "enable_chunked_prefill", "long_prefill_token_threshold", "kv_cache_dtype",
+)
 # Harmless everywhere, and keeps a test or CI run from phoning home.
 VLLM_BASE_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
@@ -76,6 +83,10 @@ class LaunchedTarget:
             "log": str(self.log_path),
             "startup_s": round(self.startup_s, 3),
         }
+
+    def server_settings(self) -> dict[str, Any]:
+        """The manifest's ``server`` block: the knobs set by flags (absent = server default)."""
+        return {k: self.flags[k] for k in SERVER_KNOBS if k in self.flags}
 
 
 def find_vllm() -> Path | None:

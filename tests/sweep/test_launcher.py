@@ -50,6 +50,8 @@ def test_launch_healthy_records_redacted_flags_and_stops_group(fake_vllm, tmp_pa
         assert target.flags["enforce_eager"] is True
         assert target.flags["api_key"] == "***"
         assert "s3cret" not in str(target.manifest_entry())
+        assert target.server_settings() == {"max_num_seqs": 4, "block_size": 32,
+                                            "enable_prefix_caching": False}
         assert target.argv[:3] == [str(fake_vllm), "serve", "my-model"]
         pid, child_pid = target.pid, int(child_file.read_text())
         assert _alive(pid) and _alive(child_pid)

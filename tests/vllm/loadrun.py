@@ -1,0 +1,84 @@
+"""Drive a closed-loop step load at a live server and read back per-step figures.
+
+The load runs as ``loadlab run`` (a subprocess, in-process Locust: ``--workers 0``) into
+``<run>/load``; beside it, in this process, the collector's Scraper samples /metrics into
+``<run>/server`` (a separate folder, so neither rewrites the other's manifest). Per-step
+windows come from the load's manifest, with each step's warm-up cut.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from loadlab.collect.scraper import Scraper
+from loadlab.collect.windows import counter_windows, gauge_windows, histogram_windows
+from loadlab.runstore import read_table
+from loadlab.runstore.schema import METRICS, REQUESTS
+from loadlab.sweep.launcher import LaunchedTarget
+
+PROFILES = Path(__file__).parent / "profiles"
+
+
+@dataclass
+class LoadResult:
+    run: Path
+    steps: pd.DataFrame          # step, concurrency, t_start (after warm-up), t_end
+    requests: pd.DataFrame
+    metrics: pd.DataFrame
+    server_manifest: dict
+
+    def gauge(self, family: str) -> pd.DataFrame:
+        return gauge_windows(self.metrics, family, self._windows()).set_index("concurrency")
+
+    def histogram(self, family: str) -> pd.DataFrame:
+        return histogram_windows(self.metrics, family, self._windows()).set_index("concurrency")
+
+    def counter(self, family: str) -> pd.DataFrame:
+        return counter_windows(self.metrics, family, self._windows()).set_index("concurrency")
+
+    def total(self, family: str) -> float:
+        """Increase of a counter over the whole run (first to last sample)."""
+        t0, t1 = self.metrics.t.min(), self.metrics.t.max()
+        return float(counter_windows(self.metrics, family, [(t0, t1)])["delta"].sum())
+
+    def client_ttft(self) -> pd.Series:
+        """Mean client TTFT per step, of the requests whose first token fell in the window
+        (the server observes its TTFT histogram at the same moment)."""
+        ok = self.requests[self.requests.status == "ok"]
+        out = {}
+        for s in self.steps.itertuples():
+            inside = ok[(ok.t_first_token >= s.t_start) & (ok.t_first_token < s.t_end)]
+            out[s.concurrency] = inside.ttft_s.mean()
+        return pd.Series(out)
+
+    def _windows(self) -> pd.DataFrame:
+        return self.steps[["t_start", "t_end", "concurrency"]]
+
+
+def run_steps(target: LaunchedTarget, run: Path, profile: str, levels: list[int],
+              step_s: float, warmup_s: float, interval_s: float = 0.5) -> LoadResult:
+    """One closed-loop step load with metrics sampled beside it."""
+    load_dir, server_dir = run / "load", run / "server"
+    argv = [sys.executable, "-m", "loadlab", "run", "--target", target.base_url, "--model",
+            target.model, "--profile", str(PROFILES / f"{profile}.yaml"), "--concurrency",
+            ",".join(map(str, levels)), "--step-duration", str(step_s), "--warmup", str(warmup_s),
+            "--workers", "0", "--drain", "20", "--out", str(load_dir)]
+    with Scraper([target.base_url], server_dir, interval_s=interval_s):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=step_s * len(levels) + 120,
+                              check=False)
+    assert proc.returncode == 0, f"loadlab run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    manifest = json.loads((load_dir / "manifest.json").read_text())
+    steps = pd.DataFrame(manifest["steps"])
+    steps["t_start"] = steps["t_start"] + steps["warmup_s"]
+    return LoadResult(
+        run=run, steps=steps,
+        requests=read_table(load_dir / "requests.parquet", REQUESTS),
+        metrics=read_table(server_dir / "metrics.parquet", METRICS),
+        server_manifest=json.loads((server_dir / "manifest.json").read_text()),
+    )

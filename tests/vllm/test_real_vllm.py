@@ -1,0 +1,98 @@
+"""End to end on a REAL vLLM (tiny model, CPU): loadgen + collector against vllm serve.
+
+Two servers, each started once (module order groups the tests by server):
+- A: ``--max-num-seqs 4`` with a roomy 512-block pool, prefix caching on.
+- B: ``--max-num-seqs 32`` with a 64-block pool, prefix caching off.
+What each test asserts is the scheduler picture real-vllm.md describes: the sequence cap
+(running pinned at 4, the rest waiting, KV low, TTFT jumping while ITL stays flat), KV
+exhaustion (usage near 1, preemptions), and prefix-cache counters that move only with
+caching on. Gauges are 0.5 s snapshots, so assertions on them leave room for a snapshot
+taken between a finish and the next admission. Client-vs-server TTFT differences per step
+are printed (run with -s) and written to ``ttft_overhead.json`` in the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from loadrun import run_steps
+
+pytestmark = pytest.mark.vllm
+
+SERVER_A = {"max_num_seqs": 4, "num_gpu_blocks_override": 512}
+SERVER_B = {"max_num_seqs": 32, "num_gpu_blocks_override": 64, "enable_prefix_caching": False}
+LEVELS = [1, 2, 4, 8, 16]
+
+
+@pytest.fixture(scope="module")
+def step_load_a(vllm_server, tmp_path_factory):
+    target = vllm_server(**SERVER_A)
+    return run_steps(target, tmp_path_factory.mktemp("seqcap"), "tiny-short", LEVELS,
+                     step_s=6.0, warmup_s=1.5)
+
+
+def test_seq_cap_step_load(step_load_a):
+    res = step_load_a
+    assert (res.requests.status == "ok").all(), res.requests[res.requests.status != "ok"].error.head()
+    running = res.gauge("vllm:num_requests_running")
+    waiting = res.gauge("vllm:num_requests_waiting")
+    kv = res.gauge("vllm:kv_cache_usage_perc")
+    assert running["max"].max() <= 4, running
+    for c in (8, 16):
+        assert running.loc[c, "max"] == 4 and running.loc[c, "mean"] >= 3.0, running
+        assert c - 4 - 3 <= waiting.loc[c, "mean"] <= c - 4 + 0.5, waiting
+    assert kv["max"].max() < 0.1, kv
+    ttft = res.histogram("vllm:time_to_first_token_seconds")["mean"]
+    itl = res.histogram("vllm:inter_token_latency_seconds")["mean"]
+    assert ttft[16] > 4 * ttft[4], ttft
+    assert ttft[8] > 2 * ttft[4], ttft
+    assert itl[16] < 2.5 * itl[1], itl
+
+
+def test_client_ttft_matches_server_histogram(step_load_a):
+    res = step_load_a
+    server = res.histogram("vllm:time_to_first_token_seconds")["mean"]
+    client = res.client_ttft()
+    diff_ms = ((client - server) * 1000).round(1)
+    report = {int(c): {"client_ms": round(float(client[c]) * 1000, 1),
+                       "server_ms": round(float(server[c]) * 1000, 1),
+                       "diff_ms": float(diff_ms[c])} for c in LEVELS}
+    (res.run / "ttft_overhead.json").write_text(json.dumps(report, indent=2))
+    print("\nclient - server TTFT mean per step (ms):", report)
+    # Both sides saw the same queueing: the client's figure tracks the server's jump.
+    assert client[16] > 4 * client[4], report
+    assert (client.notna() & server.notna()).all(), report
+
+
+def test_prefix_caching_on_counts_hits(vllm_server, tmp_path_factory):
+    target = vllm_server(**SERVER_A)
+    res = run_steps(target, tmp_path_factory.mktemp("prefix-on"), "tiny-shared", [2],
+                    step_s=6.0, warmup_s=0.5)
+    queries = res.total("vllm:prefix_cache_queries")
+    hits = res.total("vllm:prefix_cache_hits")
+    assert hits > 0 and queries > 0
+    assert hits / queries > 0.5, (hits, queries)  # 256 of 320 prompt tokens are shared
+    info = res.server_manifest["metrics"]["cache_config_info"]
+    assert info["enable_prefix_caching"] is True and info["num_gpu_blocks"] == 512, info
+
+
+def test_kv_exhaustion_preempts(vllm_server, tmp_path_factory):
+    target = vllm_server(**SERVER_B)
+    res = run_steps(target, tmp_path_factory.mktemp("kv"), "tiny-long", [16], step_s=20.0,
+                    warmup_s=2.0)
+    kv = res.gauge("vllm:kv_cache_usage_perc")
+    running = res.gauge("vllm:num_requests_running")
+    assert kv.loc[16, "max"] > 0.9, kv
+    assert running.loc[16, "max"] < 16, running  # the pool, not the cap of 32, limits
+    assert res.total("vllm:num_preemptions") > 0
+    info = res.server_manifest["metrics"]["cache_config_info"]
+    assert info["num_gpu_blocks"] == 64 and info["enable_prefix_caching"] is False, info
+
+
+def test_prefix_caching_off_counts_no_hits(vllm_server, tmp_path_factory):
+    target = vllm_server(**SERVER_B)
+    res = run_steps(target, tmp_path_factory.mktemp("prefix-off"), "tiny-shared", [2],
+                    step_s=5.0, warmup_s=0.5)
+    assert (res.requests.status == "ok").sum() > 0
+    assert res.total("vllm:prefix_cache_hits") == 0
