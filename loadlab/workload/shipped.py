@@ -172,16 +172,21 @@ def build_all(traces: Path) -> dict[str, ProfileModel]:
     return profiles
 
 
+def render_file(name: str, model: ProfileModel) -> str:
+    """Text of a shipped profile file: an attribution header, then the YAML."""
+    header = (f"# Workload profile '{name}': DERIVED figures only (no raw trace rows).\n"
+              f"# Source: {model.source.origin} ({model.source.licence}).\n"
+              f"# Cite: {model.source.citation}.\n"
+              "# Regenerate: python -m loadlab.workload.shipped ../shared/traces profiles\n")
+    return header + dump_profile(model)
+
+
 def main(argv: list[str]) -> None:
     traces = Path(argv[0]) if argv else DEFAULT_TRACES
     out = Path(argv[1]) if len(argv) > 1 else PROFILES_DIR
     out.mkdir(parents=True, exist_ok=True)
     for name, model in build_all(traces).items():
-        header = (f"# Workload profile '{name}': DERIVED figures only (no raw trace rows).\n"
-                  f"# Source: {model.source.origin} ({model.source.licence}).\n"
-                  f"# Cite: {model.source.citation}.\n"
-                  "# Regenerate: python -m loadlab.workload.shipped ../shared/traces profiles\n")
-        (out / f"{name}{SUFFIX}").write_text(header + dump_profile(model), encoding="utf-8")
+        (out / f"{name}{SUFFIX}").write_text(render_file(name, model), encoding="utf-8")
         print(f"wrote {out / (name + SUFFIX)}")
 
 

@@ -145,3 +145,17 @@ def test_deepseek_r1_is_the_traffic_weighted_servegen_mixture(traces_dir: Path) 
     assert out.mean == pytest.approx((values * weights).sum() / weights.sum(), rel=1e-4)
     for q in QS:
         assert getattr(out, f"p{q}") == values[np.searchsorted(cdf, q / 100 - 1e-12)]
+
+
+def test_derivation_script_regenerates_the_committed_files(traces_dir: Path) -> None:
+    """Row-based profiles only; deepseek-r1's numbers are recomputed independently above."""
+    from loadlab.workload.shipped import RECIPES, from_recipe, render_file, shared_system_prompt
+
+    for name in RECIPES:
+        model, trace = from_recipe(traces_dir, name)
+        fresh = {name: model}
+        if name == "azure-conv":
+            fresh["shared-system-prompt"] = shared_system_prompt(model, trace)
+        for key, value in fresh.items():
+            committed = (PROFILES_DIR / f"{key}.yaml").read_text()
+            assert render_file(key, value) == committed, f"{key}: rerun python -m loadlab.workload.shipped"
