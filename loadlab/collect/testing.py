@@ -79,7 +79,7 @@ class PageServer:
         self.requests = 0
         self.last_authorization: str | None = None
         self._httpd = _QuietServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import httpx
@@ -68,3 +69,30 @@ def test_scraper_follows_the_simulator_under_load(tmp_path):
     assert info["vllm_engine"] == "v1"
     assert json.dumps(info["cache_config_info"])  # typed, JSON-clean
     assert info["cache_config_info"]["block_size"] > 0
+
+
+def test_collector_process_flushes_on_sigterm(tmp_path, page_server):
+    """Run as a process (no --duration), stopped by SIGTERM: nothing buffered is lost."""
+    import signal
+    import subprocess
+    import sys
+
+    server = page_server("ok")
+    proc = subprocess.Popen([sys.executable, "-m", "loadlab", "collect", server.url,
+                             "--interval", "0.2", "--out", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        pause = threading.Event()
+        while not read_manifest(tmp_path).get("metrics", {}).get("endpoints"):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            pause.wait(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "scrapes ok" in out
+    assert len(read_table(tmp_path / "metrics.parquet", METRICS)) >= 325
+    assert read_table(tmp_path / "scrapes.parquet", SCRAPES).ok.sum() >= 1
