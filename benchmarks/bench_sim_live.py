@@ -8,7 +8,10 @@ lengths) for ``--seconds``. Reported side by side:
 - the server's modelled vs measured step periods over busy steps
   (``GET /sim/stats``; goal: ratio within 5 % of 1.0), steps published late, re-anchors;
 - tokens/s the client received vs what the modelled step times allow;
-- the server process's CPU use (share of one core).
+- the server process's CPU use (share of one core), per SSE event, and the share of
+  one core it would need to run at the modelled pace (server CPU seconds / modelled
+  seconds): on a shared, busy host the measured ratio suffers from CPU the server did
+  not get; this figure says whether one dedicated core suffices.
 
 Usage: python benchmarks/bench_sim_live.py [--streams 256] [--seconds 20]
 """
@@ -94,6 +97,10 @@ def main() -> None:
     if server_pid:
         print(f"server CPU                    {100 * cpu / wall:10.0f} % of one core "
               f"({1e6 * cpu / max(counts['events'], 1):.1f} us per SSE event, all costs)")
+        # CPU the server would need to run at the modelled pace, contention aside.
+        need = cpu / stats["modelled_s"] if stats["modelled_s"] else float("nan")
+        print(f"core share needed at pace     {100 * need:10.0f} %   "
+              f"({'keeps up' if need < 1 else 'cannot keep up'} on one dedicated core)")
     print(f"host load average (1 min)     {os.getloadavg()[0]:10.2f}   on {os.cpu_count()} cores")
 
 
