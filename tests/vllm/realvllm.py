@@ -8,7 +8,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from loadlab.sweep.launcher import REPO_ROOT, find_vllm
+from loadlab.sweep.launcher import find_vllm
+
+# The checkout holding these tests (not loadlab's install location: under tox loadlab is
+# installed into .tox, while .vllm-venv, .cache and tools/ stay in the checkout).
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 ENABLE_HINT = "real vLLM not installed: run `bash tools/install_vllm.sh` to enable these tests"
 VLLM_ENV = {

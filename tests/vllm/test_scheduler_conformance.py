@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from realvllm import tiny_model_dir
+from realvllm import REPO_ROOT, tiny_model_dir
 from sched_cases import CASES, EXERCISES
 
 from loadlab.sim.engine import Engine
 from loadlab.sim.types import BatchShape, EngineRequest, StepOutput
-from loadlab.sweep.launcher import REPO_ROOT
 
 pytestmark = pytest.mark.vllm
 TRACE_TOOL = REPO_ROOT / "tools" / "vllm_sched_trace.py"
