@@ -34,7 +34,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20_000)
     n = parser.parse_args().n
 
-    print(f"{'profile':24s} {'spec() us':>10s} {'numpy-per-seq us':>17s} {'ratio':>6s} {'load ms':>8s}")
+    print(
+        f"{'profile':24s} {'spec() us':>10s} {'numpy-per-seq us':>17s} {'ratio':>6s} {'load ms':>8s}"
+    )
     for name in list_profiles():
         t0 = time.process_time()
         profile = load_profile(name)
@@ -43,9 +45,9 @@ def main() -> None:
         ours = cpu_per_call(sampler.spec, n)
         table = profile.model.lengths.input
 
-        def numpy_draw(seq: int) -> float:
+        def numpy_draw(seq: int, p: list[float] = table.p, v: list[float] = table.v) -> float:
             gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence([1, seq])))
-            return float(np.interp(gen.random(), table.p, table.v))
+            return float(np.interp(gen.random(), p, v))
 
         alt = cpu_per_call(numpy_draw, n)
         print(f"{name:24s} {ours * 1e6:10.1f} {alt * 1e6:17.1f} {alt / ours:6.2f} {load_ms:8.1f}")
@@ -56,14 +58,19 @@ def main() -> None:
         profile = load_profile(name)
         specs = [profile.sampler(1).spec(i) for i in range(min(n, 400))]
         tokens = sum(s.prompt_tokens for s in specs)
-        for label, counter in (("no counter", None), ("whitespace counter", lambda t: len(t.split()))):
+        for label, counter in (
+            ("no counter", None),
+            ("whitespace counter", lambda t: len(t.split())),
+        ):
             synth = profile.prompt_synth(1, counter=counter)
             start = time.process_time()
             for spec in specs:
                 synth.prompt(spec)
             cpu = time.process_time() - start
-            print(f"{name + ', ' + label:36s} {cpu / len(specs) * 1e3:10.2f} {tokens / cpu / 1e6:11.2f} "
-                  f"{tokens / len(specs):12.0f}")
+            print(
+                f"{name + ', ' + label:36s} {cpu / len(specs) * 1e3:10.2f} {tokens / cpu / 1e6:11.2f} "
+                f"{tokens / len(specs):12.0f}"
+            )
 
 
 if __name__ == "__main__":

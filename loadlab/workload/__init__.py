@@ -25,7 +25,14 @@ from loadlab.workload.sampler import Profile, RequestSampler, RequestSpec
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
 SUFFIX = ".yaml"
 
-__all__ = ["PROFILES_DIR", "Profile", "RequestSampler", "RequestSpec", "list_profiles", "load_profile"]
+__all__ = [
+    "PROFILES_DIR",
+    "Profile",
+    "RequestSampler",
+    "RequestSpec",
+    "list_profiles",
+    "load_profile",
+]
 
 
 def list_profiles() -> list[str]:
@@ -41,11 +48,17 @@ def load_profile(name_or_path: str | Path) -> Profile:
     candidate = Path(text)
     if candidate.suffix in (".yaml", ".yml", ".json") or candidate.exists() or "/" in text:
         if not candidate.is_file():
-            raise InputError("profile file not found", source=text,
-                             fix=f"check the path, or use a shipped name: {', '.join(list_profiles())}")
+            raise InputError(
+                "profile file not found",
+                source=text,
+                fix=f"check the path, or use a shipped name: {', '.join(list_profiles())}",
+            )
         return Profile(read_profile_file(candidate), str(candidate))
     shipped = PROFILES_DIR / f"{text}{SUFFIX}"
     if not shipped.is_file():
-        raise InputError(f"unknown profile '{text}'", field="profile",
-                         fix=f"use one of: {', '.join(list_profiles()) or '(none shipped)'}, or a path to a profile file")
+        raise InputError(
+            f"unknown profile '{text}'",
+            field="profile",
+            fix=f"use one of: {', '.join(list_profiles()) or '(none shipped)'}, or a path to a profile file",
+        )
     return Profile(read_profile_file(shipped), str(shipped))

@@ -38,11 +38,17 @@ class RenewalSchedule:
 
     def __init__(self, rate: float, shape: float | None, seed: int) -> None:
         if not rate > 0:
-            raise InputError(f"arrival rate must be > 0 requests/s, got {rate}", field="rate",
-                             fix="give a positive rate such as 2.5")
+            raise InputError(
+                f"arrival rate must be > 0 requests/s, got {rate}",
+                field="rate",
+                fix="give a positive rate such as 2.5",
+            )
         if shape is not None and not shape > 0:
-            raise InputError(f"gamma burstiness (shape) must be > 0, got {shape}", field="burstiness",
-                             fix="use 1 for Poisson-like, <1 for bursty, >1 for smooth arrivals")
+            raise InputError(
+                f"gamma burstiness (shape) must be > 0, got {shape}",
+                field="burstiness",
+                fix="use 1 for Poisson-like, <1 for bursty, >1 for smooth arrivals",
+            )
         self.rate = float(rate)
         self.shape = None if shape is None else float(shape)
         self.seed = int(seed)
@@ -50,7 +56,9 @@ class RenewalSchedule:
         self._cum: dict[int, np.ndarray] = {}
 
     def _gaps(self, chunk: int) -> np.ndarray:
-        gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed & _MASK64, STREAM, chunk])))
+        gen = np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence([self.seed & _MASK64, STREAM, chunk]))
+        )
         if self.shape is None:
             return gen.exponential(1.0 / self.rate, CHUNK)
         return gen.gamma(self.shape, 1.0 / (self.rate * self.shape), CHUNK)
@@ -94,8 +102,11 @@ def gamma_schedule(rate: float, burstiness: float, seed: int) -> RenewalSchedule
 def replay_schedule(timestamps_s: Iterable[float], time_scale: float = 1.0) -> Iterator[float]:
     """Recorded timestamps as offsets from the first one, times ``time_scale``."""
     if not time_scale > 0:
-        raise InputError(f"time scale must be > 0, got {time_scale}", field="time_scale",
-                         fix="use 1 for real time, 0.5 for twice as fast")
+        raise InputError(
+            f"time scale must be > 0, got {time_scale}",
+            field="time_scale",
+            fix="use 1 for real time, 0.5 for twice as fast",
+        )
     t0: float | None = None
     for t in timestamps_s:
         if t0 is None:

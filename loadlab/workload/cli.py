@@ -34,18 +34,22 @@ def _row(label: str, s: Summary) -> str:
 def render(model: ProfileModel) -> str:
     """The readable summary `profile show` prints."""
     lengths, arr, pre = model.lengths, model.arrivals, model.prefix
-    lines = [f"{model.name}: {model.description}",
-             f"source: {model.source.dataset} [{model.source.licence}]",
-             f"        {model.source.origin}",
-             f"cite:   {model.source.citation}",
-             f"requests in source: {lengths.input_summary.n:,.0f}",
-             "",
-             f"{'tokens':8s}{'mean':>9s}" + "".join(f"{q:>9s}" for q in _QUANTILES) + f"{'max':>9s}",
-             _row("input", lengths.input_summary),
-             _row("output", lengths.output_summary)]
+    lines = [
+        f"{model.name}: {model.description}",
+        f"source: {model.source.dataset} [{model.source.licence}]",
+        f"        {model.source.origin}",
+        f"cite:   {model.source.citation}",
+        f"requests in source: {lengths.input_summary.n:,.0f}",
+        "",
+        f"{'tokens':8s}{'mean':>9s}" + "".join(f"{q:>9s}" for q in _QUANTILES) + f"{'max':>9s}",
+        _row("input", lengths.input_summary),
+        _row("output", lengths.output_summary),
+    ]
     if lengths.joint:
-        lines.append(f"lengths sampled as pairs ({len(lengths.joint.pairs)} rank pairs, "
-                     f"Spearman {lengths.joint.spearman:+.2f} in the source)")
+        lines.append(
+            f"lengths sampled as pairs ({len(lengths.joint.pairs)} rank pairs, "
+            f"Spearman {lengths.joint.spearman:+.2f} in the source)"
+        )
     else:
         lines.append("input and output sampled independently")
     lines.append("")
@@ -53,11 +57,20 @@ def render(model: ProfileModel) -> str:
         lines.append("arrivals: none in the source (drive the rate from the load shape)")
     else:
         shape = f", gamma shape {arr.gamma_shape:g}" if arr.gamma_shape else ""
-        lines.append(f"arrivals: {arr.process}, {arr.rate_per_s:g} req/s, inter-arrival CV {arr.cv:g}{shape}")
+        lines.append(
+            f"arrivals: {arr.process}, {arr.rate_per_s:g} req/s, inter-arrival CV {arr.cv:g}{shape}"
+        )
         st = arr.stats
-        extra = [f"{k} {v:g}" for k, v in (("span_s", st.span_s), ("var/mean 1s", st.dispersion_1s),
-                                           ("var/mean 60s", st.dispersion_60s),
-                                           ("busiest minute/mean", st.peak_minute_over_mean)) if v is not None]
+        extra = [
+            f"{k} {v:g}"
+            for k, v in (
+                ("span_s", st.span_s),
+                ("var/mean 1s", st.dispersion_1s),
+                ("var/mean 60s", st.dispersion_60s),
+                ("busiest minute/mean", st.peak_minute_over_mean),
+            )
+            if v is not None
+        ]
         if extra:
             lines.append("          " + ", ".join(extra))
         if st.note:
@@ -76,9 +89,11 @@ def _prefix_line(model: ProfileModel) -> str:
     assert pre.group_sizes is not None and pre.group_prefix_tokens is not None
     sizes, shared = pre.group_sizes.v, pre.group_prefix_tokens.v
     mid = len(sizes) // 2
-    return (f"prefix:   common {pre.common_tokens} tokens; {pre.group_share:.1%} of requests in {pre.group_count} "
-            f"groups (size median {sizes[mid]:g}, max {sizes[-1]:g}); a group shares a median "
-            f"{shared[mid]:,.0f} leading tokens")
+    return (
+        f"prefix:   common {pre.common_tokens} tokens; {pre.group_share:.1%} of requests in {pre.group_count} "
+        f"groups (size median {sizes[mid]:g}, max {sizes[-1]:g}); a group shares a median "
+        f"{shared[mid]:,.0f} leading tokens"
+    )
 
 
 @profile.command("show")
@@ -90,31 +105,67 @@ def show(name: str) -> None:
 
 @profile.command("build")
 @click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="trace format; guessed from the file name when omitted")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="trace format; guessed from the file name when omitted",
+)
 @click.option("--input-col", default=None, help="column with prompt lengths (csv/jsonl)")
 @click.option("--output-col", default=None, help="column with output lengths (csv/jsonl)")
 @click.option("--time-col", default=None, help="column with request times (optional)")
-@click.option("--time-unit", type=click.Choice(["s", "ms"]), default="s", help="unit of numeric times")
+@click.option(
+    "--time-unit", type=click.Choice(["s", "ms"]), default="s", help="unit of numeric times"
+)
 @click.option("--name", required=True, help="profile name")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="profile file to write")
-@click.option("--pairs/--independent", "paired", default=None,
-              help="keep (input, output) pairs; default: only when they are correlated (|rho| >= 0.3)")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="profile file to write",
+)
+@click.option(
+    "--pairs/--independent",
+    "paired",
+    default=None,
+    help="keep (input, output) pairs; default: only when they are correlated (|rho| >= 0.3)",
+)
 @click.option("--licence", default="unknown (user-supplied trace)", help="licence of the trace")
 @click.option("--citation", default="none", help="what to cite for the trace")
 @click.option("--description", default=None, help="one line on what this workload is")
-def build(trace: Path, fmt: str | None, input_col: str | None, output_col: str | None, time_col: str | None,
-          time_unit: str, name: str, out: Path, paired: bool | None, licence: str, citation: str,
-          description: str | None) -> None:
+def build(
+    trace: Path,
+    fmt: str | None,
+    input_col: str | None,
+    output_col: str | None,
+    time_col: str | None,
+    time_unit: str,
+    name: str,
+    out: Path,
+    paired: bool | None,
+    licence: str,
+    citation: str,
+    description: str | None,
+) -> None:
     """Turn your own TRACE into a profile (only derived figures are written)."""
     from loadlab.workload.derive import fit_profile
 
     columns = None
     if input_col or output_col or fmt in ("csv", "jsonl"):
-        columns = Columns(input_col or "input_tokens", output_col or "output_tokens", time_col, time_unit)  # type: ignore[arg-type]
+        columns = Columns(
+            input_col or "input_tokens", output_col or "output_tokens", time_col, time_unit
+        )  # type: ignore[arg-type]
     data = read_trace(trace, fmt, columns)  # type: ignore[arg-type]
-    source = Source(dataset=trace.name, origin=str(trace), licence=licence, citation=citation,
-                    derivation="loadlab profile build: inverse-CDF tables, fitted arrivals, prefix groups")
-    model = fit_profile(data, name, description or f"Built from {trace.name} ({len(data)} requests)", source, paired)
+    source = Source(
+        dataset=trace.name,
+        origin=str(trace),
+        licence=licence,
+        citation=citation,
+        derivation="loadlab profile build: inverse-CDF tables, fitted arrivals, prefix groups",
+    )
+    model = fit_profile(
+        data, name, description or f"Built from {trace.name} ({len(data)} requests)", source, paired
+    )
     out.write_text(dump_profile(model), encoding="utf-8")
     click.echo(f"wrote {out} ({len(data)} requests)")

@@ -46,7 +46,14 @@ from loadlab.workload.model import (
 )
 from loadlab.workload.traces import TraceData
 
-PROBS: list[float] = [round(k * 0.005, 4) for k in range(199)] + [0.9925, 0.995, 0.9975, 0.999, 0.9995, 1.0]
+PROBS: list[float] = [round(k * 0.005, 4) for k in range(199)] + [
+    0.9925,
+    0.995,
+    0.9975,
+    0.999,
+    0.9995,
+    1.0,
+]
 PAIR_THRESHOLD = 0.3
 PAIR_COUNT = 1500
 PAIR_GRID = 1000
@@ -62,9 +69,12 @@ def quantile_table(values: np.ndarray) -> Table:
 
 def summary(values: np.ndarray) -> Summary:
     ps = np.percentile(values, _SUMMARY_P)
-    return Summary(n=int(values.size), mean=round(float(values.mean()), 2),
-                   **{f"p{p}": round(float(x), 2) for p, x in zip(_SUMMARY_P, ps)},
-                   max=float(values.max()))
+    return Summary(
+        n=int(values.size),
+        mean=round(float(values.mean()), 2),
+        **{f"p{p}": round(float(x), 2) for p, x in zip(_SUMMARY_P, ps)},
+        max=float(values.max()),
+    )
 
 
 def pmf_quantile(values: np.ndarray, weights: np.ndarray, probs: Sequence[float]) -> np.ndarray:
@@ -85,8 +95,12 @@ def pmf_table(values: np.ndarray, weights: np.ndarray) -> Table:
 def pmf_summary(values: np.ndarray, weights: np.ndarray, n: float) -> Summary:
     ps = pmf_quantile(values, weights, [p / 100 for p in _SUMMARY_P])
     mean = float((values * weights).sum() / weights.sum())
-    return Summary(n=round(n), mean=round(mean, 2), **{f"p{p}": float(x) for p, x in zip(_SUMMARY_P, ps)},
-                   max=float(values[weights > 0].max()))
+    return Summary(
+        n=round(n),
+        mean=round(mean, 2),
+        **{f"p{p}": float(x) for p, x in zip(_SUMMARY_P, ps)},
+        max=float(values[weights > 0].max()),
+    )
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
@@ -107,14 +121,18 @@ def correlations(inp: np.ndarray, out: np.ndarray) -> tuple[float, float]:
     return spearman, log_pearson
 
 
-def rank_pairs(inp: np.ndarray, out: np.ndarray, grouped: np.ndarray | None = None, seed: int = 0) -> Joint:
+def rank_pairs(
+    inp: np.ndarray, out: np.ndarray, grouped: np.ndarray | None = None, seed: int = 0
+) -> Joint:
     """Empirical copula of a seeded subsample: ranks are taken within the subsample, so
     each side is uniform on the grid and the marginals come only from the tables.
     ``grouped`` adds each row's prefix-group flag as a third element."""
     gen = np.random.default_rng(seed)
     pick = np.sort(gen.choice(inp.size, size=min(PAIR_COUNT, inp.size), replace=False))
     ri = _ranks(inp[pick])
-    if grouped is not None:  # the sampler maps grouped and lone input ranks through different tables
+    if (
+        grouped is not None
+    ):  # the sampler maps grouped and lone input ranks through different tables
         flags = grouped[pick]
         for kind in (flags, ~flags):
             if kind.any():
@@ -123,16 +141,26 @@ def rank_pairs(inp: np.ndarray, out: np.ndarray, grouped: np.ndarray | None = No
     ro = np.minimum((_ranks(out[pick]) * PAIR_GRID).astype(int), PAIR_GRID - 1)
     cols = [ri, ro] if grouped is None else [ri, ro, grouped[pick].astype(int)]
     spearman, _ = correlations(inp, out)
-    return Joint(grid=PAIR_GRID, pairs=[[int(c[k]) for c in cols] for k in range(pick.size)],
-                 spearman=round(spearman, 4))
+    return Joint(
+        grid=PAIR_GRID,
+        pairs=[[int(c[k]) for c in cols] for k in range(pick.size)],
+        spearman=round(spearman, 4),
+    )
 
 
-def fit_lengths(trace: TraceData, paired: bool | None = None, grouped: np.ndarray | None = None) -> Lengths:
+def fit_lengths(
+    trace: TraceData, paired: bool | None = None, grouped: np.ndarray | None = None
+) -> Lengths:
     inp, out = trace.input_tokens.astype(float), trace.output_tokens.astype(float)
     if paired is None:
         paired = inp.size > 2 and max(abs(c) for c in correlations(inp, out)) >= PAIR_THRESHOLD
-    return Lengths(input=quantile_table(inp), output=quantile_table(out), input_summary=summary(inp),
-                   output_summary=summary(out), joint=rank_pairs(inp, out, grouped) if paired else None)
+    return Lengths(
+        input=quantile_table(inp),
+        output=quantile_table(out),
+        input_summary=summary(inp),
+        output_summary=summary(out),
+        joint=rank_pairs(inp, out, grouped) if paired else None,
+    )
 
 
 def _spread_grid(ts: np.ndarray, seed: int = 0) -> tuple[np.ndarray, float | None]:
@@ -155,7 +183,9 @@ def _dispersion(ts: np.ndarray, width: float) -> float | None:
 
 def fit_arrivals(timestamps_s: np.ndarray | None) -> Arrivals:
     if timestamps_s is None or timestamps_s.size < 3 or np.ptp(timestamps_s) <= 0:
-        return Arrivals(process="none", stats=ArrivalStats(note="the source has no usable timestamps"))
+        return Arrivals(
+            process="none", stats=ArrivalStats(note="the source has no usable timestamps")
+        )
     ts, grid = _spread_grid(timestamps_s - timestamps_s.min())
     ts = ts - ts[0]
     span = float(ts[-1])
@@ -163,23 +193,43 @@ def fit_arrivals(timestamps_s: np.ndarray | None) -> Arrivals:
     gaps = np.diff(ts)
     cv = float(gaps.std() / gaps.mean())
     per_minute = _counts_per(ts, 60.0)
-    note = (f"timestamps lie on a {grid:.3g} s grid; requests were spread uniformly inside each slot before fitting"
-            if grid else None)
-    stats = ArrivalStats(span_s=round(span, 3), dispersion_1s=_dispersion(ts, 1.0), dispersion_60s=_dispersion(ts, 60.0),
-                         peak_minute_over_mean=round(float(per_minute.max() / per_minute.mean()), 3)
-                         if per_minute.size else None, note=note)
+    note = (
+        f"timestamps lie on a {grid:.3g} s grid; requests were spread uniformly inside each slot before fitting"
+        if grid
+        else None
+    )
+    stats = ArrivalStats(
+        span_s=round(span, 3),
+        dispersion_1s=_dispersion(ts, 1.0),
+        dispersion_60s=_dispersion(ts, 60.0),
+        peak_minute_over_mean=round(float(per_minute.max() / per_minute.mean()), 3)
+        if per_minute.size
+        else None,
+        note=note,
+    )
     if abs(cv - 1.0) < 0.1:
         return Arrivals(process="poisson", rate_per_s=round(rate, 5), cv=round(cv, 4), stats=stats)
-    return Arrivals(process="gamma", rate_per_s=round(rate, 5), cv=round(cv, 4),
-                    gamma_shape=round(1.0 / max(cv, MIN_CV) ** 2, 6), stats=stats)
+    return Arrivals(
+        process="gamma",
+        rate_per_s=round(rate, 5),
+        cv=round(cv, 4),
+        gamma_shape=round(1.0 / max(cv, MIN_CV) ** 2, 6),
+        stats=stats,
+    )
 
 
 def _counts_per(ts: np.ndarray, width: float) -> np.ndarray:
     bins = int(ts[-1] // width)
-    return np.bincount((ts[ts < bins * width] // width).astype(int), minlength=bins) if bins else np.array([])
+    return (
+        np.bincount((ts[ts < bins * width] // width).astype(int), minlength=bins)
+        if bins
+        else np.array([])
+    )
 
 
-def fit_prefix(hash_ids: list[list[int]], input_tokens: np.ndarray, block: int) -> tuple[Prefix, np.ndarray]:
+def fit_prefix(
+    hash_ids: list[list[int]], input_tokens: np.ndarray, block: int
+) -> tuple[Prefix, np.ndarray]:
     """Prefix structure and, per request, whether it is in a group of two or more."""
     n = len(hash_ids)
     occurrences = Counter(b for ids in hash_ids for b in set(ids))
@@ -202,25 +252,39 @@ def fit_prefix(hash_ids: list[list[int]], input_tokens: np.ndarray, block: int) 
     common_tokens = common * block
     if not grouped.any():
         kind = "shared" if common_tokens else "none"
-        return Prefix(kind=kind, block_tokens=block, common_tokens=common_tokens, stats=stats), grouped
+        return Prefix(
+            kind=kind, block_tokens=block, common_tokens=common_tokens, stats=stats
+        ), grouped
     members: dict[int, list[int]] = {}
     for r, k in enumerate(keys):
         if k is not None:
             members.setdefault(k, []).append(r)
     inputs = input_tokens.astype(float)
     sizes = np.array([len(m) for m in members.values()], dtype=float)
-    group_prefix = np.array([max(float(np.median(shared_tokens[m])), common_tokens) for m in members.values()])
-    tails = np.concatenate([np.maximum(inputs[m] - g, 1.0) for m, g in zip(members.values(), group_prefix)])
-    prefix = Prefix(kind="groups", block_tokens=block, common_tokens=common_tokens,
-                    group_share=round(float(grouped.mean()), 4), group_count=len(members),
-                    group_sizes=quantile_table(sizes), group_prefix_tokens=quantile_table(group_prefix),
-                    grouped_tail_tokens=quantile_table(tails),
-                    ungrouped_input=quantile_table(inputs[~grouped]) if (~grouped).sum() >= 2 else None,
-                    stats=stats)
+    group_prefix = np.array(
+        [max(float(np.median(shared_tokens[m])), common_tokens) for m in members.values()]
+    )
+    tails = np.concatenate(
+        [np.maximum(inputs[m] - g, 1.0) for m, g in zip(members.values(), group_prefix)]
+    )
+    prefix = Prefix(
+        kind="groups",
+        block_tokens=block,
+        common_tokens=common_tokens,
+        group_share=round(float(grouped.mean()), 4),
+        group_count=len(members),
+        group_sizes=quantile_table(sizes),
+        group_prefix_tokens=quantile_table(group_prefix),
+        grouped_tail_tokens=quantile_table(tails),
+        ungrouped_input=quantile_table(inputs[~grouped]) if (~grouped).sum() >= 2 else None,
+        stats=stats,
+    )
     return prefix, grouped
 
 
-def _reuse_stats(hash_ids: list[list[int]], input_tokens: np.ndarray, block: int) -> dict[str, float]:
+def _reuse_stats(
+    hash_ids: list[list[int]], input_tokens: np.ndarray, block: int
+) -> dict[str, float]:
     """Block reuse and token-level prefix hits replayed in trace order, infinite cache."""
     seen: set[int] = set()
     reused = hit_tokens = total_blocks = 0
@@ -232,17 +296,27 @@ def _reuse_stats(hash_ids: list[list[int]], input_tokens: np.ndarray, block: int
         hit_tokens += min(lead * block, int(input_tokens[r]))
         total_blocks += len(ids)
         seen.update(ids)
-    return {"block_reuse_ratio": round(reused / total_blocks, 4),
-            "token_prefix_hit_ratio": round(hit_tokens / float(input_tokens.sum()), 4),
-            "requests": float(len(hash_ids))}
+    return {
+        "block_reuse_ratio": round(reused / total_blocks, 4),
+        "token_prefix_hit_ratio": round(hit_tokens / float(input_tokens.sum()), 4),
+        "requests": float(len(hash_ids)),
+    }
 
 
-def fit_profile(trace: TraceData, name: str, description: str, source: Source, paired: bool | None = None) -> ProfileModel:
+def fit_profile(
+    trace: TraceData, name: str, description: str, source: Source, paired: bool | None = None
+) -> ProfileModel:
     """A complete profile from a trace; ``paired=None`` decides from the correlation."""
     prefix, grouped = Prefix(kind="none"), None
     if trace.hash_ids:
         prefix, flags = fit_prefix(trace.hash_ids, trace.input_tokens, trace.block_tokens or 1)
         grouped = flags if prefix.kind == "groups" else None
     lengths = fit_lengths(trace, paired, grouped)
-    return ProfileModel(name=name, description=description, source=source,
-                        lengths=lengths, arrivals=fit_arrivals(trace.timestamps_s), prefix=prefix)
+    return ProfileModel(
+        name=name,
+        description=description,
+        source=source,
+        lengths=lengths,
+        arrivals=fit_arrivals(trace.timestamps_s),
+        prefix=prefix,
+    )

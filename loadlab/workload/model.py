@@ -61,9 +61,11 @@ class Table(_Strict):
     v: list[float]
 
     @model_validator(mode="after")
-    def _check(self) -> "Table":
+    def _check(self) -> Table:
         if len(self.p) != len(self.v) or len(self.p) < 2:
-            raise ValueError(f"p and v must have the same length >= 2 (got {len(self.p)} and {len(self.v)})")
+            raise ValueError(
+                f"p and v must have the same length >= 2 (got {len(self.p)} and {len(self.v)})"
+            )
         if self.p[0] != 0.0 or self.p[-1] != 1.0:
             raise ValueError("p must start at 0 and end at 1")
         if any(b <= a for a, b in zip(self.p, self.p[1:])):
@@ -90,19 +92,25 @@ class Summary(_Strict):
 class Joint(_Strict):
     kind: Literal["rank_pairs"] = "rank_pairs"
     grid: int = Field(gt=1, description="ranks are integers in [0, grid)")
-    pairs: list[list[int]] = Field(description="[input rank, output rank] or [input rank, output rank, grouped 0/1]")
+    pairs: list[list[int]] = Field(
+        description="[input rank, output rank] or [input rank, output rank, grouped 0/1]"
+    )
     spearman: float = Field(description="Spearman correlation of the source (input, output)")
 
     @model_validator(mode="after")
-    def _check(self) -> "Joint":
+    def _check(self) -> Joint:
         if not self.pairs:
             raise ValueError("pairs must not be empty")
         width = len(self.pairs[0])
         for pr in self.pairs:
             if len(pr) != width or width not in (2, 3):
                 raise ValueError(f"rank pair {pr} must have 2 entries (or 3 in every pair)")
-            if not (0 <= pr[0] < self.grid and 0 <= pr[1] < self.grid) or (width == 3 and pr[2] not in (0, 1)):
-                raise ValueError(f"rank pair {pr} is outside [0, {self.grid}) (grouped flag: 0 or 1)")
+            if not (0 <= pr[0] < self.grid and 0 <= pr[1] < self.grid) or (
+                width == 3 and pr[2] not in (0, 1)
+            ):
+                raise ValueError(
+                    f"rank pair {pr} is outside [0, {self.grid}) (grouped flag: 0 or 1)"
+                )
         return self
 
 
@@ -125,12 +133,16 @@ class ArrivalStats(_Strict):
 class Arrivals(_Strict):
     process: Literal["poisson", "gamma", "none"]
     rate_per_s: float | None = Field(default=None, gt=0)
-    cv: float | None = Field(default=None, ge=0, description="coefficient of variation of inter-arrival times")
-    gamma_shape: float | None = Field(default=None, gt=0, description="1 / cv^2; below 1 is burstier than Poisson")
+    cv: float | None = Field(
+        default=None, ge=0, description="coefficient of variation of inter-arrival times"
+    )
+    gamma_shape: float | None = Field(
+        default=None, gt=0, description="1 / cv^2; below 1 is burstier than Poisson"
+    )
     stats: ArrivalStats = ArrivalStats()
 
     @model_validator(mode="after")
-    def _check(self) -> "Arrivals":
+    def _check(self) -> Arrivals:
         if self.process != "none" and self.rate_per_s is None:
             raise ValueError(f"process '{self.process}' needs rate_per_s")
         if self.process == "gamma" and self.gamma_shape is None:
@@ -143,7 +155,9 @@ class Prefix(_Strict):
     block_tokens: int | None = Field(default=None, gt=0)
     common_tokens: int = Field(default=0, ge=0)
     group_share: float = Field(default=0.0, ge=0, le=1)
-    group_count: int = Field(default=0, ge=0, description="number of groups of 2+ requests in the source")
+    group_count: int = Field(
+        default=0, ge=0, description="number of groups of 2+ requests in the source"
+    )
     group_sizes: Table | None = None
     group_prefix_tokens: Table | None = None
     grouped_tail_tokens: Table | None = None
@@ -151,13 +165,15 @@ class Prefix(_Strict):
     stats: dict[str, float] = {}
 
     @model_validator(mode="after")
-    def _check(self) -> "Prefix":
+    def _check(self) -> Prefix:
         if self.kind == "shared" and self.common_tokens <= 0:
             raise ValueError("kind 'shared' needs common_tokens > 0")
         needed = (self.group_sizes, self.group_prefix_tokens, self.grouped_tail_tokens)
         if self.kind == "groups" and (any(t is None for t in needed) or self.group_count < 1):
-            raise ValueError("kind 'groups' needs group_sizes, group_prefix_tokens, grouped_tail_tokens "
-                             "and group_count >= 1")
+            raise ValueError(
+                "kind 'groups' needs group_sizes, group_prefix_tokens, grouped_tail_tokens "
+                "and group_count >= 1"
+            )
         if self.kind == "groups" and self.group_share < 1 and self.ungrouped_input is None:
             raise ValueError("kind 'groups' with group_share < 1 needs ungrouped_input")
         return self
@@ -210,15 +226,22 @@ def read_profile_file(path: Path) -> ProfileModel:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise InputError(f"cannot read profile: {exc.strerror}", source=path,
-                         fix="check the path, or run `loadlab profile list` for shipped names") from None
+        raise InputError(
+            f"cannot read profile: {exc.strerror}",
+            source=path,
+            fix="check the path, or run `loadlab profile list` for shipped names",
+        ) from None
     try:
         data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", source=path, field=where,
-                         fix="fix the YAML syntax at that line") from None
+        raise InputError(
+            f"not valid YAML: {getattr(exc, 'problem', exc)}",
+            source=path,
+            field=where,
+            fix="fix the YAML syntax at that line",
+        ) from None
     return parse_profile(data, path)
 
 

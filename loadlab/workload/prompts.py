@@ -40,24 +40,25 @@ MAX_ROUNDS = 8
 _CHUNK = 4096
 _SUFFIX_STREAM = 1 << 40
 
-WORDS: tuple[str, ...] = tuple(
-    """the of and to in is was for on that with as by at from his her it an were are which this be or
-    has had not but also have one their its after first new two they been other all who more time
-    during she into when would only where most over some years these made there while city may state
-    many world year under three between school such both through work well called became used since
-    being later part each several team long game four then area people before family music early high
-    them number season against film life series just best any second those around can same than
-    university north because south war river final government house main west east line however still
-    name public club group national based among about within local following including major small
-    without until played like large record built another near history population system five last
-    league along began won original county single did place times set due station day left general
-    end led role church old next way town country point water light order right found great power open
-    center common short white across today head story level black road model free human range good
-    back down make take over great help line turn move live find show play run give come know think
-    look want tell work call try need feel become leave put mean keep let begin seem hear talk start
-    might next hand high place small case week company where group problem fact""".split()
-)
-WORDS = tuple(dict.fromkeys(WORDS))  # unique, order kept
+_WORD_TEXT = """
+the of and to in is was for on that with as by at from his her it an were are which this be
+or has had not but also have one their its after first new two they been other all who more
+time during she into when would only where most over some years these made there while city
+may state many world year under three between school such both through work well called
+became used since being later part each several team long game four then area people before
+family music early high them number season against film life series just best any second
+those around can same than university north because south war river final government house
+main west east line however still name public club group national based among about within
+local following including major small without until played like large record built another
+near history population system five last league along began won original county single did
+place times set due station day left general end led role church old next way town country
+point water light order right found great power open center common short white across today
+head story level black road model free human range good back down make take over great help
+line turn move live find show play run give come know think look want tell work call try
+need feel become leave put mean keep let begin seem hear talk start might next hand high
+place small case week company where group problem fact
+"""
+WORDS: tuple[str, ...] = tuple(dict.fromkeys(_WORD_TEXT.split()))  # unique, order kept
 _WORD_ARRAY = np.array(WORDS, dtype=object)
 
 
@@ -88,14 +89,28 @@ def _key_int(*parts: object) -> int:
 class PromptSynth:
     """Builds prompts for one run: one instance per (target server, request shape)."""
 
-    def __init__(self, seed: int, *, common_prefix_tokens: int = 0, counter: TokenCounter | None = None,
-                 words_per_token: float = 1.0, overhead_tokens: int = 0, nonce: str = "") -> None:
+    def __init__(
+        self,
+        seed: int,
+        *,
+        common_prefix_tokens: int = 0,
+        counter: TokenCounter | None = None,
+        words_per_token: float = 1.0,
+        overhead_tokens: int = 0,
+        nonce: str = "",
+    ) -> None:
         if any(ch.isspace() for ch in nonce):
-            raise InputError(f"prompt nonce {nonce!r} contains whitespace", field="nonce",
-                             fix="use a run id without spaces, e.g. 20261129-2310")
+            raise InputError(
+                f"prompt nonce {nonce!r} contains whitespace",
+                field="nonce",
+                fix="use a run id without spaces, e.g. 20261129-2310",
+            )
         if not words_per_token > 0:
-            raise InputError(f"words_per_token must be > 0, got {words_per_token}", field="words_per_token",
-                             fix="use about 1.0 for English words on BPE tokenizers")
+            raise InputError(
+                f"words_per_token must be > 0, got {words_per_token}",
+                field="words_per_token",
+                fix="use about 1.0 for English words on BPE tokenizers",
+            )
         self.seed = int(seed)
         self.common_prefix_tokens = int(common_prefix_tokens)
         self.counter = counter
@@ -110,7 +125,9 @@ class PromptSynth:
         self._suffix_chunk = lru_cache(maxsize=64)(self._make_chunk)
 
     def _make_chunk(self, stream: int, index: int) -> list[str]:
-        gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self._base, stream, index])))
+        gen = np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence([self._base, stream, index]))
+        )
         return _WORD_ARRAY[gen.integers(0, len(WORDS), _CHUNK)].tolist()
 
     def _stream_words(self, stream: int, n: int) -> list[str]:
@@ -141,7 +158,7 @@ class PromptSynth:
             parts.append(" ".join(self._stream_words(_SUFFIX_STREAM + seq, n_suffix)))
         return " ".join(parts)
 
-    def prompt(self, spec: "SpecLike") -> Prompt:
+    def prompt(self, spec: SpecLike) -> Prompt:
         """Text for ``spec``: shared prefix, unique marker, suffix sized to ``spec.prompt_tokens``."""
         target = int(spec.prompt_tokens)
         prefix = ""
@@ -155,7 +172,9 @@ class PromptSynth:
         n = estimate + self._correction.get(target, self._last_correction)
         return self._calibrate(prefix, marker, spec.seq, target, estimate, max(0, n))
 
-    def _calibrate(self, prefix: str, marker: str, seq: int, target: int, estimate: int, n: int) -> Prompt:
+    def _calibrate(
+        self, prefix: str, marker: str, seq: int, target: int, estimate: int, n: int
+    ) -> Prompt:
         assert self.counter is not None
         best: tuple[int, int, str] | None = None  # (|error|, count, text)
         tried: set[int] = set()
@@ -184,4 +203,3 @@ class SpecLike(Protocol):
     prompt_tokens: int
     prefix_group: int | None
     prefix_tokens: int
-

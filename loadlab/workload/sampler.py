@@ -80,8 +80,12 @@ class RequestSampler:
         prefix = model.prefix
         self._common = prefix.common_tokens
         self._share = prefix.group_share if prefix.kind == "groups" else 0.0
-        self._lone_input = QuantileFn(prefix.ungrouped_input) if prefix.ungrouped_input else self._input
-        self._tail = QuantileFn(prefix.grouped_tail_tokens) if prefix.grouped_tail_tokens else self._input
+        self._lone_input = (
+            QuantileFn(prefix.ungrouped_input) if prefix.ungrouped_input else self._input
+        )
+        self._tail = (
+            QuantileFn(prefix.grouped_tail_tokens) if prefix.grouped_tail_tokens else self._input
+        )
         self._group_cum: list[float] = []
         self._group_prefix: QuantileFn | None = None
         if prefix.kind == "groups":
@@ -109,7 +113,9 @@ class RequestSampler:
         output_tokens = max(1, round(self._output(u_out)))
         if grouped and self._group_prefix is not None:
             g = bisect_right(self._group_cum, u[4] * self._group_cum[-1])
-            shared = round(self._group_prefix(rng.uniforms(rng.key(self.seed, _GROUP_PREFIX_STREAM, g), 1)[0]))
+            shared = round(
+                self._group_prefix(rng.uniforms(rng.key(self.seed, _GROUP_PREFIX_STREAM, g), 1)[0])
+            )
             prompt_tokens = shared + max(1, round(self._tail(u_in)))
             return RequestSpec(seq, prompt_tokens, output_tokens, g + 1, shared, self._arrival(seq))
         prompt_tokens = max(1, round(self._lone_input(u_in)))
@@ -140,11 +146,24 @@ class Profile:
     def sampler(self, seed: int) -> RequestSampler:
         return RequestSampler(self.model, seed)
 
-    def prompt_synth(self, seed: int, *, counter: TokenCounter | None = None, nonce: str = "",
-                     words_per_token: float = 1.0, overhead_tokens: int = 0) -> PromptSynth:
+    def prompt_synth(
+        self,
+        seed: int,
+        *,
+        counter: TokenCounter | None = None,
+        nonce: str = "",
+        words_per_token: float = 1.0,
+        overhead_tokens: int = 0,
+    ) -> PromptSynth:
         """Prompt builder that knows this profile's common prefix (pass the sampler's seed)."""
-        return PromptSynth(seed, common_prefix_tokens=self.common_prefix_tokens, counter=counter, nonce=nonce,
-                           words_per_token=words_per_token, overhead_tokens=overhead_tokens)
+        return PromptSynth(
+            seed,
+            common_prefix_tokens=self.common_prefix_tokens,
+            counter=counter,
+            nonce=nonce,
+            words_per_token=words_per_token,
+            overhead_tokens=overhead_tokens,
+        )
 
     def __repr__(self) -> str:
         return f"Profile({self.name!r})"

@@ -38,12 +38,21 @@ class HttpTokenCounter:
     def __call__(self, text: str) -> int:
         resp = self.client.post(self.url, json=self.body(text))
         if resp.status_code != 200:
-            raise TargetError(f"POST {self.url} answered HTTP {resp.status_code}: {resp.text[:200]}")
+            raise TargetError(
+                f"POST {self.url} answered HTTP {resp.status_code}: {resp.text[:200]}"
+            )
         return int(resp.json()["count"])
 
 
-def tokenize_counter(base_url: str, model: str, *, chat: bool = False, headers: Mapping[str, str] | None = None,
-                     timeout_s: float = 30.0, client: httpx.Client | None = None) -> HttpTokenCounter | None:
+def tokenize_counter(
+    base_url: str,
+    model: str,
+    *,
+    chat: bool = False,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+    client: httpx.Client | None = None,
+) -> HttpTokenCounter | None:
     """A counter for this server and request shape, or None when it has no usable /tokenize."""
     client = client or httpx.Client(headers=dict(headers or {}), timeout=timeout_s)
     counter = HttpTokenCounter(client, base_url, model, chat)

@@ -68,16 +68,26 @@ def guess_format(path: Path) -> TraceFormat:
     return "azure" if "azure" in name else "csv"
 
 
-def read_trace(path: str | Path, fmt: TraceFormat | None = None, columns: Columns | None = None) -> TraceData:
+def read_trace(
+    path: str | Path, fmt: TraceFormat | None = None, columns: Columns | None = None
+) -> TraceData:
     """Parse a trace file into lengths, times and block ids."""
     p = Path(path)
     fmt = fmt or guess_format(p)
     if fmt not in FORMATS:
-        raise InputError(f"unknown trace format '{fmt}'", field="--format", fix=f"use one of: {', '.join(FORMATS)}")
+        raise InputError(
+            f"unknown trace format '{fmt}'",
+            field="--format",
+            fix=f"use one of: {', '.join(FORMATS)}",
+        )
     if columns is None:
         if fmt in ("csv", "jsonl"):
-            raise InputError("this format needs the column names", source=p, field="--input-col/--output-col",
-                             fix="pass --input-col and --output-col (and --time-col if it has times)")
+            raise InputError(
+                "this format needs the column names",
+                source=p,
+                field="--input-col/--output-col",
+                fix="pass --input-col and --output-col (and --time-col if it has times)",
+            )
         columns = AZURE if fmt == "azure" else MOONCAKE
     if not p.is_file():
         raise InputError("trace file not found", source=p, fix="check the path")
@@ -94,11 +104,21 @@ def read_trace(path: str | Path, fmt: TraceFormat | None = None, columns: Column
         if columns.hash_ids and columns.hash_ids in row:
             blocks.append(_ids(row[columns.hash_ids], p, line, columns.hash_ids))
     if not inputs:
-        raise InputError("the trace has no request rows", source=p, fix="give a file with a header and at least one row")
+        raise InputError(
+            "the trace has no request rows",
+            source=p,
+            fix="give a file with a header and at least one row",
+        )
     ts = np.asarray(times, dtype=float) - min(times) if times else None
     has_blocks = bool(blocks) and len(blocks) == len(inputs)
-    return TraceData(str(p), np.asarray(inputs, dtype=np.int64), np.asarray(outputs, dtype=np.int64), ts,
-                     blocks if has_blocks else None, MOONCAKE_BLOCK_TOKENS if has_blocks else None)
+    return TraceData(
+        str(p),
+        np.asarray(inputs, dtype=np.int64),
+        np.asarray(outputs, dtype=np.int64),
+        ts,
+        blocks if has_blocks else None,
+        MOONCAKE_BLOCK_TOKENS if has_blocks else None,
+    )
 
 
 def _csv_rows(path: Path, columns: Columns) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -120,11 +140,19 @@ def _jsonl_rows(path: Path, columns: Columns) -> Iterator[tuple[int, dict[str, A
             try:
                 row = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise InputError(f"not valid JSON: {exc.msg}", source=path, field=f"line {line_no}",
-                                 fix="each line must be one JSON object") from None
+                raise InputError(
+                    f"not valid JSON: {exc.msg}",
+                    source=path,
+                    field=f"line {line_no}",
+                    fix="each line must be one JSON object",
+                ) from None
             if not isinstance(row, dict):
-                raise InputError("a line must be a JSON object", source=path, field=f"line {line_no}",
-                                 fix='write one object per line, e.g. {"input_length": 812, "output_length": 97}')
+                raise InputError(
+                    "a line must be a JSON object",
+                    source=path,
+                    field=f"line {line_no}",
+                    fix='write one object per line, e.g. {"input_length": 812, "output_length": 97}',
+                )
             if not checked:
                 _check_columns(path, columns, list(row))
                 checked = True
@@ -135,9 +163,12 @@ def _check_columns(path: Path, columns: Columns, found: list[str]) -> None:
     wanted = [c for c in (columns.input, columns.output, columns.time) if c]
     missing = [c for c in wanted if c not in found]
     if missing:
-        raise InputError(f"column(s) {', '.join(missing)} not found; columns found: {', '.join(found) or '(none)'}",
-                         source=path, field=missing[0],
-                         fix="name the right columns with --input-col/--output-col/--time-col, or pick --format")
+        raise InputError(
+            f"column(s) {', '.join(missing)} not found; columns found: {', '.join(found) or '(none)'}",
+            source=path,
+            field=missing[0],
+            fix="name the right columns with --input-col/--output-col/--time-col, or pick --format",
+        )
 
 
 def _length(value: Any, path: Path, line: int, col: str) -> int:
@@ -147,8 +178,12 @@ def _length(value: Any, path: Path, line: int, col: str) -> int:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise InputError(f"length {value!r} is not a positive integer", source=path, field=f"line {line}, column {col}",
-                         fix="token lengths must be whole numbers >= 1; fix or drop that row")
+        raise InputError(
+            f"length {value!r} is not a positive integer",
+            source=path,
+            field=f"line {line}, column {col}",
+            fix="token lengths must be whole numbers >= 1; fix or drop that row",
+        )
     return int(number)
 
 
@@ -162,18 +197,26 @@ def _time(value: Any, path: Path, line: int, col: str, unit: str) -> float:
         base, _, rest = value.strip().partition(".")
         digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
         try:
-            dt = datetime.fromisoformat((base + rest[len(digits):]).replace("Z", "+00:00"))
+            dt = datetime.fromisoformat((base + rest[len(digits) :]).replace("Z", "+00:00"))
             if dt.tzinfo is None:
                 dt = dt.replace(tzinfo=timezone.utc)
             return dt.timestamp() + (int(digits) / 10 ** len(digits) if digits else 0.0)
         except ValueError:
             pass
-    raise InputError(f"time {value!r} is neither a number nor an ISO-8601 date-time", source=path,
-                     field=f"line {line}, column {col}", fix="use seconds (or --time-unit ms) or e.g. 2023-11-16 18:15:46.68")
+    raise InputError(
+        f"time {value!r} is neither a number nor an ISO-8601 date-time",
+        source=path,
+        field=f"line {line}, column {col}",
+        fix="use seconds (or --time-unit ms) or e.g. 2023-11-16 18:15:46.68",
+    )
 
 
 def _ids(value: Any, path: Path, line: int, col: str) -> list[int]:
     if isinstance(value, list) and all(isinstance(x, int) for x in value):
         return value
-    raise InputError("hash_ids must be a list of integers", source=path, field=f"line {line}, column {col}",
-                     fix="give the prefix-block ids as a JSON list, e.g. [0, 17, 18]")
+    raise InputError(
+        "hash_ids must be a list of integers",
+        source=path,
+        field=f"line {line}, column {col}",
+        fix="give the prefix-block ids as a JSON list, e.g. [0, 17, 18]",
+    )

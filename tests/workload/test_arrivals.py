@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from itertools import islice
+from itertools import islice, pairwise
 
 import numpy as np
 import pytest
@@ -36,7 +36,7 @@ def test_offsets_are_cumulative_random_access_and_seeded() -> None:
     late = [b.offset(n) for n in (3 * CHUNK + 5, 7, 2 * CHUNK)]  # asked out of order
     first = list(islice(iter(a), 3 * CHUNK + 6))
     assert late == [first[3 * CHUNK + 5], first[7], first[2 * CHUNK]]
-    assert first[0] == 0.0 and all(y >= x for x, y in zip(first, first[1:]))
+    assert first[0] == 0.0 and all(y >= x for x, y in pairwise(first))
     assert first != list(islice(iter(poisson_schedule(5.0, seed=10)), 3 * CHUNK + 6))
 
 

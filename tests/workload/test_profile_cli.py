@@ -35,11 +35,27 @@ def _lengths(seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_build_from_azure_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     inp, out = _lengths(1)
     lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
-    lines += [f"2023-11-16 18:{15 + k // 30:02d}:{(2 * k) % 60:02d}.5000000,{a},{b}" for k, (a, b) in enumerate(zip(inp, out))]
+    lines += [
+        f"2023-11-16 18:{15 + k // 30:02d}:{(2 * k) % 60:02d}.5000000,{a},{b}"
+        for k, (a, b) in enumerate(zip(inp, out))
+    ]
     trace = tmp_path / "azure_trace.csv"
     trace.write_text("\n".join(lines) + "\n")
     target = tmp_path / "mine.yaml"
-    code, _, err = run(["profile", "build", str(trace), "--format", "azure", "--name", "mine", "--out", str(target)], capsys)
+    code, _, err = run(
+        [
+            "profile",
+            "build",
+            str(trace),
+            "--format",
+            "azure",
+            "--name",
+            "mine",
+            "--out",
+            str(target),
+        ],
+        capsys,
+    )
     assert code == 0, err
     model = load_profile(str(target)).model
     assert model.lengths.input_summary.n == ROWS
@@ -47,18 +63,38 @@ def test_build_from_azure_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert model.arrivals.rate_per_s == pytest.approx(0.5, rel=0.01)  # one request every 2 s
 
 
-def test_build_from_mooncake_jsonl_keeps_prefix_groups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_from_mooncake_jsonl_keeps_prefix_groups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rows = []
     for k in range(ROWS):
         conv = k % 10  # ten conversations, each turn extends the previous one's blocks
         blocks = [0, 1 + conv] + [1000 * (conv + 1) + j for j in range(k // 10)]
-        rows.append({"timestamp": 500 * k, "input_length": 512 * len(blocks) - 7, "output_length": 20 + k,
-                     "hash_ids": blocks})
+        rows.append(
+            {
+                "timestamp": 500 * k,
+                "input_length": 512 * len(blocks) - 7,
+                "output_length": 20 + k,
+                "hash_ids": blocks,
+            }
+        )
     trace = tmp_path / "mooncake_trace.jsonl"
     trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     target = tmp_path / "mc.yaml"
-    code, _, err = run(["profile", "build", str(trace), "--format", "mooncake", "--name", "mc", "--out", str(target)],
-                       capsys)
+    code, _, err = run(
+        [
+            "profile",
+            "build",
+            str(trace),
+            "--format",
+            "mooncake",
+            "--name",
+            "mc",
+            "--out",
+            str(target),
+        ],
+        capsys,
+    )
     assert code == 0, err
     pre = load_profile(str(target)).model.prefix
     assert pre.kind == "groups" and pre.common_tokens == 512 and pre.group_count == 10
@@ -68,49 +104,126 @@ def test_build_from_mooncake_jsonl_keeps_prefix_groups(tmp_path: Path, capsys: p
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
-def test_build_from_named_columns(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_from_named_columns(
+    tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     inp, out = _lengths(2)
     trace = tmp_path / f"mine.{fmt}"
     if fmt == "csv":
-        trace.write_text("req,prompt_len,gen_len,t\n" + "".join(f"{k},{a},{b},{k * 250}\n"
-                                                                 for k, (a, b) in enumerate(zip(inp, out))))
+        trace.write_text(
+            "req,prompt_len,gen_len,t\n"
+            + "".join(f"{k},{a},{b},{k * 250}\n" for k, (a, b) in enumerate(zip(inp, out)))
+        )
     else:
-        trace.write_text("".join(json.dumps({"prompt_len": int(a), "gen_len": int(b), "t": k * 250}) + "\n"
-                                 for k, (a, b) in enumerate(zip(inp, out))))
+        trace.write_text(
+            "".join(
+                json.dumps({"prompt_len": int(a), "gen_len": int(b), "t": k * 250}) + "\n"
+                for k, (a, b) in enumerate(zip(inp, out))
+            )
+        )
     target = tmp_path / "named.yaml"
-    code, _, err = run(["profile", "build", str(trace), "--format", fmt, "--input-col", "prompt_len",
-                        "--output-col", "gen_len", "--time-col", "t", "--time-unit", "ms", "--name", "named",
-                        "--out", str(target)], capsys)
+    code, _, err = run(
+        [
+            "profile",
+            "build",
+            str(trace),
+            "--format",
+            fmt,
+            "--input-col",
+            "prompt_len",
+            "--output-col",
+            "gen_len",
+            "--time-col",
+            "t",
+            "--time-unit",
+            "ms",
+            "--name",
+            "named",
+            "--out",
+            str(target),
+        ],
+        capsys,
+    )
     assert code == 0, err
     model = load_profile(str(target)).model
     assert model.lengths.output_summary.max == out.max()
     assert model.arrivals.rate_per_s == pytest.approx(4.0, rel=0.01)
 
 
-def test_non_integer_length_names_file_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_integer_length_names_file_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = ["a,b"] + [f"{10 + k},{5 + k}" for k in range(20)]
     lines[16] = "12.5,7"  # line 17 of the file
     trace = tmp_path / "bad.csv"
     trace.write_text("\n".join(lines) + "\n")
-    code, _, err = run(["profile", "build", str(trace), "--format", "csv", "--input-col", "a", "--output-col", "b",
-                        "--name", "x", "--out", str(tmp_path / "x.yaml")], capsys)
+    code, _, err = run(
+        [
+            "profile",
+            "build",
+            str(trace),
+            "--format",
+            "csv",
+            "--input-col",
+            "a",
+            "--output-col",
+            "b",
+            "--name",
+            "x",
+            "--out",
+            str(tmp_path / "x.yaml"),
+        ],
+        capsys,
+    )
     assert code == 2
     assert "bad.csv" in err and "line 17" in err and "column a" in err and "fix:" in err
 
 
-def test_missing_column_lists_the_columns_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_column_lists_the_columns_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = tmp_path / "cols.csv"
     trace.write_text("prompt,completion\n5,6\n")
-    code, _, err = run(["profile", "build", str(trace), "--format", "csv", "--input-col", "input",
-                        "--output-col", "completion", "--name", "x", "--out", str(tmp_path / "x.yaml")], capsys)
+    code, _, err = run(
+        [
+            "profile",
+            "build",
+            str(trace),
+            "--format",
+            "csv",
+            "--input-col",
+            "input",
+            "--output-col",
+            "completion",
+            "--name",
+            "x",
+            "--out",
+            str(tmp_path / "x.yaml"),
+        ],
+        capsys,
+    )
     assert code == 2 and "input" in err and "columns found: prompt, completion" in err
 
 
 def test_bad_json_line_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "t.jsonl"
-    trace.write_text('{"input_length": 5, "output_length": 3, "timestamp": 0}\n{"input_length": 5,\n')
-    code, _, err = run(["profile", "build", str(trace), "--format", "mooncake", "--name", "x",
-                        "--out", str(tmp_path / "x.yaml")], capsys)
+    trace.write_text(
+        '{"input_length": 5, "output_length": 3, "timestamp": 0}\n{"input_length": 5,\n'
+    )
+    code, _, err = run(
+        [
+            "profile",
+            "build",
+            str(trace),
+            "--format",
+            "mooncake",
+            "--name",
+            "x",
+            "--out",
+            str(tmp_path / "x.yaml"),
+        ],
+        capsys,
+    )
     assert code == 2 and "line 2" in err and "t.jsonl" in err
 
 
@@ -122,7 +235,9 @@ def _write_profile(tmp_path: Path, edit) -> Path:  # type: ignore[no-untyped-def
     return path
 
 
-def test_bad_profile_fields_are_named_with_allowed_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_profile_fields_are_named_with_allowed_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _write_profile(tmp_path, lambda d: d["arrivals"].update(process="weibull"))
     code, _, err = run(["profile", "show", str(path)], capsys)
     assert code == 2 and "edited.yaml" in err and "arrivals.process" in err and "'poisson'" in err

@@ -103,6 +103,10 @@ def test_tokenize_counter_against_the_simulator_over_http() -> None:
             for target in (70, 333):
                 prompt = synth.prompt(RequestSpec(target, target, 5, 1, 64, None))
                 assert prompt.counted_tokens == target
-                expected = len(encode_chat([("user", prompt.text)])) if chat else len(encode(prompt.text))
+                expected = (
+                    len(encode_chat([("user", prompt.text)])) if chat else len(encode(prompt.text))
+                )
                 assert expected == target
-        assert tokenize_counter(url + "/no-such-prefix", model) is None  # 404: fall back to estimates
+        assert (
+            tokenize_counter(url + "/no-such-prefix", model) is None
+        )  # 404: fall back to estimates

@@ -17,7 +17,10 @@ N = 12_000
 def _draw(name: str, seed: int, n: int = N) -> tuple[np.ndarray, np.ndarray]:
     sampler = load_profile(name).sampler(seed)
     specs = [sampler.spec(i) for i in range(n)]
-    return (np.array([s.prompt_tokens for s in specs], float), np.array([s.output_tokens for s in specs], float))
+    return (
+        np.array([s.prompt_tokens for s in specs], float),
+        np.array([s.output_tokens for s in specs], float),
+    )
 
 
 @pytest.mark.parametrize("name", list_profiles())
@@ -28,7 +31,10 @@ def test_sampled_quantiles_match_the_profile(name: str) -> None:
     # with prefix groups a grouped prompt is its group's prefix plus its own tail, which
     # reproduces the input marginal only approximately (documented in model.py)
     loose = model.prefix.kind == "groups"
-    for values, summary, approx in ((inp, lengths.input_summary, loose), (out, lengths.output_summary, False)):
+    for values, summary, approx in (
+        (inp, lengths.input_summary, loose),
+        (out, lengths.output_summary, False),
+    ):
         for q in (10, 25, 50, 75, 90, 99):
             want = getattr(summary, f"p{q}")
             # compared in probability space: steep parts of a bimodal CDF (Mooncake synthetic)
@@ -76,7 +82,9 @@ def test_specs_do_not_depend_on_which_worker_asks() -> None:
     whole = _specs_in_worker(("azure-code", 42, seqs))
     odd, even = seqs[1::2][::-1], seqs[0::2]
     with ProcessPoolExecutor(max_workers=2) as pool:
-        parts = list(pool.map(_specs_in_worker, [("azure-code", 42, odd), ("azure-code", 42, even)]))
+        parts = list(
+            pool.map(_specs_in_worker, [("azure-code", 42, odd), ("azure-code", 42, even)])
+        )
     split = dict(zip(odd, parts[0])) | dict(zip(even, parts[1]))
     assert [split[i] for i in seqs] == whole  # repr of floats is exact: byte-for-byte equal
 
@@ -95,15 +103,18 @@ def test_prefix_groups_follow_the_profile() -> None:
     shared = [sys_sampler.spec(i) for i in range(200)]
     assert {s.prefix_group for s in shared} == {0} and {s.prefix_tokens for s in shared} == {1024}
     bwb = load_profile("bwb").sampler(1)
-    assert all(s.prefix_group is None and s.prefix_tokens == 0 for s in
-               (bwb.spec(i) for i in range(200)))
+    assert all(
+        s.prefix_group is None and s.prefix_tokens == 0 for s in (bwb.spec(i) for i in range(200))
+    )
 
 
 def test_arrival_offsets_follow_the_profile_rate() -> None:
     sampler = load_profile("azure-conv").sampler(9)
     offsets = np.array([sampler.spec(i).arrival_s for i in range(N)])
     assert offsets[0] == 0.0 and np.all(np.diff(offsets) >= 0)
-    assert (N - 1) / offsets[-1] == pytest.approx(load_profile("azure-conv").model.arrivals.rate_per_s, rel=0.05)
+    assert (N - 1) / offsets[-1] == pytest.approx(
+        load_profile("azure-conv").model.arrivals.rate_per_s, rel=0.05
+    )
     assert load_profile("bwb").sampler(9).spec(5).arrival_s is None
 
 
@@ -128,4 +139,6 @@ def test_prefix_reuse_matches_the_trace(name: str) -> None:
             seen = max(seen, min(common, spec.prefix_tokens))
         hit += min(seen, spec.prefix_tokens)
         longest[spec.prefix_group] = max(longest.get(spec.prefix_group, 0), spec.prefix_tokens)
-    assert hit / total == pytest.approx(profile.model.prefix.stats["token_prefix_hit_ratio"], abs=0.05)
+    assert hit / total == pytest.approx(
+        profile.model.prefix.stats["token_prefix_hit_ratio"], abs=0.05
+    )

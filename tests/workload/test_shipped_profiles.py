@@ -14,8 +14,17 @@ import pytest
 
 from loadlab.workload import PROFILES_DIR, list_profiles, load_profile
 
-EXPECTED = {"azure-code", "azure-conv", "mooncake-conversation", "mooncake-synthetic", "sharegpt",
-            "arxiv-summarization", "bwb", "deepseek-r1", "shared-system-prompt"}
+EXPECTED = {
+    "azure-code",
+    "azure-conv",
+    "mooncake-conversation",
+    "mooncake-synthetic",
+    "sharegpt",
+    "arxiv-summarization",
+    "bwb",
+    "deepseek-r1",
+    "shared-system-prompt",
+}
 QS = (10, 25, 50, 75, 90, 99)
 
 
@@ -27,24 +36,43 @@ def _csv_columns(path: Path, a: str, b: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _jsonl(path: Path) -> tuple[np.ndarray, np.ndarray]:
     rows = [json.loads(line) for line in path.open()]
-    return np.array([r["input_length"] for r in rows], float), np.array([r["output_length"] for r in rows], float)
+    return np.array([r["input_length"] for r in rows], float), np.array(
+        [r["output_length"] for r in rows], float
+    )
 
 
 def _rows(traces: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
     et = traces / "etalon-processed-lengths"
     sources = {
-        "azure-code": lambda: _csv_columns(traces / "azure-llm-2023/AzureLLMInferenceTrace_code.csv",
-                                           "ContextTokens", "GeneratedTokens"),
-        "azure-conv": lambda: _csv_columns(traces / "azure-llm-2023/AzureLLMInferenceTrace_conv.csv",
-                                           "ContextTokens", "GeneratedTokens"),
-        "mooncake-conversation": lambda: _jsonl(traces / "mooncake-fast25/conversation_trace.jsonl"),
+        "azure-code": lambda: _csv_columns(
+            traces / "azure-llm-2023/AzureLLMInferenceTrace_code.csv",
+            "ContextTokens",
+            "GeneratedTokens",
+        ),
+        "azure-conv": lambda: _csv_columns(
+            traces / "azure-llm-2023/AzureLLMInferenceTrace_conv.csv",
+            "ContextTokens",
+            "GeneratedTokens",
+        ),
+        "mooncake-conversation": lambda: _jsonl(
+            traces / "mooncake-fast25/conversation_trace.jsonl"
+        ),
         "mooncake-synthetic": lambda: _jsonl(traces / "mooncake-fast25/synthetic_trace.jsonl"),
-        "sharegpt": lambda: _csv_columns(et / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
-                                         "num_prefill_tokens", "num_decode_tokens"),
-        "arxiv-summarization": lambda: _csv_columns(et / "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
-                                                    "num_prefill_tokens", "num_decode_tokens"),
-        "bwb": lambda: _csv_columns(et / "bwb_stats_llama2_tokenizer_filtered_v2.csv",
-                                    "num_prefill_tokens", "num_decode_tokens"),
+        "sharegpt": lambda: _csv_columns(
+            et / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+            "num_prefill_tokens",
+            "num_decode_tokens",
+        ),
+        "arxiv-summarization": lambda: _csv_columns(
+            et / "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+            "num_prefill_tokens",
+            "num_decode_tokens",
+        ),
+        "bwb": lambda: _csv_columns(
+            et / "bwb_stats_llama2_tokenizer_filtered_v2.csv",
+            "num_prefill_tokens",
+            "num_decode_tokens",
+        ),
     }
     return sources[name]()
 
@@ -61,13 +89,25 @@ def test_every_expected_profile_ships_and_names_its_source() -> None:
         assert len(text) < 64_000, "profiles hold derived tables, not trace rows"
 
 
-@pytest.mark.parametrize("name", ["azure-code", "azure-conv", "mooncake-conversation", "mooncake-synthetic",
-                                  "sharegpt", "arxiv-summarization", "bwb"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "azure-code",
+        "azure-conv",
+        "mooncake-conversation",
+        "mooncake-synthetic",
+        "sharegpt",
+        "arxiv-summarization",
+        "bwb",
+    ],
+)
 def test_length_quantiles_match_the_trace(traces_dir: Path, name: str) -> None:
     inp, out = _rows(traces_dir, name)
     lengths = load_profile(name).model.lengths
-    for values, summary, table in ((inp, lengths.input_summary, lengths.input),
-                                   (out, lengths.output_summary, lengths.output)):
+    for values, summary, table in (
+        (inp, lengths.input_summary, lengths.input),
+        (out, lengths.output_summary, lengths.output),
+    ):
         assert summary.n == values.size
         assert summary.mean == pytest.approx(values.mean(), abs=0.01)
         assert summary.max == values.max()
@@ -81,7 +121,9 @@ def test_shared_system_prompt_is_azure_conv_behind_a_common_prefix(traces_dir: P
     inp, _ = _rows(traces_dir, "azure-conv")
     model = load_profile("shared-system-prompt").model
     assert model.prefix.kind == "shared"
-    assert model.lengths.input_summary.p50 == pytest.approx(np.percentile(inp, 50) + model.prefix.common_tokens)
+    assert model.lengths.input_summary.p50 == pytest.approx(
+        np.percentile(inp, 50) + model.prefix.common_tokens
+    )
 
 
 def test_arrival_figures_match_the_trace(traces_dir: Path) -> None:
@@ -99,7 +141,10 @@ def test_arrival_figures_match_the_trace(traces_dir: Path) -> None:
 
 
 def test_mooncake_prefix_structure_matches_hash_ids(traces_dir: Path) -> None:
-    rows = [json.loads(line) for line in (traces_dir / "mooncake-fast25/conversation_trace.jsonl").open()]
+    rows = [
+        json.loads(line)
+        for line in (traces_dir / "mooncake-fast25/conversation_trace.jsonl").open()
+    ]
     pre = load_profile("mooncake-conversation").model.prefix
     assert pre.block_tokens == 512
     assert all(r["hash_ids"][0] == 0 for r in rows)
@@ -129,7 +174,9 @@ def test_deepseek_r1_is_the_traffic_weighted_servegen_mixture(traces_dir: Path) 
     pooled: dict[float, float] = defaultdict(float)
     for trace in model_dir.glob("chunk-*-trace.csv"):
         rows = np.loadtxt(trace, delimiter=",", usecols=(0, 1), ndmin=2)
-        data = json.loads(trace.with_name(trace.name.replace("trace.csv", "dataset.json")).read_text())
+        data = json.loads(
+            trace.with_name(trace.name.replace("trace.csv", "dataset.json")).read_text()
+        )
         for window, fields in data.items():
             start = float(window)
             weight = rows[(rows[:, 0] >= start) & (rows[:, 0] < start + 21600), 1].sum() * 600
@@ -158,4 +205,6 @@ def test_derivation_script_regenerates_the_committed_files(traces_dir: Path) -> 
             fresh["shared-system-prompt"] = shared_system_prompt(model, trace)
         for key, value in fresh.items():
             committed = (PROFILES_DIR / f"{key}.yaml").read_text()
-            assert render_file(key, value) == committed, f"{key}: rerun python -m loadlab.workload.shipped"
+            assert render_file(key, value) == committed, (
+                f"{key}: rerun python -m loadlab.workload.shipped"
+            )
