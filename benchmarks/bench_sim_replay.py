@@ -5,8 +5,9 @@ concurrency 256, Qwen2.5-7B on one H100 with vLLM's defaults, the sharegpt profi
 Side by side, the same closed loop driven straight through the Engine (no metrics, no
 records, no event heap) shows how much of the time is the engine's and how much the
 replay's. Speeds are given per wall second and per CPU second of this process (the
-machine is shared: CPU time is the steadier figure). Also times EngineMetrics.render() (served up to 10 Hz by the HTTP front) and
-samples() (one metrics.parquet sample in replay) on the populated metrics.
+machine is shared: CPU time is the steadier figure). Also times EngineMetrics.render()
+(served up to 10 Hz by the HTTP front) beside prometheus_client's generate_latest over
+the same families, and samples().
 
     python benchmarks/bench_sim_replay.py [--minutes 10] [--concurrency 256] [--profile]
 
@@ -22,7 +23,11 @@ import pstats
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
@@ -71,20 +76,34 @@ def by_module(prof: cProfile.Profile) -> dict[str, float]:
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
-def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, int]:
-    """(render ms, samples ms, samples) of the metrics after a one-minute replay."""
+def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, float, int]:
+    """(render ms, prometheus_client ms, samples ms, samples) after a one-minute replay."""
     replay = _Replay(cfg, ReplayPlan(concurrencies=(64,), step_s=60, warmup_s=0), out, None)
     replay.run()
     metrics = replay.metrics
+
+    class Families:  # the same families through prometheus_client's own exposition
+        def collect(self) -> Iterator[Metric]:
+            for family, kind, text, samples in metrics._families():
+                metric = Metric(family, text, kind)
+                for name, labels, value in samples:
+                    metric.add_sample(name, labels, float(value))
+                yield metric
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Families())
     n = 50
     t0 = time.perf_counter()
     for _ in range(n):
         metrics.render()
     t1 = time.perf_counter()
     for _ in range(n):
-        rows = metrics.samples()
+        generate_latest(registry)
     t2 = time.perf_counter()
-    return (t1 - t0) / n * 1e3, (t2 - t1) / n * 1e3, len(rows)
+    for _ in range(n):
+        rows = metrics.samples()
+    t3 = time.perf_counter()
+    return (t1 - t0) / n * 1e3, (t2 - t1) / n * 1e3, (t3 - t2) / n * 1e3, len(rows)
 
 
 def main() -> None:
@@ -107,7 +126,7 @@ def main() -> None:
         if prof:
             prof.disable()
         bare_wall, bare_cpu, bare_steps = engine_only(cfg, plan)
-        render_ms, samples_ms, n_samples = time_exposition(cfg, Path(tmp) / "expo")
+        render_ms, client_ms, samples_ms, n_samples = time_exposition(cfg, Path(tmp) / "expo")
     v = summary.virtual_s
     print(f"replay: {v:.0f} virtual s in {summary.wall_s:.2f} wall s / {cpu:.2f} CPU s = "
           f"{summary.speed:.0f}x / {v / cpu:.0f}x real time (goal >= 200x)"
@@ -117,7 +136,8 @@ def main() -> None:
     print(f"bare engine, same loop: {bare_wall:.2f} wall s / {bare_cpu:.2f} CPU s = {v / bare_cpu:.0f}x "
           f"({bare_steps} steps, {bare_cpu / bare_steps * 1e6:.0f} CPU us per step); "
           f"replay adds {(cpu - bare_cpu) / cpu:.0%} of the replay's CPU time")
-    print(f"metrics: render() {render_ms:.2f} ms, samples() {samples_ms:.2f} ms for {n_samples} samples")
+    print(f"metrics page of {n_samples} samples: render() {render_ms:.2f} ms, prometheus_client "
+          f"generate_latest {client_ms:.2f} ms ({client_ms / render_ms:.1f}x), samples() {samples_ms:.2f} ms")
     if prof:
         total = sum(by_module(prof).values())
         print("self time by module:")
