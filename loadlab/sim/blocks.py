@@ -38,9 +38,9 @@ class Block:
 
     __slots__ = ("block_hash", "block_id", "ref_cnt")
 
-    def __init__(self, block_id: int) -> None:
+    def __init__(self, block_id: int, ref_cnt: int = 0) -> None:
         self.block_id = block_id
-        self.ref_cnt = 0
+        self.ref_cnt = ref_cnt
         self.block_hash: int | None = None
 
 
@@ -48,8 +48,9 @@ def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int =
     """Chained hashes of the full blocks of ``token_ids`` (a partial tail is not hashed)."""
     hashes: list[int] = []
     h = parent
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        h = hash((h, tuple(token_ids[start:start + block_size])))
+    toks = tuple(token_ids)
+    for start in range(0, len(toks) - block_size + 1, block_size):
+        h = hash((h, toks[start:start + block_size]))
         hashes.append(h)
     return hashes
 
@@ -57,43 +58,58 @@ def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int =
 class BlockPool:
     """Blocks, reference counts, the LRU free queue and the hash -> block map.
 
-    The free queue is an ``OrderedDict`` used as a doubly linked list (C speed): pop the
-    head with ``popitem(last=False)``, take a touched block out of the middle with ``del``,
-    append at the tail by assignment.
+    The free queue is, head first: the blocks never handed out (ids ``_next_fresh`` ..
+    ``num_gpu_blocks - 1``, created on first use, so a 65k-block pool costs nothing to
+    build), then an ``OrderedDict`` of blocks freed at least once, used as a doubly linked
+    list at C speed: ``popitem(last=False)`` pops its head, ``del`` takes a touched block
+    out of the middle, assignment appends at the tail. Fresh blocks always precede freed
+    ones, since freeing appends at the tail and fresh blocks are never cached.
     """
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool = True) -> None:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
-        self.blocks = [Block(i) for i in range(num_gpu_blocks)]
-        self.blocks[0].ref_cnt = 1  # block 0 is the null block, never free
-        self._free: OrderedDict[Block, None] = OrderedDict.fromkeys(self.blocks[1:])
+        self._next_fresh = 1  # block 0 is the null block, never free
+        self._free: OrderedDict[Block, None] = OrderedDict()
         self._cached: dict[int, Block] = {}
         self._dups: dict[int, list[Block]] = {}
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return self.num_gpu_blocks - self._next_fresh + len(self._free)
 
     def free_queue_ids(self) -> list[int]:
         """Block ids from LRU head to tail (for tests and debugging; O(pool))."""
-        return [blk.block_id for blk in self._free]
+        fresh = list(range(self._next_fresh, self.num_gpu_blocks))
+        return fresh + [blk.block_id for blk in self._free]
 
     # -- allocation -----------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[Block]:
         """Pop ``n`` blocks from the LRU head, evicting their hashes. Caller checks num_free."""
-        out = []
+        start = self._next_fresh
+        k = min(n, self.num_gpu_blocks - start)
+        out = [Block(i, 1) for i in range(start, start + k)]
+        self._next_fresh = start + k
         pop = self._free.popitem
-        for _ in range(n):
+        cached = self._cached
+        for _ in range(n - k):
             blk = pop(last=False)[0]
-            if blk.block_hash is not None:
-                self._evict(blk)
+            h = blk.block_hash
+            if h is not None:
+                if self._dups:
+                    self._evict(blk)
+                else:  # no duplicates anywhere: a hashed block is its hash's only block
+                    del cached[h]
+                    blk.block_hash = None
             blk.ref_cnt = 1
             out.append(blk)
         return out
 
     def take_one(self) -> Block:
         """:meth:`get_new_blocks` for one block, without the list (the decode hot path)."""
+        if self._next_fresh < self.num_gpu_blocks:
+            self._next_fresh += 1
+            return Block(self._next_fresh - 1, 1)
         blk = self._free.popitem(last=False)[0]
         if blk.block_hash is not None:
             self._evict(blk)
@@ -156,7 +172,7 @@ class BlockPool:
 
     def usage(self) -> float:
         """vLLM's kv_cache_usage_perc: 1 - free / (num_gpu_blocks - 1)."""
-        return 1.0 - len(self._free) / (self.num_gpu_blocks - 1)
+        return 1.0 - self.num_free / (self.num_gpu_blocks - 1)
 
 
 class KVRequest(Protocol):
@@ -227,11 +243,15 @@ class KVCacheManager:
             return
         hashes = req.block_hashes
         blocks = req.blocks
-        cache_block = self.pool.cache_block
+        pool = self.pool
+        cached = pool._cached
         while i < n_full:
             if i == len(hashes):  # a block holding generated tokens: salt with the request
                 hashes.append(hash((hashes[-1] if hashes else 0, req.key, i)))
-            cache_block(blocks[i], hashes[i])
+            blk = blocks[i]
+            h = blk.block_hash = hashes[i]
+            if cached.setdefault(h, blk) is not blk:  # BlockPool.cache_block, inlined
+                pool._dups.setdefault(h, []).append(blk)
             i += 1
         req.num_cached_blocks = n_full
 
