@@ -88,7 +88,7 @@ class Sample(NamedTuple):
 class _Hist:
     """Bucket counts (non-cumulative, +Inf last), sum and count."""
 
-    __slots__ = ("bounds", "counts", "sum", "count")
+    __slots__ = ("bounds", "count", "counts", "sum")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds

@@ -36,7 +36,8 @@ import heapq
 import platform
 import socket
 import time
-from collections.abc import Callable, Set as AbstractSet
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from loadlab import __version__
-from loadlab.errors import InputError
 from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.collect.sink import MetricsSink
+from loadlab.errors import InputError
 from loadlab.runstore import REQUESTS, PartWriter, update_manifest, write_manifest
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
@@ -123,13 +124,19 @@ class ReplaySummary:
         return self.virtual_s / self.wall_s if self.wall_s > 0 else float("inf")
 
 
+@dataclass(slots=True)
 class _Request:
-    __slots__ = ("seq", "user", "step", "t_sent", "prompt_len", "target_prompt", "target_output",
-                 "group", "prefix")
+    """What the record of a request in flight needs besides its token times."""
 
-    def __init__(self, **kw: Any) -> None:
-        for k, v in kw.items():
-            setattr(self, k, v)
+    seq: int
+    user: int | None
+    step: int
+    t_sent: float
+    prompt_len: int
+    target_prompt: int
+    target_output: int
+    group: int | None
+    prefix: int
 
 
 class TokenTimes:
