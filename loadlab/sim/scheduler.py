@@ -29,6 +29,13 @@ One step (:meth:`Scheduler.schedule`, then :meth:`Scheduler.update`):
    ``output_len`` tokens ("stop", or "length" when that equals max_tokens) or reaches
    ``max_model_len`` tokens ("length"), and frees its blocks (tail first).
 
+Refused with :class:`~loadlab.errors.InputError` (as vLLM refuses them): chunked prefill
+off with ``max_num_batched_tokens < max_model_len``; a pool that cannot hold one
+``max_model_len`` request; a prompt of 0 or >= ``max_model_len`` tokens; ``output_len``
+outside ``1..max_tokens``; a duplicate request id.
+
+``num_cached_tokens`` is the prefix hit at a request's first admission (vLLM's
+``Request.num_cached_tokens``, not updated on re-admission after a preemption).
 ``iteration_tokens`` is vLLM's ``vllm:iteration_tokens_total`` observation: prompt lengths
 of requests emitting their first token + tokens emitted. ``prompt_tokens_computed`` /
 ``prompt_tokens_cached`` split those prompts as ``prompt_tokens_by_source``

@@ -40,7 +40,7 @@ class FinishedRequest:
     output_len: int                  # tokens actually generated
     max_tokens: int
     num_preemptions: int
-    num_cached_tokens: int           # prefix-cache hit tokens at (last) admission
+    num_cached_tokens: int           # prefix-cache hit tokens at first admission (vLLM semantics)
 
 
 @dataclass
