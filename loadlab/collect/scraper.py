@@ -11,7 +11,8 @@ Algorithm (one background thread per endpoint, all on one shared clock):
 3. If the scrape ran past later ticks, those ticks are skipped, each recorded as
    a SCRAPES row with error ``missed tick``: coverage stays honest.
 4. Failures (timeout, refused, closed connection, ``http 500``, ``parse error``,
-   ``no vllm metrics``) are rows, never exceptions: the thread goes on, other
+   ``no vllm metrics``, ``collector error: <class>`` e.g. a full disk) are rows,
+   never exceptions: the thread goes on, other
    endpoints are not affected, and a server that vanishes mid-run only leaves
    a gap.
 5. Whenever an endpoint's set of families grows (first good scrape, late
@@ -89,7 +90,10 @@ class _EndpointLoop:
                 break
             if owner._stop.is_set():
                 break
-            self._scrape_once()
+            try:
+                self._scrape_once()
+            except Exception as exc:  # noqa: BLE001  a full disk must leave a gap, not end sampling
+                self._record(time.time(), None, None, 0, f"collector error: {type(exc).__name__}")
             next_k = max(k + 1, math.floor((time.monotonic() - owner._t0) / interval) + 1)
             for skipped in range(k + 1, next_k):
                 self._record(owner._wall0 + skipped * interval, None, None, 0, "missed tick")

@@ -24,23 +24,25 @@ def test_each_fault_is_a_recorded_gap_while_good_endpoints_keep_being_sampled(tm
     faulty = {mode: page_server(mode) for mode in ("slow", "500", "garbage", "close")}
     refused = f"http://127.0.0.1:{free_port()}"
     with Scraper([good.url, *(s.url for s in faulty.values()), refused], tmp_path,
-                 interval_s=0.25, timeout_s=0.15) as scraper:
-        assert scraper.wait_until(lambda st: all(s.attempts >= 3 for s in st.values()), 20)
+                 interval_s=0.25, timeout_s=0.2) as scraper:
+        assert scraper.wait_until(
+            lambda st: st[good.url].ok >= 3 and all(s.attempts >= 3 for s in st.values()), 20)
     stats = scraper.stats()
     metrics, scrapes = tables(tmp_path)
     attempts = scrapes[scrapes.error != "missed tick"]
     causes = attempts.groupby("endpoint").error.agg(lambda e: set(e.dropna()))
-    assert causes[faulty["slow"].url] == {"timeout"}
-    assert causes[faulty["500"].url] == {"http 500"}
-    assert causes[faulty["garbage"].url] == {"parse error"}
-    assert causes[faulty["close"].url] == {"closed connection"}
-    assert causes[refused] == {"refused"}
-    assert causes[good.url] == set()
-    assert (attempts[attempts.endpoint == faulty["500"].url].http_status == 500).all()
-    assert attempts[attempts.endpoint == faulty["slow"].url].duration_s.max() < 0.25
+    # on a starved CI machine any endpoint may also time out now and then
+    expected = {faulty["slow"].url: "timeout", faulty["500"].url: "http 500",
+                faulty["garbage"].url: "parse error", faulty["close"].url: "closed connection",
+                refused: "refused"}
+    for url, cause in expected.items():
+        assert cause in causes[url] and causes[url] <= {cause, "timeout"}, (url, causes[url])
+    assert causes[good.url] <= {"timeout"}
+    assert (attempts[attempts.error == "http 500"].http_status == 500).all()
+    assert attempts[attempts.endpoint == faulty["slow"].url].duration_s.max() < 1.0  # never 30 s
     # the good endpoint: every scrape flushed on stop, every vllm sample of each kept raw
-    ok = attempts[attempts.endpoint == good.url]
-    assert ok.ok.all() and len(ok) == stats[good.url].ok
+    ok = attempts[(attempts.endpoint == good.url) & attempts.ok]
+    assert len(ok) == stats[good.url].ok
     assert (ok.n_samples == N_VLLM_SAMPLES).all()
     assert len(metrics) == N_VLLM_SAMPLES * len(ok)
     assert set(metrics.endpoint) == {good.url}
@@ -52,12 +54,13 @@ def test_a_server_that_disappears_leaves_a_gap_not_a_stopped_run(tmp_path, page_
     with Scraper([stays.url, goes.url], tmp_path, interval_s=0.2) as scraper:
         assert scraper.wait_until(lambda st: st[goes.url].ok >= 2, 10)
         goes.stop()
-        base = scraper.stats()[stays.url].ok
+        assert scraper.wait_until(lambda st: st[goes.url].attempts > st[goes.url].ok, 10)
+        base = scraper.stats()[stays.url].ok  # one scrape may have started before the gap
         assert scraper.wait_until(
-            lambda st: st[goes.url].attempts - st[goes.url].ok >= 3 and st[stays.url].ok >= base + 3, 10)
+            lambda st: st[goes.url].attempts - st[goes.url].ok >= 3 and st[stays.url].ok >= base + 4, 10)
     _, scrapes = tables(tmp_path)
     gone = scrapes[(scrapes.endpoint == goes.url) & ~scrapes.ok]
-    assert set(gone.error) <= {"refused", "closed connection", "missed tick"}
+    assert set(gone.error) <= {"refused", "closed connection", "missed tick", "timeout"}
     assert "refused" in set(gone.error)
     late_ok = scrapes[(scrapes.endpoint == stays.url) & scrapes.ok & (scrapes.t > gone.t.min())]
     assert len(late_ok) >= 3
