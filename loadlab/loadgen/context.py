@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -96,6 +97,7 @@ class LoadContext:
         self.released = Event()       # set when users may stop waiting (run over)
         self.started = Event()        # open loop: set once t0 is known
         self._clients: list[StreamingClient] = []
+        self.on_row: Callable[[dict[str, Any]], None] | None = None  # e.g. Locust's request event
         self._user_ids = itertools.count()
         self._greenlets = [gevent.spawn(self._monitor), gevent.spawn(self._ticker)]
 
@@ -136,6 +138,8 @@ class LoadContext:
         self._clients.append(client)
         row = self._row(prepared, outcome, user, t_scheduled, step)
         self.sink.add_row(row)
+        if self.on_row is not None:
+            self.on_row(row)
         if outcome.status == "client_error":
             # No connection (server down or restarting): pause so a closed-loop user does
             # not spin out thousands of error rows a second; the run itself goes on.
