@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from collect_pages import GENERATED, RUNNING
 
+from loadlab.cli import main
 from loadlab.collect.prometheus import (
-    collect_from_prometheus,
     histogram_quantile_query,
     rate_query,
     read_prometheus,
@@ -45,7 +45,8 @@ def test_direct_and_prometheus_agree_per_window(tmp_path, page_server):
                 phases.append((t_start, time.time(), level))
         t_end = phases[-1][1]
         wait_for_scrape(prom_url, t_end)
-        collect_from_prometheus(prom_url, t_end - 60, t_end + 0.5, via_prom)
+        main(["collect", "--prometheus-url", prom_url, "--start", str(t_end - 60),
+              "--end", str(t_end + 0.5), "--out", str(via_prom)])
     # interior of each phase: one scrape interval trimmed at each edge
     windows = pd.DataFrame([(a + 1.0, b - 1.0, lv) for a, b, lv in phases],
                            columns=["t_start", "t_end", "level"])
