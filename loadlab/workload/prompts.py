@@ -17,12 +17,23 @@ Layout of a prompt (words joined by single spaces):
 - The suffix is drawn from (seed, nonce, seq) and sized to hit the target.
 
 Calibration. With a ``TokenCounter`` (the server's /tokenize for this request shape,
-see :mod:`loadlab.workload.tokenize`) the suffix word count is corrected by the
-counted error until the count equals the target, at most ``MAX_ROUNDS`` counts; the
-correction found for each target length is cached and tried first next time, so a
-repeated length costs one count. Without a counter the word count is
-``target x words_per_token - overhead_tokens`` (default 1.0 and 0) and ``counted``
-is None; the load generator records target and actual usage either way.
+see :mod:`loadlab.workload.tokenize`):
+
+1. Once per builder, unless given: the fixed overhead (BOS, chat template) is the
+   count of the one-word text "the" minus one, and tokens per word come from a count
+   of ``RATE_PROBE_WORDS`` words. Words are ~1 token on large BPE vocabularies but 1.5
+   or more on small ones, so prefix lengths use the measured rate too.
+2. Per prompt, the suffix word count moves by (target - count) x words-per-token
+   (Newton steps on a near-linear count), kept inside the bracket of word counts
+   already seen to land under and over the target, until the count equals the target
+   or the bracket is one word wide (a word worth two tokens).
+3. The remaining gap below the target is filled with ``FILLERS`` pieces, each a
+   single token on common BPE vocabularies (tried in turn).
+At most ``MAX_ROUNDS`` counts per prompt plus one per filler tried; the word count
+found for each target length is cached and tried first, so a repeated length usually
+costs one count. Without a counter the word count is ``(target - overhead_tokens) x
+words_per_token`` (defaults 0 and 1.0) and ``counted_tokens`` is None; the load
+generator records target and actual usage either way.
 """
 
 from __future__ import annotations
@@ -37,6 +48,9 @@ import numpy as np
 from loadlab.errors import InputError
 
 MAX_ROUNDS = 8
+RATE_PROBE_WORDS = 1000
+FILLERS: tuple[str, ...] = ("a", "I", "1")
+_RATE_STREAM = (1 << 40) - 1
 _CHUNK = 4096
 _SUFFIX_STREAM = 1 << 40
 
@@ -95,8 +109,8 @@ class PromptSynth:
         *,
         common_prefix_tokens: int = 0,
         counter: TokenCounter | None = None,
-        words_per_token: float = 1.0,
-        overhead_tokens: int = 0,
+        words_per_token: float | None = None,
+        overhead_tokens: int | None = None,
         nonce: str = "",
     ) -> None:
         if any(ch.isspace() for ch in nonce):
@@ -105,7 +119,7 @@ class PromptSynth:
                 field="nonce",
                 fix="use a run id without spaces, e.g. 20261129-2310",
             )
-        if not words_per_token > 0:
+        if words_per_token is not None and not words_per_token > 0:
             raise InputError(
                 f"words_per_token must be > 0, got {words_per_token}",
                 field="words_per_token",
@@ -114,12 +128,15 @@ class PromptSynth:
         self.seed = int(seed)
         self.common_prefix_tokens = int(common_prefix_tokens)
         self.counter = counter
-        self.words_per_token = float(words_per_token)
-        self.overhead_tokens = int(overhead_tokens)
+        # measured from the counter on first use when not given (see the module docstring)
+        self._measure = counter is not None and (words_per_token is None or overhead_tokens is None)
+        self.words_per_token = 1.0 if words_per_token is None else float(words_per_token)
+        self.overhead_tokens = 0 if overhead_tokens is None else int(overhead_tokens)
+        self._fixed = (words_per_token, overhead_tokens)
         self.nonce = nonce
         self._base = _key_int(self.seed, nonce)
-        self._correction: dict[int, int] = {}
-        self._last_correction = 0
+        self._found: dict[int, int] = {}  # target -> suffix words found last time
+        self._last_offset = 0
         # group texts are reused across requests; a suffix only across one calibration
         self._group_chunk = lru_cache(maxsize=256)(self._make_chunk)
         self._suffix_chunk = lru_cache(maxsize=64)(self._make_chunk)
@@ -158,44 +175,103 @@ class PromptSynth:
             parts.append(" ".join(self._stream_words(_SUFFIX_STREAM + seq, n_suffix)))
         return " ".join(parts)
 
+    def _measure_rates(self) -> None:
+        """Fixed overhead (a one-word text minus that word) and tokens per word of this counter."""
+        assert self.counter is not None
+        self._measure = False
+        overhead = max(0, int(self.counter(WORDS[0])) - 1)
+        words = self._stream_words(_RATE_STREAM, RATE_PROBE_WORDS)
+        per_word = (int(self.counter(" ".join(words))) - overhead) / RATE_PROBE_WORDS
+        if self._fixed[1] is None:
+            self.overhead_tokens = overhead
+        if self._fixed[0] is None and per_word > 0:
+            self.words_per_token = 1.0 / per_word
+
     def prompt(self, spec: SpecLike) -> Prompt:
         """Text for ``spec``: shared prefix, unique marker, suffix sized to ``spec.prompt_tokens``."""
+        if self._measure:
+            self._measure_rates()
         target = int(spec.prompt_tokens)
         prefix = ""
         if spec.prefix_group is not None and spec.prefix_tokens > 0:
             prefix = self.prefix_text(spec.prefix_group, spec.prefix_tokens)
         marker = f"{self.nonce}#{spec.seq}"
         used = len(prefix.split()) + 1
-        estimate = self._words(target) - self.overhead_tokens - used
+        estimate = max(0, self._words(target - self.overhead_tokens) - used)
         if self.counter is None:
             return Prompt(self._text(prefix, marker, spec.seq, estimate), target, None)
-        n = estimate + self._correction.get(target, self._last_correction)
-        return self._calibrate(prefix, marker, spec.seq, target, estimate, max(0, n))
+        start = self._found.get(target, estimate + self._last_offset)
+        found = _Search(self, prefix, marker, spec.seq, target).run(max(0, start))
+        if found.counted == target:
+            self._found[target] = found.words
+            self._last_offset = found.words - estimate
+        return Prompt(found.text, target, found.counted)
 
-    def _calibrate(
-        self, prefix: str, marker: str, seq: int, target: int, estimate: int, n: int
-    ) -> Prompt:
-        assert self.counter is not None
-        best: tuple[int, int, str] | None = None  # (|error|, count, text)
-        tried: set[int] = set()
-        for _ in range(MAX_ROUNDS):
-            text = self._text(prefix, marker, seq, n)
-            count = int(self.counter(text))
-            tried.add(n)
-            if best is None or abs(count - target) < best[0]:
-                best = (abs(count - target), count, text)
-            if count == target:
-                self._correction[target] = self._last_correction = n - estimate
-                break
-            step = round((target - count) * self.words_per_token) or (1 if target > count else -1)
-            nxt = max(0, n + step)
-            if nxt in tried:  # one word is worth more than one token here: walk by single words
-                nxt = max(0, n + (1 if target > count else -1))
-            if nxt in tried:
-                break
-            n = nxt
-        assert best is not None
-        return Prompt(best[2], target, best[1])
+
+@dataclass
+class _Found:
+    text: str
+    counted: int
+    words: int
+
+
+class _Search:
+    """Steps 2 and 3 of the calibration for one prompt (see the module docstring)."""
+
+    def __init__(self, synth: PromptSynth, prefix: str, marker: str, seq: int, target: int) -> None:
+        assert synth.counter is not None
+        self.synth, self.prefix, self.marker, self.seq, self.target = (
+            synth,
+            prefix,
+            marker,
+            seq,
+            target,
+        )
+        self.count = synth.counter
+        self.under: _Found | None = None  # most words seen below the target
+        self.over: _Found | None = None  # fewest words seen above it
+
+    def _try(self, words: int) -> _Found:
+        text = self.synth._text(self.prefix, self.marker, self.seq, words)
+        found = _Found(text, int(self.count(text)), words)
+        if found.counted < self.target and (self.under is None or words > self.under.words):
+            self.under = found
+        if found.counted > self.target and (self.over is None or words < self.over.words):
+            self.over = found
+        return found
+
+    def run(self, words: int) -> _Found:
+        found = self._try(words)
+        for _ in range(MAX_ROUNDS - 1):
+            if found.counted == self.target:
+                return found
+            lo = self.under.words + 1 if self.under else 0
+            hi = self.over.words - 1 if self.over else None
+            if hi is not None and lo > hi:
+                break  # adjacent word counts straddle the target
+            gap = self.target - found.counted
+            step = round(gap * self.synth.words_per_token) or (1 if gap > 0 else -1)
+            nxt = max(lo, words + step)
+            words = nxt if hi is None else min(nxt, hi)
+            found = self._try(words)
+        if found.counted == self.target:
+            return found
+        return self._fill() or min(
+            (f for f in (self.under, self.over) if f is not None),
+            key=lambda f: abs(f.counted - self.target),
+        )
+
+    def _fill(self) -> _Found | None:
+        """Top up the closest text below the target with single-token filler pieces."""
+        if self.under is None:
+            return None
+        gap = self.target - self.under.counted
+        for filler in FILLERS:
+            text = self.under.text + (" " + filler) * gap
+            counted = int(self.count(text))
+            if counted == self.target:
+                return _Found(text, counted, self.under.words)
+        return None
 
 
 class SpecLike(Protocol):

@@ -152,8 +152,8 @@ class Profile:
         *,
         counter: TokenCounter | None = None,
         nonce: str = "",
-        words_per_token: float = 1.0,
-        overhead_tokens: int = 0,
+        words_per_token: float | None = None,
+        overhead_tokens: int | None = None,
     ) -> PromptSynth:
         """Prompt builder that knows this profile's common prefix (pass the sampler's seed)."""
         return PromptSynth(

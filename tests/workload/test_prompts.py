@@ -10,7 +10,7 @@ from loadlab.errors import InputError
 from loadlab.sim.testing import running_sim_in_thread
 from loadlab.sim.tokenizer import encode, encode_chat
 from loadlab.workload import RequestSpec, load_profile
-from loadlab.workload.prompts import WORDS, PromptSynth
+from loadlab.workload.prompts import PromptSynth
 from loadlab.workload.tokenize import tokenize_counter
 
 
@@ -26,17 +26,15 @@ class Counting:
         return self.fn(text)
 
 
-HEAVY = set(WORDS[::7])  # pretend every 7th word of the list costs two tokens
-
-
 def bpe_like(text: str) -> int:
-    """A BOS token, two tokens for some words, digits in pairs: one word != one token."""
+    """A BOS token, two tokens for words of 5+ letters (a third of the list), digits in
+    pairs: one word is not one token, as on small BPE vocabularies."""
     n = 1
     for piece in text.split():
         if any(ch.isdigit() for ch in piece):
             n += 1 + sum(ch.isdigit() for ch in piece) // 2
         else:
-            n += 2 if piece in HEAVY else 1
+            n += 2 if len(piece) >= 5 else 1
     return n
 
 
@@ -55,12 +53,26 @@ def test_exact_counts_with_the_simulator_tokenizer() -> None:
 
 def test_exact_counts_for_chat_and_bpe_like_counters() -> None:
     chat = PromptSynth(1, counter=lambda t: len(encode_chat([("user", t)])))
-    bpe = PromptSynth(1, counter=Counting(bpe_like))
-    for target in (4, 5, 17, 100, 999, 4096):
+    counter = Counting(bpe_like)
+    bpe = PromptSynth(1, counter=counter)
+    targets = [4, 5, 17, 100, 999, 4096, *range(200, 260)]
+    for target in targets:
         spec = RequestSpec(target, target, 10, None, 0, None)
         assert len(encode_chat([("user", chat.prompt(spec).text)])) == target
         prompt = bpe.prompt(spec)
-        assert bpe_like(prompt.text) == target == prompt.counted_tokens
+        assert bpe_like(prompt.text) == target == prompt.counted_tokens, target
+    assert chat.overhead_tokens == 3  # measured: <|user|> ... <|end|> <|assistant|>
+    assert bpe.overhead_tokens == 1 and 0.6 < bpe.words_per_token < 0.85  # BOS; ~1.3 tokens/word
+    assert counter.calls <= 2 + 5 * len(targets)
+
+
+def test_prefix_length_is_in_server_tokens_when_words_cost_more() -> None:
+    synth = PromptSynth(6, counter=bpe_like)
+    a = synth.prompt(RequestSpec(1, 3000, 10, 4, 2000, None)).text
+    b = synth.prompt(RequestSpec(2, 2800, 10, 4, 2000, None)).text
+    shared = a[: a.index(" #")]
+    assert b.startswith(shared + " #")
+    assert bpe_like(shared) - 1 == pytest.approx(2000, rel=0.03)  # minus BOS
 
 
 def test_without_a_counter_words_track_the_estimate() -> None:
