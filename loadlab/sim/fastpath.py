@@ -102,10 +102,12 @@ class FastScheduler(Scheduler):
                 need = -(-min(c + n, mml) // bs) - len(r.blocks)
                 if need > 0:
                     need_blocks += need
-        for r in events:
-            if r.num_computed + clock - r.base == len(r.blocks) * bs:
-                need_blocks += 1
-        if demand > self.max_num_batched_tokens or need_blocks > self.pool.num_free:
+        free = self.pool.num_free
+        if need_blocks + len(events) > free:  # count exactly only when the bound is tight
+            for r in events:
+                if r.num_computed + clock - r.base == len(r.blocks) * bs:
+                    need_blocks += 1
+        if demand > self.max_num_batched_tokens or need_blocks > free:
             return self._slow_schedule()
 
         kv = self.kv
