@@ -234,6 +234,9 @@ def resolve(cfg: SimConfig) -> ResolvedConfig:
     if not 0 < cfg.gpu_memory_utilization <= 1:
         raise InputError(f"must be in (0, 1], got {cfg.gpu_memory_utilization}",
                          field="--gpu-memory-utilization", fix="pass a fraction such as 0.92")
+    if not 0 <= cfg.step_jitter < 1:
+        raise InputError(f"must be in [0, 1), got {cfg.step_jitter}", field="--step-jitter",
+                         fix="pass a relative spread such as 0.05 (0 turns jitter off)")
     if cfg.kv_cache_dtype not in KV_DTYPE_BYTES:
         raise InputError(f"unknown kv cache dtype {cfg.kv_cache_dtype!r}", field="--kv-cache-dtype",
                          fix=f"choose one of: {', '.join(KV_DTYPE_BYTES)}")

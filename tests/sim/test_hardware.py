@@ -74,6 +74,7 @@ def test_tensor_parallel_divides_weights_and_kv() -> None:
         (dict(max_model_len=10**6), "--max-model-len", "131072"),
         (dict(gpu_memory_utilization=1.5), "--gpu-memory-utilization", "fraction"),
         (dict(kv_cache_dtype="int3"), "--kv-cache-dtype", "fp8"),
+        (dict(step_jitter=-0.1), "--step-jitter", "0.05"),
     ],
 )
 def test_impossible_configs_name_flag_and_fix(kwargs: dict, field: str, fix_part: str) -> None:
