@@ -1,25 +1,31 @@
 """OpenAI request parsing and response encoding, shaped as vLLM's OpenAI server does.
 
-Shapes were read from vLLM's ``vllm/entrypoints/openai`` (completion/chat protocol
-and serving modules, engine/protocol.py) so a client that works against ``vllm serve``
-works against the simulator unchanged:
+Shapes were read from vLLM's ``vllm/entrypoints/openai`` (completion/chat protocol and
+serving modules) and then checked byte for byte against a real vLLM 0.32 server
+(captured in ``tests/sim/fixtures/vllm-0.32-openai.json``, compared by
+``tests/sim/test_protocol.py``), so a client that works against ``vllm serve`` works
+against the simulator unchanged:
 
-- Completions stream chunk: ``{"id":"cmpl-..","object":"text_completion","created":..,
-  "model":..,"choices":[{"index":0,"text":..,"logprobs":null,"finish_reason":..,
-  "stop_reason":null}]}``.
+- Completions stream chunk: ``{"id":"cmpl-<16 hex>","object":"text_completion",
+  "created":..,"model":..,"choices":[{"index":0,"text":..,"logprobs":null,
+  "finish_reason":..,"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}``.
 - Chat stream: a role chunk (``delta {"role":"assistant","content":""}``) with the first
   token, then ``delta {"content":..}`` chunks; the last carries ``finish_reason``.
 - ``stream_options.include_usage`` adds a final chunk with ``choices: []`` and
   ``usage {prompt_tokens, total_tokens, completion_tokens}``; then ``data: [DONE]``.
-- Errors: ``{"error": {"message", "type", "param", "code"}}``; 400 ``BadRequestError``
-  for bad input (prompt + max_tokens over max_model_len included), 404 ``NotFoundError``
-  for an unknown model.
+  The last event before ``[DONE]`` carries ``system_fingerprint``.
+- Errors: ``{"error": {"message", "type", "param", "code"}}``. A body that fails the
+  schema (not JSON, missing or mistyped field) gets type ``Bad Request`` and param
+  ``body.<field>``, as vLLM's pydantic layer answers; a request vLLM refuses on its
+  merits gets ``BadRequestError`` (a prompt leaving no room for one output token:
+  "This model's maximum context length is ..."); an unknown model 404 ``NotFoundError``.
 
-Defaults as in vLLM: completions ``max_tokens`` 16; chat ``max_completion_tokens`` /
-``max_tokens`` absent means "the rest of the context" (max_model_len - prompt length).
-Sampling fields (temperature, top_p, seed, stop, ...) are type-checked and ignored:
-the simulator does not sample text. ``n`` > 1 and lists of several prompts are refused
-with a 400 that says so, rather than half-served.
+Lengths as in vLLM 0.32: completions ``max_tokens`` defaults to 16; chat
+``max_completion_tokens`` / ``max_tokens`` absent means the rest of the context; a
+``max_tokens`` past the context is clamped to ``max_model_len - prompt_len`` (vLLM 0.32
+answers 200 and stops at the context end), not refused. Sampling fields (temperature,
+top_p, seed, stop, ...) are type-checked and ignored: the simulator samples no text.
+``n`` > 1 and lists of several prompts are refused with a 400 that says so.
 
 Stream chunks are built by string concatenation around a per-request prefix, not by
 ``json.dumps`` of a dict, because they are encoded once per token per request.
@@ -33,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from loadlab import __version__
 from loadlab.sim import tokenizer
 
 DONE = b"data: [DONE]\n\n"
@@ -59,8 +66,25 @@ def error_body(status: int, message: str, err_type: str, param: str | None) -> b
     ).encode()
 
 
-def bad(field: str, message: str) -> ProtocolError:
-    return ProtocolError(400, message, param=field)
+_UNSET = object()
+
+
+def invalid(field: str, what: str) -> ProtocolError:
+    """A body that fails the request schema (missing field, wrong type, not JSON).
+
+    vLLM answers these from its pydantic models: type ``Bad Request``, param
+    ``body.<field>``. The message names the field, what was wrong and the fix.
+    """
+    loc = f"body.{field}" if field else "body"
+    return ProtocolError(400, f"1 validation error: {loc}: {what}", err_type="Bad Request",
+                         param=loc)
+
+
+def rejected(message: str, param: str | None = None, value: object = _UNSET) -> ProtocolError:
+    """A well-formed request vLLM refuses (its VLLMValidationError wording and suffix)."""
+    if param is not None:
+        message += f" (parameter={param}" + ("" if value is _UNSET else f", value={value}") + ")"
+    return ProtocolError(400, message, param=param)
 
 
 @dataclass
@@ -72,7 +96,7 @@ class GenerationRequest:
     created: int
     model: str
     prompt_token_ids: list[int]
-    max_tokens: int                # resolved (default applied), >= 1
+    max_tokens: int                # resolved (default applied, clamped to the context), >= 1
     min_tokens: int
     ignore_eos: bool
     stream: bool
@@ -86,23 +110,25 @@ def load_body(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(
-            400, f"Request body is not valid JSON ({exc}); send a JSON object with "
-            "Content-Type: application/json.", param="body") from None
+        raise invalid("", f"JSON decode error ({exc}); send a JSON object with "
+                      "Content-Type: application/json.") from None
     if not isinstance(body, dict):
-        raise ProtocolError(400, "Request body must be a JSON object, e.g. "
-                            '{"model": "...", "prompt": "..."}.', param="body")
+        raise invalid("", 'Input should be a JSON object, e.g. {"model": "...", '
+                      '"prompt": "..."}.')
     return body
 
 
-def _opt_int(body: dict[str, Any], field: str, minimum: int) -> int | None:
+def _shown(value: object) -> str:
+    return json.dumps(value)[:40]
+
+
+def _opt_int(body: dict[str, Any], field: str) -> int | None:
     value = body.get(field)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(field, f"`{field}` must be an integer, got {json.dumps(value)[:40]}.")
-    if value < minimum:
-        raise bad(field, f"`{field}` must be at least {minimum}, got {value}.")
+        raise invalid(field, f"Input should be a valid integer, got {_shown(value)}; "
+                      f"send `{field}` as a whole number.")
     return value
 
 
@@ -111,7 +137,8 @@ def _opt_bool(body: dict[str, Any], field: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise bad(field, f"`{field}` must be true or false, got {json.dumps(value)[:40]}.")
+        raise invalid(field, f"Input should be a valid boolean, got {_shown(value)}; "
+                      "send true or false.")
     return value
 
 
@@ -125,10 +152,10 @@ def _check_model(body: dict[str, Any], served_model: str) -> str:
     if model is None:
         return served_model
     if not isinstance(model, str):
-        raise bad("model", "`model` must be a string naming the served model.")
+        raise invalid("model", "Input should be a valid string naming the served model.")
     if model != served_model:
-        raise ProtocolError(404, f"The model `{model}` does not exist.",
-                            err_type="NotFoundError", param="model")
+        raise ProtocolError(404, f"The model `{model}` does not exist. Valid aliases: "
+                            f"{served_model}.", err_type="NotFoundError", param="model")
     return model
 
 
@@ -138,47 +165,51 @@ def _check_common(body: dict[str, Any], served_model: str) -> tuple[str, bool, b
     for field in _NUMERIC_FIELDS:
         value = body.get(field)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise bad(field, f"`{field}` must be a number, got {json.dumps(value)[:40]}.")
+            raise invalid(field, f"Input should be a valid number, got {_shown(value)}.")
     n = body.get("n", 1)
     if n not in (None, 1):
-        raise bad("n", "The simulator generates one choice per request; send `n: 1` or omit it.")
+        raise rejected("The simulator generates one choice per request; send `n: 1` or omit "
+                       "it.", "n", n)
     stream = _opt_bool(body, "stream")
     options = body.get("stream_options")
     include_usage = False
     if options is not None:
         if not isinstance(options, dict):
-            raise bad("stream_options", '`stream_options` must be an object such as '
-                      '{"include_usage": true}.')
+            raise invalid("stream_options", 'Input should be an object such as '
+                          '{"include_usage": true}.')
         if not stream:
-            raise bad("stream_options", "Stream options can only be defined when `stream=True`.")
+            raise rejected("Stream options can only be defined when `stream=True`.",
+                           "stream_options")
         include_usage = bool(options.get("include_usage", True))
     return model, stream, include_usage
 
 
 def _resolve_lengths(prompt_len: int, max_tokens: int | None, min_tokens: int,
                      max_model_len: int) -> int:
-    """Apply vLLM's default and context-length checks; return the resolved max_tokens."""
-    if max_tokens is None:
-        if prompt_len >= max_model_len:
-            raise ProtocolError(
-                400, f"This model's maximum context length is {max_model_len} tokens. "
-                f"However, your request has {prompt_len} input tokens. Please reduce the "
-                "length of the input messages.", param="input_tokens")
-        max_tokens = max_model_len - prompt_len
-    elif prompt_len + max_tokens > max_model_len:
-        raise ProtocolError(
-            400, f"This model's maximum context length is {max_model_len} tokens. However, "
-            f"you requested {prompt_len + max_tokens} tokens ({prompt_len} in the messages, "
-            f"{max_tokens} in the completion). Please reduce the length of the messages or "
-            "completion.", param="input_tokens")
+    """vLLM 0.32's rules: a prompt must leave room for one output token; ``max_tokens``
+    (default: the rest of the context) is clamped to ``max_model_len - prompt_len``."""
+    if prompt_len >= max_model_len:
+        raise rejected(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains at least {prompt_len} input tokens, which exceeds this limit "
+            "even without any output tokens. Please reduce the length of the input prompt.",
+            "input_tokens", prompt_len)
+    if max_tokens is not None and max_tokens < 1:
+        raise rejected(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens",
+                       max_tokens)
+    room = max_model_len - prompt_len
+    max_tokens = room if max_tokens is None else min(max_tokens, room)
+    if min_tokens < 0:
+        raise rejected(f"min_tokens must be greater than or equal to 0, got {min_tokens}.",
+                       "min_tokens", min_tokens)
     if min_tokens > max_tokens:
-        raise bad("min_tokens", f"min_tokens must be less than or equal to max_tokens="
-                  f"{max_tokens}, got {min_tokens}.")
+        raise rejected(f"min_tokens must be less than or equal to max_tokens={max_tokens}, "
+                       f"got {min_tokens}.")
     return max_tokens
 
 
 def _new_id(prefix: str) -> str:
-    return prefix + os.urandom(16).hex()
+    return prefix + os.urandom(8).hex()      # vLLM 0.32: "cmpl-" + 16 hex digits
 
 
 # ---------------------------------------------------------------- prompts
@@ -186,85 +217,89 @@ def _new_id(prefix: str) -> str:
 def prompt_ids(body: dict[str, Any]) -> list[int]:
     """Token ids of a completions ``prompt``: text, or a list of token ids."""
     prompt = body.get("prompt")
-    if prompt is None:
-        raise bad("prompt", "Field `prompt` is required: send the text to complete as a "
-                  "string, or token ids as a list of integers.")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]           # a batch of one prompt
+    if prompt is None or prompt == "" or prompt == []:
+        raise rejected("Either prompt or prompt_embeds must be provided and non-empty.",
+                       "prompt")
     if isinstance(prompt, str):
         ids = tokenizer.encode(prompt)
         if not ids:
-            raise bad("prompt", "`prompt` must contain at least one word (the simulator "
-                      "counts whitespace-separated pieces as tokens).")
+            raise rejected("The prompt has no tokens: the simulator counts whitespace-"
+                           "separated words as tokens; send at least one word.", "prompt")
         return ids
     if isinstance(prompt, list):
-        if prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
             for x in prompt:
                 if not 0 <= x < tokenizer.VOCAB_SIZE:
-                    raise bad("prompt", f"`prompt` token id {x} is out of vocabulary "
-                              f"(0..{tokenizer.VOCAB_SIZE - 1}).")
+                    raise rejected(f"Token id {x} is out of vocabulary")
             return list(prompt)
         if len(prompt) > 1 and all(isinstance(x, (str, list)) for x in prompt):
-            raise bad("prompt", "The simulator serves one prompt per request; send a "
-                      "single string or token-id list and issue separate requests.")
-    raise bad("prompt", "`prompt` must be a non-empty string or a non-empty list of "
-              "integer token ids.")
+            raise rejected("The simulator serves one prompt per request; send a single "
+                           "string or token-id list and issue separate requests.", "prompt")
+    raise invalid("prompt", "Input should be a valid string or a list of integer token ids; "
+                  "send the text to complete, or its token ids.")
 
 
 def chat_ids(body: dict[str, Any]) -> list[int]:
     """Token ids of ``messages`` under the simulator's chat template."""
     messages = body.get("messages")
     if messages is None:
-        raise bad("messages", 'Field `messages` is required: send a list such as '
-                  '[{"role": "user", "content": "Hello"}].')
-    if not isinstance(messages, list) or not messages:
-        raise bad("messages", "`messages` must be a non-empty list of "
-                  "{\"role\": ..., \"content\": ...} objects.")
+        raise invalid("messages", 'Field required; send a list such as '
+                      '[{"role": "user", "content": "Hello"}].')
+    if not isinstance(messages, list):
+        raise invalid("messages", 'Input should be a valid list of '
+                      '{"role": ..., "content": ...} objects.')
+    if not messages:
+        raise rejected("Cannot apply chat template to an empty conversation. Provide at "
+                       "least one message.")
     turns = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise bad(f"messages[{i}]", f"messages[{i}] must be an object with a string "
-                      "`role` (system, user, assistant, ...) and a `content`.")
+            raise invalid(f"messages.{i}", "Input should be an object with a string `role` "
+                          "(system, user, assistant, ...) and a `content`.")
         try:
             text = tokenizer.message_text(message.get("content"))
         except TypeError as exc:
-            raise bad(f"messages[{i}].content", f"messages[{i}].content: {exc}.") from None
+            raise invalid(f"messages.{i}.content", f"{exc}.") from None
         turns.append((message["role"], text))
     return tokenizer.encode_chat(turns)
 
 
 # ---------------------------------------------------------------- request parsers
 
+def _generation(kind: str, body: dict[str, Any], ids: list[int], model: str, stream: bool,
+                include_usage: bool, max_tokens: int | None, max_model_len: int
+                ) -> GenerationRequest:
+    min_tokens = _opt_int(body, "min_tokens") or 0
+    return GenerationRequest(
+        kind=kind, request_id=_new_id("cmpl-" if kind == "completion" else "chatcmpl-"),
+        created=int(time.time()), model=model, prompt_token_ids=ids,
+        max_tokens=_resolve_lengths(len(ids), max_tokens, min_tokens, max_model_len),
+        min_tokens=min_tokens, ignore_eos=_opt_bool(body, "ignore_eos"),
+        stream=stream, include_usage=include_usage)
+
+
 def parse_completion(raw: bytes, served_model: str, max_model_len: int) -> GenerationRequest:
     body = load_body(raw)
     model, stream, include_usage = _check_common(body, served_model)
     ids = prompt_ids(body)
-    max_tokens = _opt_int(body, "max_tokens", 1)
-    if "max_tokens" not in body or body.get("max_tokens") is None:
-        max_tokens = 16             # vLLM's CompletionRequest default
-    min_tokens = _opt_int(body, "min_tokens", 0) or 0
-    return GenerationRequest(
-        kind="completion", request_id=_new_id("cmpl-"), created=int(time.time()),
-        model=model, prompt_token_ids=ids,
-        max_tokens=_resolve_lengths(len(ids), max_tokens, min_tokens, max_model_len),
-        min_tokens=min_tokens, ignore_eos=_opt_bool(body, "ignore_eos"),
-        stream=stream, include_usage=include_usage)
+    max_tokens = _opt_int(body, "max_tokens")
+    if max_tokens is None:
+        max_tokens = 16             # vLLM's CompletionRequest default (null means it too)
+    return _generation("completion", body, ids, model, stream, include_usage, max_tokens,
+                       max_model_len)
 
 
 def parse_chat(raw: bytes, served_model: str, max_model_len: int) -> GenerationRequest:
     body = load_body(raw)
     model, stream, include_usage = _check_common(body, served_model)
     ids = chat_ids(body)
-    max_tokens = _opt_int(body, "max_completion_tokens", 1)
+    max_tokens = _opt_int(body, "max_completion_tokens")
     if max_tokens is None:
-        max_tokens = _opt_int(body, "max_tokens", 1)
-    min_tokens = _opt_int(body, "min_tokens", 0) or 0
-    return GenerationRequest(
-        kind="chat", request_id=_new_id("chatcmpl-"), created=int(time.time()),
-        model=model, prompt_token_ids=ids,
-        max_tokens=_resolve_lengths(len(ids), max_tokens, min_tokens, max_model_len),
-        min_tokens=min_tokens, ignore_eos=_opt_bool(body, "ignore_eos"),
-        stream=stream, include_usage=include_usage)
+        max_tokens = _opt_int(body, "max_tokens")
+    return _generation("chat", body, ids, model, stream, include_usage, max_tokens,
+                       max_model_len)
 
 
 def parse_tokenize(raw: bytes, served_model: str) -> list[int]:
@@ -283,28 +318,39 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
             "completion_tokens": completion_tokens}
 
 
+SYSTEM_FINGERPRINT = f"loadlab-sim-{__version__}"
+_FP = f',"system_fingerprint":"{SYSTEM_FINGERPRINT}"'
+
+
 class StreamEncoder:
-    """SSE events of one streamed request; the constant JSON around the text is built once."""
+    """SSE events of one streamed request; the constant JSON around the text is built once.
+
+    Field sets and order are those a vLLM 0.32 server sends (captured from a real one):
+    completions choices carry ``prompt_token_ids``/``token_ids`` nulls; the chat role
+    chunk carries top-level ``prompt_token_ids``/``prompt_text`` nulls; the last chunk,
+    or the usage chunk when usage is on, carries ``system_fingerprint``.
+    """
 
     def __init__(self, req: GenerationRequest) -> None:
-        self.kind = req.kind
-        head = (f'{{"id":"{req.request_id}","object":'
-                f'"{"text_completion" if req.kind == "completion" else "chat.completion.chunk"}"'
-                f',"created":{req.created},"model":{json.dumps(req.model)},')
-        self._head = "data: " + head
+        obj = "text_completion" if req.kind == "completion" else "chat.completion.chunk"
+        self._head = (f'data: {{"id":"{req.request_id}","object":"{obj}",'
+                      f'"created":{req.created},"model":{json.dumps(req.model)},')
+        end = "}\n\n" if req.include_usage else _FP + "}\n\n"
         if req.kind == "completion":
             self._open = self._head + '"choices":[{"index":0,"text":'
-            self._more = ',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
-            self._last = ',"logprobs":null,"finish_reason":"%s","stop_reason":null}]}\n\n'
+            nulls = ',"prompt_token_ids":null,"token_ids":null}]'
+            self._more = ',"logprobs":null,"finish_reason":null,"stop_reason":null' + nulls + "}\n\n"
+            self._last = ',"logprobs":null,"finish_reason":"%s","stop_reason":null' + nulls + end
         else:
             self._open = self._head + '"choices":[{"index":0,"delta":{"content":'
-            self._more = '},"logprobs":null,"finish_reason":null}]}\n\n'
-            self._last = '},"logprobs":null,"finish_reason":"%s","stop_reason":null}]}\n\n'
+            self._more = '},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+            self._last = '},"logprobs":null,"finish_reason":"%s","stop_reason":null,"token_ids":null}]' + end
 
     def role_chunk(self) -> str:
         """Chat only: the first event, sent with the first token."""
         return (self._head + '"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
-                '"logprobs":null,"finish_reason":null}]}\n\n')
+                '"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,'
+                '"prompt_text":null}\n\n')
 
     def chunk(self, text: str, finish_reason: str | None) -> str:
         """One event carrying ``text``; ``finish_reason`` set on the last one."""
@@ -314,24 +360,32 @@ class StreamEncoder:
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> str:
         return (self._head + '"choices":[],"usage":'
                 + json.dumps(usage(prompt_tokens, completion_tokens), separators=(",", ":"))
-                + "}\n\n")
+                + _FP + "}\n\n")
 
 
 def full_response(req: GenerationRequest, text: str, finish_reason: str,
                   completion_tokens: int) -> dict[str, Any]:
-    """The non-streaming body of a finished request."""
+    """The non-streaming body of a finished request (vLLM 0.32's fields, in its order)."""
+    use = {**usage(len(req.prompt_token_ids), completion_tokens),
+           "prompt_tokens_details": None, "completion_tokens_details": None}
     if req.kind == "completion":
         choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None,
-                                  "finish_reason": finish_reason, "stop_reason": None}
-        obj = "text_completion"
+                                  "finish_reason": finish_reason, "stop_reason": None,
+                                  "token_ids": None, "prompt_logprobs": None,
+                                  "prompt_token_ids": None, "routed_experts": None}
+        head: dict[str, Any] = {"id": req.request_id, "object": "text_completion"}
+        tail: dict[str, Any] = {}
     else:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text,
-                                          "tool_calls": []},
-                  "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
-        obj = "chat.completion"
-    return {"id": req.request_id, "object": obj, "created": req.created, "model": req.model,
-            "choices": [choice],
-            "usage": usage(len(req.prompt_token_ids), completion_tokens)}
+        choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None,
+                                          "annotations": None, "audio": None,
+                                          "function_call": None, "reasoning": None},
+                  "logprobs": None, "finish_reason": finish_reason, "stop_reason": None,
+                  "token_ids": None, "routed_experts": None}
+        head = {"id": req.request_id, "object": "chat.completion"}
+        tail = {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
+    return {**head, "created": req.created, "model": req.model, "choices": [choice],
+            "service_tier": None, "system_fingerprint": SYSTEM_FINGERPRINT, "usage": use,
+            **tail, "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
 
 
 def models_list(served_model: str, max_model_len: int, root: str) -> dict[str, Any]:

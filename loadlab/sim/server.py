@@ -202,15 +202,14 @@ def _auth_middleware(api_key: str) -> Callable:
 async def _json_errors(request: web.Request,
                        handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                        ) -> web.StreamResponse:
-    """Unknown routes and wrong methods get OpenAI-style JSON bodies, like vLLM's."""
+    """Unknown routes and wrong methods get FastAPI's JSON bodies, as from vLLM."""
     try:
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        err_type = "NotFoundError" if exc.status == 404 else "BadRequestError"
-        body = protocol.error_body(exc.status, exc.reason, err_type, None)
-        return _json(exc.status, body)
+        allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return web.json_response({"detail": exc.reason}, status=exc.status, headers=allow)
 
 
 def build_app(cfg: SimConfig, resolved: ResolvedConfig | None = None) -> web.Application:

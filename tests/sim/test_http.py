@@ -116,7 +116,8 @@ def test_non_streaming_responses(url):
     body = r.json()
     assert r.status_code == 200 and body["object"] == "text_completion"
     assert len(body["choices"][0]["text"].split()) == 6
-    assert body["usage"] == {"prompt_tokens": 3, "total_tokens": 9, "completion_tokens": 6}
+    assert body["usage"] == {"prompt_tokens": 3, "total_tokens": 9, "completion_tokens": 6,
+                             "prompt_tokens_details": None, "completion_tokens_details": None}
     r = httpx.post(f"{url}/v1/chat/completions",
                    json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
                          "ignore_eos": True})
@@ -148,7 +149,7 @@ def test_tokenize_count_equals_usage_prompt_tokens(url):
 
 
 def test_over_long_prompt_is_400_json_and_server_keeps_serving(url):
-    body = {"prompt": " ".join(["w"] * 500), "max_tokens": 50, "stream": True}
+    body = {"prompt": " ".join(["w"] * 600), "max_tokens": 50, "stream": True}
     r = httpx.post(f"{url}/v1/completions", json=body)
     assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
     err = r.json()["error"]
@@ -160,7 +161,8 @@ def test_over_long_prompt_is_400_json_and_server_keeps_serving(url):
 @pytest.mark.parametrize("path, payload, field", [
     ("/v1/completions", b"{\"prompt\": ", "body"),
     ("/v1/completions", b"{\"max_tokens\": 5}", "prompt"),
-    ("/v1/chat/completions", b"{\"model\": \"sim\"}", "messages"),
+    ("/v1/chat/completions", b"{\"model\": \"sim\"}", "body.messages"),
+    ("/v1/completions", b"{\"prompt\": \"a\", \"max_tokens\": \"9\"}", "body.max_tokens"),
     ("/tokenize", b"[]", "body"),
 ])
 def test_bad_requests_name_the_field_and_server_keeps_serving(url, path, payload, field):

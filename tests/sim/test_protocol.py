@@ -59,49 +59,61 @@ def test_stream_options_include_usage():
     assert err.status == 400 and err.param == "stream_options"
 
 
-def test_prompt_plus_max_tokens_over_context_is_400_like_vllm():
-    err = error_of(completion, prompt=" ".join(["w"] * 90), max_tokens=20)
-    body = json.loads(err.body())
-    assert err.status == 400
-    assert body["error"]["type"] == "BadRequestError" and body["error"]["code"] == 400
-    assert body["error"]["param"] == "input_tokens"
-    assert body["error"]["message"].startswith("This model's maximum context length is 100 tokens.")
-    assert "110 tokens (90 in the messages, 20 in the completion)" in body["error"]["message"]
+def test_max_tokens_past_the_context_is_clamped_like_vllm_0_32():
+    assert completion(prompt=" ".join(["w"] * 90), max_tokens=20).max_tokens == 10
+    assert completion(prompt=[7] * 99, max_tokens=5).max_tokens == 1
 
 
-def test_chat_prompt_filling_the_context_is_400():
-    err = error_of(chat, messages=[{"role": "user", "content": " ".join(["w"] * 97)}])
-    assert err.status == 400 and "100 input tokens" in err.message
+def test_prompt_leaving_no_room_is_400_like_vllm():
+    for err in (error_of(completion, prompt=" ".join(["w"] * 100), max_tokens=1),
+                error_of(chat, messages=[{"role": "user", "content": " ".join(["w"] * 97)}])):
+        body = json.loads(err.body())["error"]
+        assert err.status == 400 and body["code"] == 400
+        assert body["type"] == "BadRequestError" and body["param"] == "input_tokens"
+        assert body["message"] == (
+            "This model's maximum context length is 100 tokens. However, your prompt contains "
+            "at least 100 input tokens, which exceeds this limit even without any output "
+            "tokens. Please reduce the length of the input prompt. "
+            "(parameter=input_tokens, value=100)")
 
 
-@pytest.mark.parametrize("body, field", [
-    ({}, "prompt"),
-    ({"prompt": ""}, "prompt"),
-    ({"prompt": 5}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"),
-    ({"prompt": [1, 99999]}, "prompt"),
-    ({"prompt": "a", "max_tokens": 0}, "max_tokens"),
-    ({"prompt": "a", "max_tokens": "ten"}, "max_tokens"),
-    ({"prompt": "a", "min_tokens": 20, "max_tokens": 5}, "min_tokens"),
-    ({"prompt": "a", "temperature": "hot"}, "temperature"),
-    ({"prompt": "a", "stream": "yes"}, "stream"),
-    ({"prompt": "a", "n": 2}, "n"),
+# (body, param, error type, words the message must hold); params and types as vLLM 0.32
+# answers: schema errors "Bad Request" with body.<field>, refusals "BadRequestError".
+SCHEMA, REFUSAL = "Bad Request", "BadRequestError"
+
+
+@pytest.mark.parametrize("body, param, err_type, needle", [
+    ({}, "prompt", REFUSAL, "prompt"),
+    ({"prompt": ""}, "prompt", REFUSAL, "prompt"),
+    ({"prompt": "   "}, "prompt", REFUSAL, "word"),
+    ({"prompt": 5}, "body.prompt", SCHEMA, "body.prompt"),
+    ({"prompt": ["a", "b"]}, "prompt", REFUSAL, "one prompt per request"),
+    ({"prompt": [1, 99999]}, None, REFUSAL, "Token id 99999 is out of vocabulary"),
+    ({"prompt": "a", "max_tokens": 0}, "max_tokens", REFUSAL, "max_tokens must be at least 1"),
+    ({"prompt": "a", "max_tokens": "ten"}, "body.max_tokens", SCHEMA, "whole number"),
+    ({"prompt": "a", "min_tokens": 20, "max_tokens": 5}, None, REFUSAL, "min_tokens"),
+    ({"prompt": "a", "temperature": "hot"}, "body.temperature", SCHEMA, "number"),
+    ({"prompt": "a", "stream": "yes"}, "body.stream", SCHEMA, "true or false"),
+    ({"prompt": "a", "n": 2}, "n", REFUSAL, "one choice"),
 ])
-def test_bad_completion_fields_name_the_field(body, field):
+def test_bad_completion_requests_say_what_and_where(body, param, err_type, needle):
     err = error_of(completion, **body)
-    assert err.status == 400 and err.param == field
-    assert field in err.message
+    assert err.status == 400 and err.param == param and err.err_type == err_type
+    assert needle in err.message
 
 
-@pytest.mark.parametrize("body, field", [
-    ({}, "messages"),
-    ({"messages": []}, "messages"),
-    ({"messages": ["hi"]}, "messages[0]"),
-    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+@pytest.mark.parametrize("body, param, err_type, needle", [
+    ({}, "body.messages", SCHEMA, "Field required"),
+    ({"messages": "hi"}, "body.messages", SCHEMA, "list"),
+    ({"messages": []}, None, REFUSAL, "empty conversation"),
+    ({"messages": ["hi"]}, "body.messages.0", SCHEMA, "role"),
+    ({"messages": [{"role": "user", "content": 5}]}, "body.messages.0.content", SCHEMA,
+     "content"),
 ])
-def test_bad_chat_fields_name_the_field(body, field):
+def test_bad_chat_requests_say_what_and_where(body, param, err_type, needle):
     err = error_of(chat, **body)
-    assert err.status == 400 and err.param == field
+    assert err.status == 400 and err.param == param and err.err_type == err_type
+    assert needle in err.message
 
 
 def test_malformed_json_and_non_objects_are_400():
@@ -109,13 +121,14 @@ def test_malformed_json_and_non_objects_are_400():
         with pytest.raises(ProtocolError) as info:
             protocol.parse_completion(raw, MODEL, LEN)
         assert info.value.status == 400 and info.value.param == "body"
+        assert info.value.err_type == "Bad Request"
 
 
 def test_unknown_model_is_404_not_found():
     err = error_of(completion, prompt="a", model="other")
     body = json.loads(err.body())["error"]
     assert err.status == 404 and body["type"] == "NotFoundError"
-    assert body["message"] == "The model `other` does not exist."
+    assert body["message"] == f"The model `other` does not exist. Valid aliases: {MODEL}."
 
 
 def _event(text: str) -> dict:
@@ -124,17 +137,22 @@ def _event(text: str) -> dict:
 
 
 def test_completion_chunks_have_vllms_shape():
-    req = completion(prompt="a", stream=True)
+    req = completion(prompt="a", stream=True, stream_options={"include_usage": True})
     enc = protocol.StreamEncoder(req)
-    assert _event(enc.chunk(' say "hi"', None)) == {
-        "id": req.request_id, "object": "text_completion", "created": req.created,
-        "model": MODEL, "choices": [{"index": 0, "text": ' say "hi"', "logprobs": None,
-                                     "finish_reason": None, "stop_reason": None}]}
+    head = {"id": req.request_id, "object": "text_completion", "created": req.created,
+            "model": MODEL}
+    choice = {"index": 0, "text": ' say "hi"', "logprobs": None, "finish_reason": None,
+              "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
+    assert _event(enc.chunk(' say "hi"', None)) == {**head, "choices": [choice]}
     assert _event(enc.chunk(" x", "length"))["choices"][0]["finish_reason"] == "length"
     assert _event(enc.usage_chunk(3, 4)) == {
-        "id": req.request_id, "object": "text_completion", "created": req.created,
-        "model": MODEL, "choices": [],
-        "usage": {"prompt_tokens": 3, "total_tokens": 7, "completion_tokens": 4}}
+        **head, "choices": [],
+        "usage": {"prompt_tokens": 3, "total_tokens": 7, "completion_tokens": 4},
+        "system_fingerprint": protocol.SYSTEM_FINGERPRINT}
+    # Without usage, the last chunk carries the fingerprint instead.
+    plain = protocol.StreamEncoder(completion(prompt="a", stream=True))
+    assert "system_fingerprint" not in _event(plain.chunk(" x", None))
+    assert "system_fingerprint" in _event(plain.chunk(" x", "stop"))
 
 
 def test_chat_chunks_have_vllms_shape():
@@ -144,6 +162,7 @@ def test_chat_chunks_have_vllms_shape():
     assert role["object"] == "chat.completion.chunk"
     assert role["choices"] == [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                 "logprobs": None, "finish_reason": None}]
+    assert role["prompt_token_ids"] is None and role["prompt_text"] is None
     assert _event(enc.chunk(" w", None))["choices"][0]["delta"] == {"content": " w"}
     last = _event(enc.chunk(" z", "stop"))["choices"][0]
     assert last["finish_reason"] == "stop" and last["delta"] == {"content": " z"}
@@ -153,9 +172,10 @@ def test_full_responses_carry_usage():
     req = chat(messages=[{"role": "user", "content": "a b"}], max_tokens=3)
     body = protocol.full_response(req, " x y z", "length", 3)
     assert body["object"] == "chat.completion"
-    assert body["choices"][0]["message"] == {"role": "assistant", "content": " x y z",
-                                             "tool_calls": []}
-    assert body["usage"] == {"prompt_tokens": 5, "total_tokens": 8, "completion_tokens": 3}
+    assert body["choices"][0]["message"]["content"] == " x y z"
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    assert body["usage"] == {"prompt_tokens": 5, "total_tokens": 8, "completion_tokens": 3,
+                             "prompt_tokens_details": None, "completion_tokens_details": None}
 
 
 def test_tokenize_accepts_prompt_or_messages():
