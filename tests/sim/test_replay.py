@@ -172,3 +172,12 @@ def test_quantile_matches_numpy() -> None:
     values = np.sort(np.random.default_rng(0).exponential(size=37))
     for q in (0.0, 0.5, 0.99, 1.0):
         assert quantile(values, q) == pytest.approx(np.percentile(values, q * 100))
+
+
+def test_lowered_concurrency_retires_users(tmp_path: Path) -> None:
+    requests, metrics = replay(tmp_path, concurrencies=(8, 2), step_s=10.0, warmup_s=2.0)
+    later = requests[requests.step == 1]
+    assert set(later.user) <= {0, 1} and len(later) > 0
+    assert (requests.status == "aborted").sum() == 2
+    running = gauge(metrics, "vllm:num_requests_running")
+    assert running[running.index > EPOCH + 16].max() <= 2
