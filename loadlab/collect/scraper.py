@@ -181,8 +181,9 @@ class Scraper:
                                    writer_id=self.writer_id, flush_interval_s=flush_interval_s)
         self._stop = threading.Event()
         self._changed = threading.Condition()
+        self._manifest_lock = threading.Lock()
         self._info: dict[str, dict[str, Any]] = {}
-        labels = [endpoint_urls(e) for e in endpoints]
+        labels = list(dict.fromkeys(endpoint_urls(e) for e in endpoints))  # same server once
         self._loops = [_EndpointLoop(self, label, url, i) for i, (label, url) in enumerate(labels)]
         self._t0 = 0.0
         self._wall0 = 0.0
@@ -251,18 +252,19 @@ class Scraper:
             "vllm_engine": catalog.engine_generation(families),
             "cache_config_info": cache_config(config_labels),
         }
-        with self._changed:
-            self._info[label] = info
-            endpoints = dict(self._info)
-        if not self.write_manifest:
-            return
-        first = endpoints[min(endpoints, key=self.endpoints.index)]
-        update_manifest(self.out_dir, metrics={
-            "endpoints": endpoints,
-            "names_found": first["names_found"],
-            "vllm_engine": first["vllm_engine"],
-            "cache_config_info": first["cache_config_info"],
-        })
+        with self._manifest_lock:  # endpoints report in any order; the last write has all
+            with self._changed:
+                self._info[label] = info
+                endpoints = dict(self._info)
+            if not self.write_manifest:
+                return
+            first = endpoints[min(endpoints, key=self.endpoints.index)]
+            update_manifest(self.out_dir, metrics={
+                "endpoints": endpoints,
+                "names_found": first["names_found"],
+                "vllm_engine": first["vllm_engine"],
+                "cache_config_info": first["cache_config_info"],
+            })
 
     def endpoint_info(self) -> dict[str, dict[str, Any]]:
         """What each endpoint exposed (families, roles, V1/V0, cache config)."""

@@ -64,6 +64,13 @@ def test_a_server_that_disappears_leaves_a_gap_not_a_stopped_run(tmp_path, page_
     assert "refused" in set(gone.error)
     late_ok = scrapes[(scrapes.endpoint == stays.url) & scrapes.ok & (scrapes.t > gone.t.min())]
     assert len(late_ok) >= 3
+    assert set(read_manifest(tmp_path)["metrics"]["endpoints"]) == {stays.url, goes.url}
+
+
+def test_the_same_server_given_twice_is_scraped_once(tmp_path, page_server):
+    server = page_server("ok")
+    scraper = Scraper([server.url, f"{server.url}/v1", f"{server.url}/metrics"], tmp_path)
+    assert scraper.endpoints == [server.url]
 
 
 def test_manifest_records_names_generation_and_cache_config(tmp_path, page_server):
