@@ -110,7 +110,7 @@ def show(name: str) -> None:
     "fmt",
     type=click.Choice(FORMATS),
     default=None,
-    help="trace format; guessed from the file name when omitted",
+    help="trace format; recognised from the file header (Azure, Mooncake) or suffix when omitted",
 )
 @click.option("--input-col", default=None, help="column with prompt lengths (csv/jsonl)")
 @click.option("--output-col", default=None, help="column with output lengths (csv/jsonl)")

@@ -61,11 +61,17 @@ MOONCAKE = Columns("input_length", "output_length", "timestamp", "ms", "hash_ids
 
 
 def guess_format(path: Path) -> TraceFormat:
-    """Format from the file name, for when the user gives none."""
-    name = path.name.lower()
-    if name.endswith((".jsonl", ".json")):
-        return "mooncake" if "mooncake" in name or "trace" in name else "jsonl"
-    return "azure" if "azure" in name else "csv"
+    """Format from the file's first line (Azure header, Mooncake keys), else its suffix."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            first = fh.readline()
+    except (OSError, UnicodeDecodeError):
+        first = ""
+    if all(col in first for col in (AZURE.input, AZURE.output)):
+        return "azure"
+    if all(f'"{key}"' in first for key in (MOONCAKE.input, MOONCAKE.output)):
+        return "mooncake"
+    return "jsonl" if path.name.lower().endswith((".jsonl", ".json")) else "csv"
 
 
 def read_trace(

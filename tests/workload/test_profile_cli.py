@@ -39,16 +39,14 @@ def test_build_from_azure_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         f"2023-11-16 18:{15 + k // 30:02d}:{(2 * k) % 60:02d}.5000000,{a},{b}"
         for k, (a, b) in enumerate(zip(inp, out))
     ]
-    trace = tmp_path / "azure_trace.csv"
+    trace = tmp_path / "requests.csv"
     trace.write_text("\n".join(lines) + "\n")
     target = tmp_path / "mine.yaml"
     code, _, err = run(
         [
             "profile",
             "build",
-            str(trace),
-            "--format",
-            "azure",
+            str(trace),  # format recognised from the header
             "--name",
             "mine",
             "--out",
