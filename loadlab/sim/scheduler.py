@@ -127,7 +127,8 @@ class SchedulePlan:
     """What :meth:`Scheduler.schedule` decided for one step."""
 
     scheduled: dict[str, int]
-    requests: list[SimRequest]             # scheduled, in batch order
+    requests: list[SimRequest]             # advanced one by one in update(): all scheduled
+    #                                        requests (fast path: all but the steady ones)
     preempted: list[str]
     admitted: list[SimRequest]
     num_prefill_tokens: int = 0
