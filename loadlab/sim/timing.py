@@ -4,9 +4,12 @@ Model, per GPU of a tensor-parallel group of size TP (all work divides by TP):
 
 1. tokens = prefill tokens + decode tokens of the batch.
 2. compute_s = (2 x matmul_params x tokens + attention_flops) / TP / (peak_bf16 x COMPUTE_EFF)
-   with attention_flops = 4 x layers x q_heads x head_dim x sum_i(new_i x context_i),
-   estimated from the batch shape as tokens x context_tokens / num_requests (exact for
-   pure decode; for one prefill chunk it counts the causal triangle as a full square).
+   with attention_flops = 4 x layers x q_heads x head_dim x sum_i(new_i x context_i).
+   The batch shape has only totals, so the sum is the larger of two estimates:
+   tokens x context_tokens / num_requests (every request at the mean context: right for
+   a late chunk of a long prompt) and P^2 / (2 x prefill requests) + (context_tokens - P)
+   (prefill chunks starting from zero, decodes reading the rest: right for first chunks
+   beside decodes), with P the prefill tokens. Both are exact for pure decode.
 3. memory_s = (weight_bytes / TP + kv_bytes_per_token_per_gpu x context_tokens)
    / (peak_bandwidth x MEMORY_EFF): every step streams the weights and the KV of every
    scheduled request's context once.
@@ -76,8 +79,12 @@ class StepTimeModel:
 
     def gpu_time(self, batch: BatchShape) -> tuple[float, float]:
         """(compute_s, memory_s) of the roofline, before overheads and jitter."""
-        tokens = batch.num_prefill_tokens + batch.num_decode_tokens
+        prefill = batch.num_prefill_tokens
+        tokens = prefill + batch.num_decode_tokens
         pairs = tokens * batch.context_tokens / batch.num_requests if batch.num_requests else 0.0
+        if batch.num_prefill_requests:
+            fresh = prefill * prefill / (2 * batch.num_prefill_requests) + batch.context_tokens - prefill
+            pairs = max(pairs, fresh)
         compute = tokens * self._matmul_s_per_token + pairs * self._attn_s_per_pair
         memory = self._weights_s + batch.context_tokens * self._kv_s_per_token
         return compute, memory

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from loadlab.sim.config import SimConfig
-from loadlab.sim.hardware import resolve
-from loadlab.sim.timing import StepTimeModel
+from loadlab.sim.hardware import MODELS, resolve
+from loadlab.sim.timing import COMPUTE_EFF, StepTimeModel
 from loadlab.sim.types import BatchShape
 
 
@@ -73,3 +73,13 @@ def test_jitter_is_seeded_and_bounded() -> None:
     assert min(s1) >= 0.5 * plain
     other = StepTimeModel(cfg, seed=8)
     assert [other.step_time(decode(8, 800)) for _ in range(5)] != s1[:5]
+
+
+def test_attention_of_a_first_chunk_beside_decodes_is_counted(llama_h100: StepTimeModel) -> None:
+    # an 8k first chunk with 255 decodes at 1k context: ~33.5 M query-key pairs, not 8.7 M
+    mixed = BatchShape(8192, 255, 256, 1, 8192 + 255 * 1024)
+    compute, _ = llama_h100.gpu_time(mixed)
+    flops = 989.5e12 * COMPUTE_EFF
+    matmul = 2 * MODELS["llama-3.1-8b"].matmul_params * (8192 + 255) / flops
+    pairs = 8192 * 8192 / 2 + 255 * 1024
+    assert compute - matmul == pytest.approx(pairs * 4 * 32 * 32 * 128 / flops, rel=0.01)
