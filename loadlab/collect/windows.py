@@ -19,6 +19,7 @@ match (``{"reason": "capacity"}``).
   by linear interpolation inside the bucket that holds the rank, as Prometheus'
   ``histogram_quantile`` does (lower bound 0 for the first bucket; a rank in the
   +Inf bucket returns the highest finite bound).
+- :func:`histogram_buckets`: the same bucket increases, one row per bound.
 - :func:`gauge_windows`: per snapshot (endpoint, scrape time) the series of a
   group are summed (several engines -> one figure), then mean, p95, min, max,
   last and occupancy P(x >= 1) over the snapshots inside the window. Default
@@ -101,36 +102,36 @@ def histogram_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
     """Count, sum, mean and quantiles of a histogram family's observations per window."""
     quantiles = tuple(quantiles)
     wins = _windows(windows)
-    data = _select(metrics, family, where, None)
-    deltas = []
-    for key, (t, v) in _series(data):
-        inc, _ = _cumulative_increase(v)
-        kind = key[1][len(family):]  # _bucket | _sum | _count
-        labels = dict(_labels(key[2]))
-        le = labels.pop("le", None)
-        for w in wins.itertuples(index=False):
-            span = _span(t, w.t_start, w.t_end)
-            if span is not None:
-                deltas.append({"wid": w.wid, **_group((key[0], key[1], _canon(labels)), by),
-                               "kind": kind, "le": le, "delta": inc[span[1]] - inc[span[0]]})
+    frame = _histogram_deltas(metrics, family, wins, by, where)
     qcols = [f"p{round(q * 100, 3):g}" for q in quantiles]
     cols = ["count", "sum", "mean", *qcols]
     rows = []
-    if deltas:
-        frame = pd.DataFrame(deltas)
-        for gkey, g in frame.groupby(["wid", *by], sort=False, dropna=False):
-            gkey = gkey if isinstance(gkey, tuple) else (gkey,)
-            row = dict(zip(["wid", *by], gkey))
-            count = g.loc[g.kind == "_count", "delta"].sum()
-            total = g.loc[g.kind == "_sum", "delta"].sum()
-            buckets = g[g.kind == "_bucket"].groupby("le")["delta"].sum()
-            bounds = np.array([float(le) for le in buckets.index])
-            order = np.argsort(bounds)
-            row.update(count=count, sum=total, mean=total / count if count > 0 else np.nan)
-            for q, col in zip(quantiles, qcols):
-                row[col] = histogram_quantile(q, bounds[order], buckets.to_numpy()[order])
-            rows.append(row)
+    for gkey, g in frame.groupby(["wid", *by], sort=False, dropna=False):
+        gkey = gkey if isinstance(gkey, tuple) else (gkey,)
+        row = dict(zip(["wid", *by], gkey))
+        count = g.loc[g.kind == "_count", "delta"].sum()
+        total = g.loc[g.kind == "_sum", "delta"].sum()
+        buckets = g[g.kind == "_bucket"].groupby("le")["delta"].sum().sort_index()
+        row.update(count=count, sum=total, mean=total / count if count > 0 else np.nan)
+        for q, col in zip(quantiles, qcols):
+            row[col] = histogram_quantile(q, buckets.index.to_numpy(), buckets.to_numpy())
+        rows.append(row)
     return _finish(wins, rows, by, None, cols)
+
+
+def histogram_buckets(metrics: pd.DataFrame, family: str, windows: Windows, *,
+                      by: Sequence[str] = (), where: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Cumulative bucket increases per window: one row per upper bound ``le`` (float).
+
+    For shares the summary statistics do not give, e.g. the fraction of engine
+    steps that filled the token budget from ``vllm:iteration_tokens_total``.
+    """
+    wins = _windows(windows)
+    frame = _histogram_deltas(metrics, family, wins, by, where)
+    buckets = frame[frame.kind == "_bucket"]
+    rows = (buckets.groupby(["wid", *by, "le"], sort=True, dropna=False)["delta"].sum()
+            .reset_index().rename(columns={"delta": "count"}))
+    return _finish(wins, rows.to_dict("records"), by, None, ["le", "count"])
 
 
 def gauge_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
@@ -186,6 +187,24 @@ def coverage_windows(scrapes: pd.DataFrame, windows: Windows, interval_s: float,
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _histogram_deltas(metrics: pd.DataFrame, family: str, wins: pd.DataFrame,
+                      by: Sequence[str], where: Mapping[str, str] | None) -> pd.DataFrame:
+    """Per window, group, kind (_bucket/_sum/_count) and bound: the increase of each series."""
+    deltas = []
+    for key, (t, v) in _series(_select(metrics, family, where, None)):
+        inc, _ = _cumulative_increase(v)
+        labels = dict(_labels(key[2]))
+        le = labels.pop("le", None)
+        group = _group((key[0], key[1], _canon(labels)), by)
+        for w in wins.itertuples(index=False):
+            span = _span(t, w.t_start, w.t_end)
+            if span is not None:
+                deltas.append({"wid": w.wid, **group, "kind": key[1][len(family):],
+                               "le": np.nan if le is None else float(le),
+                               "delta": inc[span[1]] - inc[span[0]]})
+    return pd.DataFrame(deltas, columns=["wid", *by, "kind", "le", "delta"])
 
 
 def _windows(windows: Windows) -> pd.DataFrame:

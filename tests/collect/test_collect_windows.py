@@ -12,6 +12,7 @@ from loadlab.collect.windows import (
     counter_windows,
     coverage_windows,
     gauge_windows,
+    histogram_buckets,
     histogram_quantile,
     histogram_windows,
     resolve_family,
@@ -91,6 +92,9 @@ def test_histogram_windows_use_bucket_deltas_per_window():
     assert out["mean"].tolist() == pytest.approx([0.05, 3.0])
     assert out.p50.iloc[0] == pytest.approx(0.05)             # half-way through (0, 0.1]
     assert out.p50.iloc[1] == pytest.approx(1.0 + 4.0 * 0.5)  # half-way through (1, 5]
+    buckets = histogram_buckets(m, fam, [(0, 10), (10, 20)])
+    assert buckets[buckets.t_start == 10].set_index("le")["count"].to_dict() == \
+        {0.1: 0, 1.0: 0, 5.0: 10, float("inf"): 10}
 
 
 def test_gauge_statistics_sum_engines_per_snapshot():
