@@ -135,7 +135,8 @@ class PromptSynth:
         self._fixed = (words_per_token, overhead_tokens)
         self.nonce = nonce
         self._base = _key_int(self.seed, nonce)
-        self._found: dict[int, int] = {}  # target -> suffix words found last time
+        # target -> suffix words found minus the estimate, last time that target was built
+        self._offset: dict[int, int] = {}
         self._last_offset = 0
         # group texts are reused across requests; a suffix only across one calibration
         self._group_chunk = lru_cache(maxsize=256)(self._make_chunk)
@@ -159,14 +160,14 @@ class PromptSynth:
     def _words(self, tokens: int) -> int:
         return max(0, round(tokens * self.words_per_token))
 
-    def prefix_text(self, group: int, prefix_tokens: int) -> str:
-        """The leading text shared by every request of ``group`` with ``prefix_tokens``."""
+    def prefix_words(self, group: int, prefix_tokens: int) -> list[str]:
+        """The leading words shared by every request of ``group`` with ``prefix_tokens``."""
         n = self._words(prefix_tokens)
         common = min(n, self._words(self.common_prefix_tokens)) if group != 0 else n
         words = self._stream_words(0, common)
         if n > common:
             words += self._stream_words(group, n - common)
-        return " ".join(words)
+        return words
 
     def _text(self, prefix: str, marker: str, seq: int, n_suffix: int) -> str:
         parts = [prefix] if prefix else []
@@ -192,19 +193,18 @@ class PromptSynth:
         if self._measure:
             self._measure_rates()
         target = int(spec.prompt_tokens)
-        prefix = ""
+        words: list[str] = []
         if spec.prefix_group is not None and spec.prefix_tokens > 0:
-            prefix = self.prefix_text(spec.prefix_group, spec.prefix_tokens)
+            words = self.prefix_words(spec.prefix_group, spec.prefix_tokens)
+        prefix = " ".join(words)
         marker = f"{self.nonce}#{spec.seq}"
-        used = len(prefix.split()) + 1
-        estimate = max(0, self._words(target - self.overhead_tokens) - used)
+        estimate = max(0, self._words(target - self.overhead_tokens) - len(words) - 1)
         if self.counter is None:
             return Prompt(self._text(prefix, marker, spec.seq, estimate), target, None)
-        start = self._found.get(target, estimate + self._last_offset)
+        start = estimate + self._offset.get(target, self._last_offset)
         found = _Search(self, prefix, marker, spec.seq, target).run(max(0, start))
         if found.counted == target:
-            self._found[target] = found.words
-            self._last_offset = found.words - estimate
+            self._offset[target] = self._last_offset = found.words - estimate
         return Prompt(found.text, target, found.counted)
 
 
