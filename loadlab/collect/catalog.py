@@ -49,6 +49,7 @@ CATALOG: tuple[MetricDef, ...] = tuple(
         ("num_requests_waiting_by_reason", "waiting_by_reason"),
         ("cache_config_info", "cache_config"),
         ("engine_sleep_state", "sleep_state"),
+        ("lora_requests_info", "lora_info"),
     ])
     + _defs("counter", "both", [
         ("num_preemptions", "preemptions"),
@@ -70,6 +71,11 @@ CATALOG: tuple[MetricDef, ...] = tuple(
         ("estimated_flops_per_gpu", "estimated_flops"),
         ("estimated_read_bytes_per_gpu", "estimated_read_bytes"),
         ("estimated_write_bytes_per_gpu", "estimated_write_bytes"),
+        ("corrupted_requests", "corrupted_requests"),
+        ("spec_decode_num_drafts", "spec_drafts"),
+        ("spec_decode_num_draft_tokens", "spec_draft_tokens"),
+        ("spec_decode_num_accepted_tokens", "spec_accepted_tokens"),
+        ("spec_decode_num_accepted_tokens_per_pos", "spec_accepted_tokens_per_pos"),
     ])
     + _defs("histogram", "both", [
         ("time_to_first_token_seconds", "ttft"),
@@ -104,6 +110,7 @@ CATALOG: tuple[MetricDef, ...] = tuple(
         ("cpu_prefix_cache_hit_rate", "cpu_prefix_hit_rate"),
         ("avg_prompt_throughput_toks_per_s", "prompt_throughput"),
         ("avg_generation_throughput_toks_per_s", "generation_throughput"),
+        ("spec_decode_draft_acceptance_rate", "spec_acceptance_rate"),
     ])
 )
 
