@@ -5,11 +5,10 @@ vLLM /metrics page: too much at 4 endpoints x 10 Hz. Between two scrapes of one
 server only the values change, so :class:`ExpositionParser` memoises each
 sample line's identity:
 
-1. Split the text into lines; skip comments.
+1. Split the text into lines; remember the latest ``# TYPE`` line; skip comments.
 2. Cut each sample line at its last space: the left part (name and labels) is
    the key, the right part the value.
-3. Unknown key: parse ``<type line>\\n<line>`` (the nearest ``# TYPE`` line above)
-   with prometheus_client and store
+3. Unknown key: parse ``<type line>\\n<line>`` with prometheus_client and store
    what it says (family, type, labels) under the key: a series id, or DROP for
    samples loadlab does not keep (families not starting with ``vllm:``, and the
    ``*_created`` timestamps prometheus_client adds to counters and histograms).
@@ -87,14 +86,16 @@ class ExpositionParser:
         out = Scrape()
         add_id, add_value = out.ids.append, out.values.append
         known = self._keys.get
-        lines = text.split("\n")
-        for i, line in enumerate(lines):
+        type_line = ""
+        for line in text.split("\n"):
             if not line or line[0] == "#":
+                if line.startswith("# TYPE "):
+                    type_line = line
                 continue
             key, _, raw = line.rpartition(" ")
             sid = known(key)
             if sid is None:
-                sid, value = self._learn(_type_line(lines, i), line, key)
+                sid, value = self._learn(type_line, line, key)
             elif sid == DROP:
                 continue
             else:
@@ -134,14 +135,6 @@ class ExpositionParser:
                 self._keys.clear()
             self._keys[key] = sid
         return sid, float(sample.value)
-
-
-def _type_line(lines: list[str], i: int) -> str:
-    """The ``# TYPE`` line in force at line ``i`` (the nearest one above it)."""
-    for j in range(i - 1, -1, -1):
-        if lines[j].startswith("# TYPE "):
-            return lines[j]
-    return ""
 
 
 def _exposed_name(line: str) -> str:
