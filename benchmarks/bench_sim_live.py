@@ -11,7 +11,11 @@ lengths) for ``--seconds``. Reported side by side:
 - the server process's CPU use (share of one core), per SSE event, and the share of
   one core it would need to run at the modelled pace (server CPU seconds / modelled
   seconds): on a shared, busy host the measured ratio suffers from CPU the server did
-  not get; this figure says whether one dedicated core suffices.
+  not get; this figure says whether one dedicated core suffices, and the time the
+  server sat runnable on a run queue (/proc/PID/schedstat) shows how much it was denied.
+
+Then the same closed loop straight into a ``LiveDriver`` in this process (no HTTP), to
+separate the engine and driver from the HTTP front.
 
 Usage: python benchmarks/bench_sim_live.py [--streams 256] [--seconds 20]
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -27,7 +32,36 @@ import time
 import aiohttp
 import httpx
 
+from loadlab.sim.config import SimConfig
+from loadlab.sim.hardware import resolve
+from loadlab.sim.live import LiveDriver
 from loadlab.sim.testing import running_sim
+
+
+async def driver_only(streams: int, seconds: float, prompt_words: int, max_tokens: int,
+                      flags: dict) -> tuple[dict, float]:
+    """The same closed loop straight into a LiveDriver in this process (no HTTP):
+    isolates the engine and driver from the HTTP front. Returns (periods, CPU seconds)."""
+    cfg = SimConfig(**flags)
+    driver = LiveDriver(cfg, resolve(cfg))
+    driver.start()
+    cpu0 = time.process_time()
+    deadline = time.monotonic() + seconds
+    sent = [0]
+
+    async def user(u: int) -> None:
+        while time.monotonic() < deadline:
+            sent[0] += 1
+            ids = [u * 10_000 + sent[0] % 7 + i for i in range(prompt_words + 1)]
+            stream = driver.submit(f"r{sent[0]}", ids, max_tokens, ignore_eos=True)
+            finish = None
+            while finish is None:
+                _, _, finish = await stream.next()
+
+    await asyncio.gather(*(user(u) for u in range(streams)))
+    cpu = time.process_time() - cpu0
+    await driver.stop()
+    return dataclasses.asdict(driver.periods), cpu
 
 
 async def drive(base: str, streams: int, seconds: float, prompt_words: int,
@@ -68,6 +102,10 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--no-pin", action="store_true",
                     help="leave server and client unpinned (on a busy shared host)")
+    ap.add_argument("--server-core", type=int, default=0, help="core the server is pinned to")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="niceness for server and client (negative needs root): on a shared "
+                         "host, approximates the dedicated core the goal assumes")
     args = ap.parse_args()
 
     flags = {"max_num_seqs": args.streams, "max_model_len": 4096,
@@ -76,13 +114,21 @@ def main() -> None:
         kids = _children()
         server_pid = kids[-1] if kids else None
         if server_pid and (os.cpu_count() or 1) > 1 and not args.no_pin:
-            os.sched_setaffinity(server_pid, {0})      # the server gets one core ...
-            os.sched_setaffinity(0, {1})               # ... the client another
-        cpu0 = _cpu_seconds(server_pid)
+            client_core = 1 - args.server_core if args.server_core < 2 else 0
+            os.sched_setaffinity(server_pid, {args.server_core})   # the server gets one core
+            os.sched_setaffinity(0, {client_core})                 # ... the client another
+        if server_pid and args.nice:
+            for pid in (server_pid, os.getpid()):
+                os.setpriority(os.PRIO_PROCESS, pid, args.nice)
+        cpu0, wait0 = _cpu_seconds(server_pid), _runqueue_wait_s(server_pid)
         counts = asyncio.run(drive(base, args.streams, args.seconds, args.prompt_words,
                                    args.max_tokens))
         cpu = _cpu_seconds(server_pid) - cpu0
+        waited = _runqueue_wait_s(server_pid) - wait0
         stats = httpx.get(f"{base}/sim/stats").json()
+
+    bare, bare_cpu = asyncio.run(driver_only(args.streams, min(args.seconds, 10.0),
+                                             args.prompt_words, args.max_tokens, flags))
 
     wall = counts["wall_s"]
     print(f"streams={args.streams} wall={wall:.1f}s requests={counts['requests']} "
@@ -101,6 +147,12 @@ def main() -> None:
         need = cpu / stats["modelled_s"] if stats["modelled_s"] else float("nan")
         print(f"core share needed at pace     {100 * need:10.0f} %   "
               f"({'keeps up' if need < 1 else 'cannot keep up'} on one dedicated core)")
+        print(f"server runnable, not running  {waited:10.1f} s   ({100 * waited / wall:.0f} % of "
+              "wall: CPU taken by other processes)")
+    print(f"-- the same load into the driver in-process, no HTTP ({bare['steps']} steps):")
+    print(f"measured / modelled           {bare['measured_s'] / bare['modelled_s']:10.4f}   "
+          f"CPU {100 * bare_cpu / max(bare['measured_s'], 1e-9):.0f} % of one core, "
+          f"{bare['reanchors']} re-anchors")
     print(f"host load average (1 min)     {os.getloadavg()[0]:10.2f}   on {os.cpu_count()} cores")
 
 
@@ -118,6 +170,14 @@ def _children() -> list[int]:
             except OSError:
                 continue
     return sorted(kids)
+
+
+def _runqueue_wait_s(pid: int | None) -> float:
+    """Seconds the process sat runnable on a run queue (/proc/PID/schedstat, field 2)."""
+    if pid is None or not os.path.exists(f"/proc/{pid}/schedstat"):
+        return 0.0
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[1]) / 1e9
 
 
 def _cpu_seconds(pid: int | None) -> float:
