@@ -193,10 +193,12 @@ def shared_system_prompt(conv: ProfileModel, conv_trace: TraceData) -> ProfileMo
 def servegen_mixture(
     model_dir: Path,
 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, float]]:
-    """Traffic-weighted pooled pmfs of input/output tokens and arrival figures of one ServeGen model."""
+    """Traffic-weighted pooled pmfs (input/output tokens, reasoning share of the output) and
+    arrival figures of one ServeGen model."""
     pooled: dict[str, dict[float, float]] = {
         "input_tokens": defaultdict(float),
         "output_tokens": defaultdict(float),
+        "reason_ratio": defaultdict(float),
     }
     aggregate: dict[int, float] = defaultdict(float)
     cv_num = cv_den = 0.0
@@ -259,11 +261,14 @@ def deepseek_r1(traces: Path) -> ProfileModel:
         "traffic-weighted pooling of per-client 6-hourly pmfs (weights: expected requests, rate x 600 s per "
         "10-min row), step inverse-CDF tables; rate = mean aggregate; see loadlab/workload/shipped.py"
     )
+    ratio_values, ratio_weights = arrays["reason_ratio"]
+    reasoning = float((ratio_values * ratio_weights).sum() / ratio_weights.sum())
+    out = lengths.output_summary
     return ProfileModel(
         name="deepseek-r1",
-        description="Reasoning model (DeepSeek-R1) traffic on Alibaba Bailian: "
-        "short-to-medium prompts, long outputs (median ~800, p99 ~12.6k, cap 32,768), ~70% of each "
-        "output is reasoning; bursty clients.",
+        description="Reasoning model (DeepSeek-R1) traffic on Alibaba Bailian: short-to-medium "
+        f"prompts, long outputs (median {out.p50:,.0f}, p99 {out.p99:,.0f}, max {out.max:,.0f}); "
+        f"on average {reasoning:.0%} of each output is reasoning; bursty clients.",
         source=_source(
             "ServeGen deepseek-r1 (73 clients, 1 day)",
             "alibaba/ServeGen@f891d118 data/reason/deepseek-r1/",
