@@ -38,6 +38,8 @@ from loadlab.loadgen.transport import (
     TransportTimeout,
 )
 
+# Skips json.loads' encoding sniffing and whitespace regexes: events are compact JSON text.
+_decode = json.JSONDecoder().decode
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _ERROR_TEXT_MAX = 500
 
@@ -182,7 +184,8 @@ class StreamingClient:
         finally:
             if response is not None:
                 response.close()
-            timings.t_done = self.clock()
+            if timings.t_done is None:
+                timings.t_done = self.clock()
         return outcome
 
     def _consume(self, response: Any, outcome: Outcome) -> None:
@@ -204,10 +207,13 @@ class StreamingClient:
                     continue
                 if data == b"[DONE]":
                     done = True
+                    timings.t_done = now
                     break
-                if not self._handle(json.loads(data), chat, now, timings, outcome):
+                if not self._handle(_decode(data.decode()), chat, now, timings, outcome):
                     return
             if done:
+                for _ in response.body:  # read the chunked terminator: keeps the connection alive
+                    pass
                 break
         if not done and outcome.status == "ok":
             outcome.status = "aborted"
@@ -236,6 +242,8 @@ class StreamingClient:
 
 def _event_data(event: bytes) -> bytes | None:
     """The ``data:`` payload of one SSE event (multi-line data joined), or None."""
+    if event.startswith(b"data: ") and b"\n" not in event:  # the one-line event servers send
+        return event[6:]
     lines = [ln[5:].lstrip() for ln in event.split(b"\n") if ln.startswith(b"data:")]
     if not lines:
         return None
