@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import ResolvedConfig
+from loadlab.sim.metrics import EngineMetrics
 from loadlab.sim.timing import StepTimeModel
 from loadlab.sim.types import BatchShape, EngineRequest, FinishedRequest, StepOutput
 
@@ -150,7 +151,8 @@ class StepPeriods:
 class LiveDriver:
     """Binds an :class:`Engine` to asyncio in real time; one per server."""
 
-    def __init__(self, cfg: SimConfig, resolved: ResolvedConfig, metrics: object | None = None,
+    def __init__(self, cfg: SimConfig, resolved: ResolvedConfig,
+                 metrics: EngineMetrics | None = None,
                  step_time: Callable[[BatchShape], float] | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.cfg = cfg

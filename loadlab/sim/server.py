@@ -37,6 +37,7 @@ from loadlab.sim import protocol, tokenizer
 from loadlab.sim.config import SimConfig
 from loadlab.sim.hardware import ResolvedConfig, resolve
 from loadlab.sim.live import LiveDriver, RequestStream
+from loadlab.sim.metrics import EngineMetrics
 from loadlab.sim.protocol import GenerationRequest, ProtocolError
 
 DRIVER = web.AppKey("driver", LiveDriver)
@@ -81,7 +82,7 @@ class SimServer:
     """Request handlers bound to one driver and its config."""
 
     def __init__(self, cfg: SimConfig, resolved: ResolvedConfig, driver: LiveDriver,
-                 metrics: object) -> None:
+                 metrics: EngineMetrics) -> None:
         self.cfg = cfg
         self.resolved = resolved
         self.driver = driver
@@ -214,8 +215,6 @@ async def _json_errors(request: web.Request,
 
 def build_app(cfg: SimConfig, resolved: ResolvedConfig | None = None) -> web.Application:
     """The aiohttp application; the engine loop starts with the app and stops with it."""
-    from loadlab.sim.metrics import EngineMetrics
-
     resolved = resolved or resolve(cfg)
     metrics = EngineMetrics(resolved, names=cfg.metrics_names)
     middlewares = [_json_errors]
