@@ -17,7 +17,7 @@ Steps and defaults
    is in >= 90% of requests form the common prefix; a request's shared prefix is the
    leading run of its blocks that occur in two or more requests (x block tokens, capped
    at its length); requests are grouped by their first block after the common part.
-   Groups of two or more give ``group_sizes``, ``group_share``,
+   Groups of two or more give ``group_sizes``, ``group_share``, ``group_window`` (n),
    ``group_prefix_tokens`` (per group, the median shared prefix of its members, at
    least the common prefix) and ``grouped_tail_tokens`` (per grouped request, input
    minus its group's prefix, at least 1); lone requests give ``ungrouped_input``. Paired
@@ -273,6 +273,7 @@ def fit_prefix(
         common_tokens=common_tokens,
         group_share=round(float(grouped.mean()), 4),
         group_count=len(members),
+        group_window=n,
         group_sizes=quantile_table(sizes),
         group_prefix_tokens=quantile_table(group_prefix),
         grouped_tail_tokens=quantile_table(tails),

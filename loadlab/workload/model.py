@@ -158,6 +158,12 @@ class Prefix(_Strict):
     group_count: int = Field(
         default=0, ge=0, description="number of groups of 2+ requests in the source"
     )
+    group_window: int = Field(
+        default=0,
+        ge=0,
+        description="requests in the source: every this many requests a fresh pool of groups "
+        "starts, so long runs reuse prefixes as the trace did (0: one pool for the whole run)",
+    )
     group_sizes: Table | None = None
     group_prefix_tokens: Table | None = None
     grouped_tail_tokens: Table | None = None

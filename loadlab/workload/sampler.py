@@ -13,9 +13,11 @@ Steps for request ``seq`` (all uniforms from :mod:`loadlab.workload.rng`, keyed 
    its two ranks replace the two uniforms, which keeps the source's input/output
    dependence.
 3. Prefix. ``shared``: group 0, prefix = ``common_tokens``. ``groups``: a grouped
-   request joins one of a fixed pool of ``group_count`` groups, chosen with probability
+   request joins one of a pool of ``group_count`` groups, chosen with probability
    proportional to the group's size (sizes drawn once per seed from ``group_sizes``);
-   each group's prefix length is drawn from ``group_prefix_tokens`` as a pure function
+   every ``group_window`` requests (the source's length) a fresh pool with new group
+   ids takes over, so a run longer than the trace does not reuse more than it did.
+   Each group's prefix length is drawn from ``group_prefix_tokens`` as a pure function
    of (seed, group). Lone requests are in group 0 with just the common prefix, or in no
    group. The prefix always leaves at least one unique token.
 4. Arrival. ``arrival_s`` is the request's offset in the profile's own arrival process
@@ -112,7 +114,7 @@ class RequestSampler:
                 grouped = pair[2] == 1
         output_tokens = max(1, round(self._output(u_out)))
         if grouped and self._group_prefix is not None:
-            g = bisect_right(self._group_cum, u[4] * self._group_cum[-1])
+            g = bisect_right(self._group_cum, u[4] * self._group_cum[-1]) + self._pool_base(seq)
             shared = round(
                 self._group_prefix(rng.uniforms(rng.key(self.seed, _GROUP_PREFIX_STREAM, g), 1)[0])
             )
@@ -122,6 +124,10 @@ class RequestSampler:
         common = min(self._common, prompt_tokens - 1)
         group = 0 if common > 0 else None
         return RequestSpec(seq, prompt_tokens, output_tokens, group, common, self._arrival(seq))
+
+    def _pool_base(self, seq: int) -> int:
+        window = self.model.prefix.group_window
+        return (seq // window) * len(self._group_cum) if window else 0
 
     def _arrival(self, seq: int) -> float | None:
         return self._schedule.offset(seq) if self._schedule is not None else None
