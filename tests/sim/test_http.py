@@ -17,6 +17,15 @@ from loadlab.sim.testing import running_sim, running_sim_in_thread
 
 MODEL = "sim"
 MAX_LEN = 512
+# One client for the module: building an httpx client (TLS context included) per call
+# costs ~0.1 s on a busy host.
+HTTP = httpx.Client(timeout=30)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_client():
+    yield
+    HTTP.close()
 
 
 def config(**overrides) -> SimConfig:
@@ -45,7 +54,7 @@ def sse_events(response: httpx.Response) -> list[str]:
 
 
 def metrics(base: str) -> dict[tuple[str, tuple], float]:
-    text = httpx.get(f"{base}/metrics").text
+    text = HTTP.get(f"{base}/metrics").text
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples}
 
@@ -68,7 +77,7 @@ def wait_for(predicate, timeout_s: float = 10.0):
 def test_completion_stream_framing_and_usage(url):
     body = {"model": MODEL, "prompt": "one two three four", "max_tokens": 7, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True}}
-    with httpx.stream("POST", f"{url}/v1/completions", json=body) as r:
+    with HTTP.stream("POST", f"{url}/v1/completions", json=body) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         payloads = sse_events(r)
@@ -92,7 +101,7 @@ def test_chat_stream_role_chunk_then_content_then_usage(url):
                          {"role": "user", "content": "hello there"}],
             "max_completion_tokens": 5, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+    with HTTP.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
         chunks = [json.loads(p) for p in sse_events(r)[:-1]]
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     content = chunks[1:-1]
@@ -105,20 +114,20 @@ def test_chat_stream_role_chunk_then_content_then_usage(url):
 
 def test_stream_without_usage_ends_with_done(url):
     body = {"prompt": "a b", "max_tokens": 3, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", f"{url}/v1/completions", json=body) as r:
+    with HTTP.stream("POST", f"{url}/v1/completions", json=body) as r:
         payloads = sse_events(r)
     assert len(payloads) == 4 and "usage" not in json.loads(payloads[-2])
 
 
 def test_non_streaming_responses(url):
-    r = httpx.post(f"{url}/v1/completions", json={"prompt": "a b c", "max_tokens": 6,
+    r = HTTP.post(f"{url}/v1/completions", json={"prompt": "a b c", "max_tokens": 6,
                                                   "ignore_eos": True})
     body = r.json()
     assert r.status_code == 200 and body["object"] == "text_completion"
     assert len(body["choices"][0]["text"].split()) == 6
     assert body["usage"] == {"prompt_tokens": 3, "total_tokens": 9, "completion_tokens": 6,
                              "prompt_tokens_details": None, "completion_tokens_details": None}
-    r = httpx.post(f"{url}/v1/chat/completions",
+    r = HTTP.post(f"{url}/v1/chat/completions",
                    json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
                          "ignore_eos": True})
     assert r.json()["choices"][0]["message"]["role"] == "assistant"
@@ -127,7 +136,7 @@ def test_non_streaming_responses(url):
 
 def test_output_length_without_ignore_eos_respects_bounds(url):
     for _ in range(5):
-        body = httpx.post(f"{url}/v1/completions",
+        body = HTTP.post(f"{url}/v1/completions",
                           json={"prompt": "x", "max_tokens": 40, "min_tokens": 3}).json()
         n = body["usage"]["completion_tokens"]
         assert 3 <= n <= 40
@@ -136,26 +145,26 @@ def test_output_length_without_ignore_eos_respects_bounds(url):
 
 def test_tokenize_count_equals_usage_prompt_tokens(url):
     prompt = "the same words are counted the same way " * 5
-    tok = httpx.post(f"{url}/tokenize", json={"prompt": prompt}).json()
+    tok = HTTP.post(f"{url}/tokenize", json={"prompt": prompt}).json()
     assert tok["max_model_len"] == MAX_LEN and tok["count"] == len(tok["tokens"])
-    usage = httpx.post(f"{url}/v1/completions",
+    usage = HTTP.post(f"{url}/v1/completions",
                        json={"prompt": prompt, "max_tokens": 1}).json()["usage"]
     assert usage["prompt_tokens"] == tok["count"]
     messages = [{"role": "user", "content": prompt}]
-    tok = httpx.post(f"{url}/tokenize", json={"messages": messages}).json()
-    usage = httpx.post(f"{url}/v1/chat/completions",
+    tok = HTTP.post(f"{url}/tokenize", json={"messages": messages}).json()
+    usage = HTTP.post(f"{url}/v1/chat/completions",
                        json={"messages": messages, "max_tokens": 1}).json()["usage"]
     assert usage["prompt_tokens"] == tok["count"]
 
 
 def test_over_long_prompt_is_400_json_and_server_keeps_serving(url):
     body = {"prompt": " ".join(["w"] * 600), "max_tokens": 50, "stream": True}
-    r = httpx.post(f"{url}/v1/completions", json=body)
+    r = HTTP.post(f"{url}/v1/completions", json=body)
     assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
     err = r.json()["error"]
     assert err["type"] == "BadRequestError" and err["code"] == 400
     assert err["message"].startswith(f"This model's maximum context length is {MAX_LEN} tokens")
-    assert httpx.get(f"{url}/health").status_code == 200
+    assert HTTP.get(f"{url}/health").status_code == 200
 
 
 @pytest.mark.parametrize("path, payload, field", [
@@ -166,44 +175,44 @@ def test_over_long_prompt_is_400_json_and_server_keeps_serving(url):
     ("/tokenize", b"[]", "body"),
 ])
 def test_bad_requests_name_the_field_and_server_keeps_serving(url, path, payload, field):
-    r = httpx.post(f"{url}{path}", content=payload, headers={"content-type": "application/json"})
+    r = HTTP.post(f"{url}{path}", content=payload, headers={"content-type": "application/json"})
     assert r.status_code == 400
     assert r.json()["error"]["param"] == field
-    ok = httpx.post(f"{url}/v1/completions", json={"prompt": "still here", "max_tokens": 1})
+    ok = HTTP.post(f"{url}/v1/completions", json={"prompt": "still here", "max_tokens": 1})
     assert ok.status_code == 200
 
 
 def test_unknown_model_route_and_method(url):
-    r = httpx.post(f"{url}/v1/completions", json={"model": "gpt-4", "prompt": "a"})
+    r = HTTP.post(f"{url}/v1/completions", json={"model": "gpt-4", "prompt": "a"})
     assert r.status_code == 404 and r.json()["error"]["type"] == "NotFoundError"
-    assert httpx.get(f"{url}/v1/nothing").status_code == 404
-    assert httpx.get(f"{url}/v1/completions").status_code == 405
+    assert HTTP.get(f"{url}/v1/nothing").status_code == 404
+    assert HTTP.get(f"{url}/v1/completions").status_code == 405
 
 
 def test_models_health_version(url):
-    models = httpx.get(f"{url}/v1/models").json()
+    models = HTTP.get(f"{url}/v1/models").json()
     assert models["object"] == "list"
     card = models["data"][0]
     assert card["id"] == MODEL and card["max_model_len"] == MAX_LEN and card["object"] == "model"
-    r = httpx.get(f"{url}/health")
+    r = HTTP.get(f"{url}/health")
     assert r.status_code == 200 and r.content == b""
-    assert "version" in httpx.get(f"{url}/version").json()
+    assert "version" in HTTP.get(f"{url}/version").json()
 
 
 def test_api_key_is_required_on_v1_routes():
     with running_sim_in_thread(config(api_key="s3cret")) as base:
         body = {"prompt": "a", "max_tokens": 1}
-        missing = httpx.post(f"{base}/v1/completions", json=body)
-        wrong = httpx.post(f"{base}/v1/completions", json=body,
+        missing = HTTP.post(f"{base}/v1/completions", json=body)
+        wrong = HTTP.post(f"{base}/v1/completions", json=body,
                            headers={"Authorization": "Bearer nope"})
-        right = httpx.post(f"{base}/v1/completions", json=body,
+        right = HTTP.post(f"{base}/v1/completions", json=body,
                            headers={"Authorization": "Bearer s3cret"})
         assert missing.status_code == 401 and wrong.status_code == 401
         assert missing.json() == {"error": "Unauthorized"}
         assert "s3cret" not in wrong.text
         assert right.status_code == 200
-        assert httpx.get(f"{base}/health").status_code == 200
-        assert httpx.get(f"{base}/v1/models").status_code == 401
+        assert HTTP.get(f"{base}/health").status_code == 200
+        assert HTTP.get(f"{base}/v1/models").status_code == 401
 
 
 def test_metrics_parse_and_gauges_move_under_load():
@@ -252,7 +261,7 @@ def test_metrics_parse_and_gauges_move_under_load():
 def test_client_disconnect_aborts_the_request():
     with running_sim_in_thread(config(time_scale=1.0)) as base:
         body = {"prompt": "long one", "max_tokens": 400, "ignore_eos": True, "stream": True}
-        with httpx.stream("POST", f"{base}/v1/completions", json=body) as r:
+        with HTTP.stream("POST", f"{base}/v1/completions", json=body) as r:
             for line in r.iter_lines():
                 if line.startswith("data: "):
                     break                        # got the first token; hang up
@@ -264,7 +273,7 @@ def test_client_disconnect_aborts_the_request():
 def test_stream_interval_batches_tokens_like_vllm():
     with running_sim_in_thread(config(stream_interval=4)) as base:
         body = {"prompt": "a", "max_tokens": 10, "ignore_eos": True, "stream": True}
-        with httpx.stream("POST", f"{base}/v1/completions", json=body) as r:
+        with HTTP.stream("POST", f"{base}/v1/completions", json=body) as r:
             chunks = [json.loads(p) for p in sse_events(r)[:-1]]
     sizes = [len(c["choices"][0]["text"].split()) for c in chunks]
     assert sizes == [1, 4, 4, 1]                 # first at once, then every 4, the rest at finish
@@ -274,7 +283,7 @@ def test_subprocess_server_via_running_sim():
     with running_sim(served_model_name=MODEL, max_model_len=256, time_scale=50,
                      enable_prefix_caching=False) as base:
         assert base.startswith("http://127.0.0.1:")
-        r = httpx.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 3,
+        r = HTTP.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 3,
                                                       "ignore_eos": True})
         assert r.json()["usage"]["completion_tokens"] == 3
         info = metric(metrics(base), "vllm:cache_config_info", enable_prefix_caching="False")
