@@ -53,7 +53,7 @@ def main() -> None:
         print(f"{name:24s} {ours * 1e6:10.1f} {alt * 1e6:17.1f} {alt / ours:6.2f} {load_ms:8.1f}")
 
     print()
-    print(f"{'prompts':36s} {'ms/prompt':>10s} {'M tokens/s':>11s} {'mean tokens':>12s}")
+    print(f"{'prompts':42s} {'ms/prompt':>10s} {'M tokens/s':>11s} {'mean tokens':>12s}")
     for name in ("mooncake-conversation", "sharegpt"):
         profile = load_profile(name)
         specs = [profile.sampler(1).spec(i) for i in range(min(n, 400))]
