@@ -57,23 +57,25 @@ def _seconds(text: str | None, name: str) -> float | None:
               help="Read the series from this Prometheus server instead of scraping.")
 @click.option("--start", "start", default=None, help="Window start (unix seconds or ISO 8601); with --prometheus-url.")
 @click.option("--end", "end", default=None, help="Window end (unix seconds or ISO 8601); with --prometheus-url.")
+@click.option("--prometheus-match", "match", default=None,
+              help='With --prometheus-url: extra label matchers, e.g. \'job="vllm",instance="10.0.0.5:8000"\'.')
 @click.option("--step", "step_s", type=float, default=None,
               help="With --prometheus-url: evaluate at this step instead of taking raw samples.")
 def collect(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeout_s: float | None,
             duration_s: float | None, api_key_env: str, prometheus_url: str | None,
-            start: str | None, end: str | None, step_s: float | None) -> None:
+            start: str | None, end: str | None, match: str | None, step_s: float | None) -> None:
     """Sample vLLM /metrics of ENDPOINT... (base URLs) into a run folder, beside a load.
 
     Or, with --prometheus-url, copy a time window of the same series out of Prometheus.
     """
     if prometheus_url:
-        _from_prometheus(prometheus_url, endpoints, out_dir, start, end, step_s)
+        _from_prometheus(prometheus_url, endpoints, out_dir, start, end, step_s, match)
     else:
         _scrape(endpoints, out_dir, interval_s, timeout_s, duration_s, api_key_env)
 
 
 def _from_prometheus(url: str, endpoints: tuple[str, ...], out_dir: Path, start: str | None,
-                     end: str | None, step_s: float | None) -> None:
+                     end: str | None, step_s: float | None, match: str | None) -> None:
     from loadlab.collect.prometheus import collect_from_prometheus
 
     if endpoints:
@@ -83,7 +85,7 @@ def _from_prometheus(url: str, endpoints: tuple[str, ...], out_dir: Path, start:
     if t0 is None or t1 is None:
         raise InputError("--prometheus-url needs --start and --end", field="--start/--end",
                          fix="give the run's window, e.g. --start 1764460800 --end 1764461400")
-    n_metrics, n_scrapes = collect_from_prometheus(url, t0, t1, out_dir, step_s=step_s)
+    n_metrics, n_scrapes = collect_from_prometheus(url, t0, t1, out_dir, step_s=step_s, match=match)
     click.echo(f"collected {n_metrics} samples and {n_scrapes} scrape records from {url} into {out_dir}")
 
 

@@ -6,6 +6,8 @@ METRICS rows the direct scraper writes (``source`` = "prometheus"), so the
 analyzer cannot tell the difference:
 
 1. Raw samples (default): the range selector ``{__name__=~"vllm:.+"}[chunk]``
+   (plus any ``match`` label matchers, to pick this run's servers out of a shared
+   Prometheus)
    evaluated at the end of each chunk of ``[start, end]`` (default chunks of 10
    minutes) returns every stored sample at its scrape timestamp: counters and
    histogram buckets as raw cumulative series, gauges as scraped. Chunks are
@@ -74,7 +76,7 @@ def _raw_series(pc: Any, selector: str, start: float, end: float, chunk_s: float
 def _stepped_series(pc: Any, selector: str, start: float, end: float, step_s: float) -> list[dict]:
     series: dict[tuple, dict] = {}
     for lo, hi in _chunks(start, end, step_s * 10_000):
-        result = pc.custom_query_range(selector, start_time=_dt(lo), end_time=_dt(hi), step=f"{step_s}s")
+        result = pc.custom_query_range(selector, start_time=_dt(lo), end_time=_dt(hi), step=f"{step_s:g}")
         for item in result:
             key = tuple(sorted(item["metric"].items()))
             entry = series.setdefault(key, {"metric": item["metric"], "values": {}})
@@ -159,15 +161,21 @@ def scrape_rows(pc: Any, instances: Sequence[str], start: float, end: float,
 
 
 def read_prometheus(url: str, start: float, end: float, *, step_s: float | None = None,
-                    chunk_s: float = DEFAULT_CHUNK_S, scheme: str = "http",
-                    headers: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(METRICS, SCRAPES) frames of every vLLM series Prometheus holds for [start, end]."""
+                    match: str | None = None, chunk_s: float = DEFAULT_CHUNK_S,
+                    scheme: str = "http", headers: dict[str, str] | None = None,
+                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(METRICS, SCRAPES) frames of every vLLM series Prometheus holds for [start, end].
+
+    ``match`` adds label matchers to the selector (``job="vllm",instance=~"10.0.0.5:.*"``)
+    so that a shared Prometheus gives only the servers of this run.
+    """
     if not end > start:
         raise InputError(f"end {end} is not after start {start}", field="--end",
                          fix="give --start and --end as unix seconds, start first")
     pc = _client(url, headers)
     try:
-        selector = f'{{__name__=~"{KEEP_PREFIX}.+"}}'
+        extra = f",{match}" if match else ""
+        selector = f'{{__name__=~"{KEEP_PREFIX}.+"{extra}}}'
         if step_s is None:
             series = _raw_series(pc, selector, start, end, chunk_s)
         else:

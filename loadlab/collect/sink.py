@@ -5,8 +5,9 @@ a second. Building a dict per row and handing it to ``PartWriter.add`` costs
 more CPU than the whole rest of the collector (``pa.Table.from_pylist`` alone
 is ~4 us a row), so this writer keeps, per scrape, only the parser's series ids
 and values, and at flush time builds each column in one ``take`` from the
-per-series strings. Files, names and atomic renames are PartWriter's, so readers
-see one ``metrics.parquet/`` table whatever wrote it.
+per-series strings. Part names and the write-then-rename step are PartWriter's
+(repeated in ``flush``, as PartWriter itself only takes rows), so readers see
+one ``metrics.parquet/`` table whatever wrote it.
 """
 
 from __future__ import annotations

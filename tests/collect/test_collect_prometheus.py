@@ -46,7 +46,8 @@ def test_direct_and_prometheus_agree_per_window(tmp_path, page_server):
         t_end = phases[-1][1]
         wait_for_scrape(prom_url, t_end)
         main(["collect", "--prometheus-url", prom_url, "--start", str(t_end - 60),
-              "--end", str(t_end + 0.5), "--out", str(via_prom)])
+              "--end", str(t_end + 0.5), "--prometheus-match", 'job="vllm"', "--out", str(via_prom)])
+        stepped, _ = read_prometheus(prom_url, t_end - 60, t_end, step_s=1.0)
     # interior of each phase: one scrape interval trimmed at each edge
     windows = pd.DataFrame([(a + 1.0, b - 1.0, lv) for a, b, lv in phases],
                            columns=["t_start", "t_end", "level"])
@@ -65,6 +66,8 @@ def test_direct_and_prometheus_agree_per_window(tmp_path, page_server):
         assert counter.rate_per_s.tolist() == pytest.approx([40.0, 40.0], rel=0.1), name
         assert (coverage.coverage >= 0.5).all(), name
     (d_gauge, _, _), (p_gauge, _, _) = got["direct"], got["prometheus"]
+    # query_range mode (values at evaluation steps) agrees on the same windows
+    assert gauge_windows(stepped, "vllm:num_requests_running", windows)["mean"].tolist() == [2.0, 6.0]
     assert d_gauge["p95"].tolist() == p_gauge["p95"].tolist()
     assert abs(d_gauge["n"] - p_gauge["n"]).max() <= 2
     # raw rows look the same: same series, same label spelling, same families and types
