@@ -68,7 +68,7 @@ def main() -> None:
                 synth.prompt(spec)
             cpu = time.process_time() - start
             print(
-                f"{name + ', ' + label:36s} {cpu / len(specs) * 1e3:10.2f} {tokens / cpu / 1e6:11.2f} "
+                f"{name + ', ' + label:42s} {cpu / len(specs) * 1e3:10.2f} {tokens / cpu / 1e6:11.2f} "
                 f"{tokens / len(specs):12.0f}"
             )
 
