@@ -113,6 +113,32 @@ def prefix_eviction() -> dict[str, Any]:
                  {"block_size": 16, "num_gpu_blocks": 18}, 256, reqs)
 
 
+def stress(seed: int = 8, chunked: bool = True, caching: bool = True) -> dict[str, Any]:
+    """Everything at once: 40 seeded requests (3 shared prefixes, lengths 5-300, outputs
+    1-60, bursty arrivals) through a 40-block pool with a small budget."""
+    rng = random.Random(seed)
+    t = Tokens(seed)
+    prefixes = [t.take(rng.randrange(16, 100)) for _ in range(3)]
+    reqs, step = [], 0
+    for _ in range(40):
+        step += rng.choice([0, 0, 1, 3])
+        head = rng.choice(prefixes + [[]])
+        prompt = head + t.take(rng.randrange(5, 300 - len(head)))
+        reqs.append((step, prompt, rng.randrange(1, 60)))
+    return _case({"max_num_seqs": 6, "max_num_batched_tokens": 320 if not chunked else 96,
+                  "enable_chunked_prefill": chunked},
+                 {"block_size": 16, "num_gpu_blocks": 40, "enable_prefix_caching": caching},
+                 320, reqs)
+
+
+def stress_no_chunking() -> dict[str, Any]:
+    return stress(seed=9, chunked=False)
+
+
+def stress_no_caching() -> dict[str, Any]:
+    return stress(seed=10, caching=False)
+
+
 def _first_chunks(trace: list[dict[str, Any]]) -> dict[str, int]:
     first: dict[str, int] = {}
     for rec in trace:
@@ -160,6 +186,16 @@ EXERCISES = {
                                  for r in tr)),
     "long_prefill_threshold": ("prompts capped at 32-token chunks while others compete",
                                lambda tr, c: _first_chunks(tr)["r0"] == 32),
+    "stress": ("preemptions, prefix hits and a queue, all in one run",
+               lambda tr, c: _sum(tr, "preempted") > 0 and _sum(tr, "prefix_hits") > 0
+               and max(r["num_waiting"] for r in tr) > 0),
+    "stress_no_chunking": ("as stress, every prompt scheduled whole (less whole cached blocks)",
+                           lambda tr, c: _sum(tr, "prefix_hits") > 0
+                           and all((n - _first_chunks(tr)[r]) % 16 == 0
+                                   for r, n in _prompt_lens(c).items())),
+    "stress_no_caching": ("as stress without prefix caching: no hits at all",
+                          lambda tr, c: _sum(tr, "prefix_hits") == 0
+                          and _sum(tr, "preempted") > 0),
     "prefix_eviction": ("the shared prefix hits, is evicted, then misses",
                         lambda tr, c: _sum(tr, "prefix_hits") >= 64
                         and any(r["prefix_queries"] and not r["prefix_hits"] for r in tr[55:])),
@@ -175,4 +211,7 @@ CASES = {
     "chunked_off_long": chunked_off_long,
     "long_prefill_threshold": long_prefill_threshold,
     "prefix_eviction": prefix_eviction,
+    "stress": stress,
+    "stress_no_chunking": stress_no_chunking,
+    "stress_no_caching": stress_no_caching,
 }
