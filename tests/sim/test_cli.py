@@ -68,3 +68,12 @@ def test_sim_argv_spells_vllm_flags():
                     api_key=None, time_scale=2.5)
     assert argv == ["--max-num-seqs", "4", "--no-enable-prefix-caching", "--enforce-eager",
                     "--time-scale", "2.5"]
+
+
+def test_running_sim_reports_a_server_that_cannot_start():
+    from loadlab.errors import TargetError
+    from loadlab.sim.testing import running_sim
+
+    with pytest.raises(TargetError) as info, running_sim(gpu="tpu-v9", startup_timeout_s=30):
+        pass
+    assert "unknown gpu" in str(info.value)
