@@ -59,6 +59,7 @@ def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trac
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--target", help="Base URL of the server, e.g. http://127.0.0.1:8000")
 @click.option("--model", help="Model name to send (the server's served name).")
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
@@ -82,22 +83,29 @@ def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trac
 @click.option("--api-key-env", default="LOADLAB_API_KEY", show_default=True, help="Env var holding the API key.")
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request deadline, seconds.")
 @click.option("--drain", type=float, default=30.0, show_default=True, help="Seconds in-flight requests get at the end.")
+@click.option("--collect", is_flag=True, help="Also sample the target's /metrics into the run folder.")
+@click.option("--collect-interval", type=float, default=1.0, show_default=True, help="Seconds between scrapes.")
+@click.option("--launch", type=click.Choice(["sim", "vllm"]),
+              help="Start the target first; server flags follow '--'. --target is then not needed.")
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Fit prompt text to exact token counts with the server's /tokenize.")
 def run(target, model, api, profile, seed, concurrency, geometric, rate, burstiness, trace, time_scale,
         step_duration, warmup, max_in_flight, workers, remote_workers, master_bind, join, out, point,
-        api_key_env, timeout, drain, calibrate) -> None:
-    """Drive a load (steps, Poisson/gamma rate, trace replay) at a server and record every request."""
+        api_key_env, timeout, drain, collect, collect_interval, launch, calibrate, server_args) -> None:
+    """Drive a load (steps, Poisson/gamma rate, trace replay) at a server and record every request.
+
+    Example: loadlab run --launch sim --concurrency 1,2,4 --step-duration 20 --collect -- --max-num-seqs 4
+    """
     if join:
         from loadlab.loadgen.worker import join_master
 
         join_master(join)
         return
-    from loadlab.loadgen import driver
-    from loadlab.loadgen.context import RunSettings
-
-    if not target or not model:
-        raise InputError("--target and --model are required", field="--target/--model",
+    if server_args and not launch:
+        raise InputError(f"unexpected arguments {' '.join(server_args)!r}", field="SERVER_ARGS",
+                         fix="server flags go after '--' together with --launch sim|vllm")
+    if not launch and (not target or not model):
+        raise InputError("--target and --model are required (or --launch sim|vllm)", field="--target/--model",
                          fix="e.g. --target http://127.0.0.1:8000 --model my-model")
     if workers < 0 or remote_workers < 0 or workers + remote_workers < 1 and workers != 0:
         raise InputError("--workers must be >= 0", field="--workers")
@@ -109,13 +117,36 @@ def run(target, model, api, profile, seed, concurrency, geometric, rate, burstin
         load_profile(profile)  # fail fast, exit 2, before any process starts
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = Path(out) if out else Path("reports") / f"run-{stamp}"
+    params = click.get_current_context().params
+    if launch:
+        # Imported before Locust patches the process (httpx/httpcore must load unpatched).
+        from loadlab.sweep.launcher import launch_target
+
+        with launch_target(launch, list(server_args), out_dir, model=model) as launched:
+            extra = {"target": {"launch": launched.manifest_entry()}, "server": launched.server_settings()}
+            _run(launched.base_url, model or launched.model, extra, out_dir, stamp, plan, trace, params)
+        return
+    _run(target, model, {}, out_dir, stamp, plan, trace, params)
+
+
+def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, trace: str | None,
+         o: dict) -> None:
+    """Build the settings and drive the run (Locust is imported from here on); ``o``: the CLI params."""
+    if o["collect"]:
+        import loadlab.collect.scraper  # noqa: F401  (before Locust's monkey-patching, like httpx)
+    from loadlab.loadgen import driver
+    from loadlab.loadgen.context import RunSettings
+
+    api, seed, profile, time_scale, timeout = o["api"], o["seed"], o["profile"], o["time_scale"], o["timeout"]
+    api_key_env, point, calibrate = o["api_key_env"], o["point"], o["calibrate"]
     settings = RunSettings(
         base_url=target.rstrip("/"), model=model, api=api, seed=seed,
         profile=None if trace else profile, trace=trace, time_scale=time_scale, timeout_s=timeout,
         api_key_env=api_key_env, point=point, nonce=f"r{stamp}", calibrate=calibrate, plan=plan.describe(),
     )
-    opts = driver.RunOptions(out=out_dir, workers=workers, remote_workers=remote_workers,
-                             master_bind=master_bind, drain_s=drain)
-    manifest = driver.run_load(settings, plan, opts)
+    opts = driver.RunOptions(out=out_dir, workers=o["workers"], remote_workers=o["remote_workers"],
+                             master_bind=o["master_bind"], drain_s=o["drain"],
+                             collect_interval_s=o["collect_interval"] if o["collect"] else None)
+    manifest = driver.run_load(settings, plan, opts, extra)
     rec = manifest.get("records", {})
     click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out_dir}")

@@ -21,11 +21,16 @@ Steps of :func:`run_load`:
 6. Manifest ``complete``, or ``interrupted`` on SIGINT/SIGTERM (then
    :class:`~loadlab.errors.RunInterrupted`, exit 130) after the same flushing.
 
-A progress line goes to ``progress`` every ``progress_s`` seconds.
+A progress line goes to ``progress`` every ``progress_s`` seconds. With
+``collect_interval_s`` the master also runs :class:`loadlab.collect.scraper.Scraper`
+on the target into the same folder (threads, which Locust's gevent patching makes
+greenlets of the master: it only records, so no measurement shares its loop unless
+``workers == 0``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import signal
@@ -55,6 +60,10 @@ from loadlab.runstore import update_manifest, write_manifest
 START_LEAD_S = 0.3
 JOIN_TIMEOUT_S = 60.0
 
+# A step starts all its users at once on purpose (the warm-up cut absorbs the ramp);
+# Locust's "spawn rate is very high" warning would repeat at every step.
+logging.getLogger("locust.runners").addFilter(lambda rec: "spawn rate is very high" not in rec.getMessage())
+
 
 @dataclass
 class RunOptions:
@@ -64,6 +73,7 @@ class RunOptions:
     master_bind: str = "127.0.0.1:0"
     drain_s: float = 30.0
     progress_s: float = 5.0
+    collect_interval_s: float | None = None   # sample the target's /metrics meanwhile (loadlab.collect)
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -118,6 +128,12 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
     out = Path(opts.out)
     recorder = Recorder(out)
     write_manifest(out, _manifest(settings, plan, opts, manifest_extra or {}))
+    scraper = None
+    if opts.collect_interval_s:
+        from loadlab.collect.scraper import Scraper
+
+        scraper = Scraper([settings.base_url], out, interval_s=opts.collect_interval_s,
+                          api_key_env=settings.api_key_env).start()
     stop = Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         gevent.signal_handler(sig, stop.set)
@@ -172,6 +188,8 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         status, error = ("interrupted", None) if isinstance(exc, KeyboardInterrupt) else ("failed", str(exc))
         raise
     finally:
+        if scraper is not None:
+            scraper.stop()
         recorder.close()
         lost = {w: n - recorder.rows_by_worker.get(w, 0) for w, n in recorder.done_workers.items()
                 if n != recorder.rows_by_worker.get(w, 0)}
@@ -239,9 +257,11 @@ def _progress_loop(runner: Any, recorder: Recorder, master: _Master, plan: LoadP
 def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: dict[str, Any]) -> dict[str, Any]:
     import locust
 
+    extra = dict(extra)
     return {
         "kind": "run", "point": settings.point, "created": time.time(), "status": "running",
-        "target": {"base_url": settings.base_url, "model": settings.model, "api": settings.api},
+        "target": {"base_url": settings.base_url, "model": settings.model, "api": settings.api,
+                   **extra.pop("target", {})},
         "plan": plan.describe(),
         "workload": {"profile": settings.profile, "trace": settings.trace, "seed": settings.seed,
                      "nonce": settings.nonce, "calibrate": settings.calibrate,
