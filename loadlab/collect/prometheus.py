@@ -136,7 +136,7 @@ def metrics_rows(series: Iterable[dict], types: _Types, scheme: str = "http") ->
     return rows
 
 
-def scrape_rows(pc: Any, instances: Sequence[str], start: float, end: float,
+def _scrape_rows(pc: Any, instances: Sequence[str], start: float, end: float,
                 chunk_s: float, scheme: str = "http") -> list[dict]:
     """SCRAPES rows from Prometheus' own per-target series."""
     if not instances:
@@ -182,7 +182,7 @@ def read_prometheus(url: str, start: float, end: float, *, step_s: float | None 
             series = _stepped_series(pc, selector, start, end, step_s)
         types = _Types(pc.get_metric_metadata(metric=""))
         instances = sorted({s["metric"].get("instance", "") for s in series} - {""})
-        scrapes = scrape_rows(pc, instances, start, end, chunk_s, scheme)
+        scrapes = _scrape_rows(pc, instances, start, end, chunk_s, scheme)
     except InputError:
         raise
     except Exception as exc:  # requests' and the client's errors, unrelated hierarchies

@@ -46,6 +46,10 @@ class MetricsSink(PartWriter):
         self._scrapes: list[tuple[float, float | None, Scrape]] = []
         self._n_buffered = 0
 
+    def add(self, row: object) -> None:
+        """Not for this writer: rows come whole scrapes at a time (:meth:`add_scrape`)."""
+        raise NotImplementedError("MetricsSink takes whole scrapes: call add_scrape()")
+
     def add_scrape(self, t: float, scrape_s: float | None, scrape: Scrape) -> None:
         """Queue one parsed page; flushes when the buffer is big or old enough."""
         with self._lock:
