@@ -107,8 +107,9 @@ def run(target, model, api, profile, seed, concurrency, geometric, rate, burstin
     if not launch and (not target or not model):
         raise InputError("--target and --model are required (or --launch sim|vllm)", field="--target/--model",
                          fix="e.g. --target http://127.0.0.1:8000 --model my-model")
-    if workers < 0 or remote_workers < 0 or workers + remote_workers < 1 and workers != 0:
-        raise InputError("--workers must be >= 0", field="--workers")
+    if workers < 0 or remote_workers < 0:
+        raise InputError("worker counts must be >= 0", field="--workers/--remote-workers",
+                         fix="use --workers 0 for one process, 1 or more for worker processes")
     plan = _plan(concurrency, geometric, rate, trace, step_duration, warmup, burstiness, time_scale,
                  max_in_flight)
     if trace is None:

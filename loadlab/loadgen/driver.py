@@ -4,7 +4,7 @@ Steps of :func:`run_load`:
 
 1. Open the run folder: manifest (status ``running``; target without credentials;
    plan; workload; host; versions) and a :class:`~loadlab.loadgen.records.Recorder`.
-2. Runners. ``workers == 0``: one process, Locust ``LocalRunner``, the worker side
+2. Runners. ``workers == 0`` (and no remote workers): one process, Locust ``LocalRunner``, the worker side
    wired in-process (handy for ``locust -f`` parity and debugging; recording shares
    the event loop with timing). ``workers >= 1`` (default 1): a ``MasterRunner`` that
    only records, plus ``workers`` local worker processes (``loadlab run --join``) and
@@ -143,7 +143,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
     procs: list[subprocess.Popen] = []
     status, error = "complete", None
     try:
-        if opts.workers == 0:
+        if opts.workers == 0 and opts.remote_workers == 0:
             runner = env.create_local_runner()
             mlink, wlink = _local_links()
             master.attach(mlink)

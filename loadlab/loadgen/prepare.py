@@ -99,9 +99,6 @@ class TraceSpecs:
     def spec(self, seq: int) -> RequestSpec:
         return self.specs[seq]
 
-    def __len__(self) -> int:
-        return len(self.specs)
-
 
 class RequestFactory:
     """Builds the request for a sequence number, identically in every process."""
@@ -138,7 +135,7 @@ class RequestFactory:
     @property
     def total(self) -> int | None:
         """Number of requests in a trace; None for a profile (endless)."""
-        return len(self.specs) if isinstance(self.specs, TraceSpecs) else None
+        return len(self.specs.specs) if isinstance(self.specs, TraceSpecs) else None
 
     def prepare(self, seq: int) -> Prepared:
         spec = self.specs.spec(seq)

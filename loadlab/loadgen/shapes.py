@@ -22,7 +22,7 @@ web UI; ``loadlab run`` drives the steps itself (:mod:`loadlab.loadgen.driver`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 from loadlab.errors import InputError
@@ -50,11 +50,6 @@ class LoadPlan:
     time_scale: float = 1.0              # replay only
     trace: str | None = None             # replay only
     max_in_flight: int = 10000           # open loop: per-worker cap; waiting for it counts as latency
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def total_s(self) -> float:
-        return sum(s.duration_s for s in self.steps)
 
     def describe(self) -> dict:
         """JSON-ready summary for the manifest."""

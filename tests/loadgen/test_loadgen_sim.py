@@ -82,7 +82,7 @@ def test_open_loop_rate_is_reached_without_drift(sim, cli, load, tiny_profile, t
     out = tmp_path / "rate"
     # Burstiness 1000 = nearly even gaps, so the schedule itself holds 300 arrivals in 3 s.
     res = cli("--target", sim, "--model", MODEL, "--profile", str(tiny_profile), "--rate", "100",
-              "--burstiness", "1000", "--step-duration", "3", "--warmup", "0.5", "--workers", "1",
+              "--burstiness", "1000", "--step-duration", "3", "--warmup", "0.5", "--workers", "0",
               "--out", str(out))
     assert res.returncode == 0, res.stderr
     df, manifest = load(out)
