@@ -104,7 +104,8 @@ ENGINE_OPTIONS: list[Callable] = [
 ]
 
 _NO_EFFECT_FLAGS = ("--enforce-eager", "--disable-log-requests", "--disable-log-stats",
-                    "--enable-log-requests", "--trust-remote-code", "--async-scheduling")
+                    "--enable-log-requests", "--trust-remote-code", "--async-scheduling",
+                    "--disable-frontend-multiprocessing", "--disable-uvicorn-access-log")
 
 SERVE_OPTIONS: list[Callable] = [
     click.argument("model_tag", required=False, metavar="[MODEL]"),
