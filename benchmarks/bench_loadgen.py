@@ -19,6 +19,10 @@ histogram starts at engine arrival, after its HTTP handling (like vLLM's), so th
 difference also holds the server's front-end time; it is the same server for both
 clients, so the comparison between them is fair even where the absolute is not.
 
+A second pass runs both clients against ``tests/loadgen/fault_server.py`` (aiohttp),
+which logs the wall time it wrote each request's first token (by ``X-Request-Id``):
+there the client-added delay is exact per request, reported as a median.
+
 Ratio reported: chunks per CPU-second (per core), loadlab / peer, at each level.
 
 Usage: ``python benchmarks/bench_loadgen.py [--levels 4,16,64] [--duration 6] [--time-scale 20]``
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -37,6 +42,9 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 PROMPT_TOKENS = 40
@@ -46,12 +54,13 @@ _HIST = re.compile(r"^vllm:time_to_first_token_seconds_(sum|count)(?:\{[^}]*\})?
 
 
 # --------------------------------------------------------------------------- peer
-async def _peer_user(session, url: str, body: dict, stop_at: float, out: list) -> None:
+async def _peer_user(session, url: str, body: dict, stop_at: float, out: list, ids) -> None:
     while time.time() < stop_at:
+        rid = f"peer-{next(ids)}"
         t_wall = time.time()
         st = time.perf_counter()
-        ttft, chunks = None, 0
-        async with session.post(url, json=body) as resp:
+        ttft, chunks, first_wall = None, 0, None
+        async with session.post(url, json=body, headers={"X-Request-Id": rid}) as resp:
             async for raw in resp.content:
                 raw = raw.strip()
                 if not raw:
@@ -64,8 +73,9 @@ async def _peer_user(session, url: str, body: dict, stop_at: float, out: list) -
                 if choices and choices[0].get("text"):
                     if ttft is None:
                         ttft = time.perf_counter() - st
+                        first_wall = time.time()
                     chunks += 1
-        out.append((t_wall, ttft, chunks))
+        out.append((t_wall, ttft, chunks, rid, first_wall))
 
 
 async def _peer_level(url: str, level: int, duration: float, warmup: float) -> dict:
@@ -85,7 +95,8 @@ async def _peer_level(url: str, level: int, duration: float, warmup: float) -> d
             await asyncio.sleep(max(0.0, stop_at - time.time()))
             return _cpu() - c0, time.time() - w0
 
-        users = [_peer_user(session, f"{url}/v1/completions", body, stop_at, out) for _ in range(level)]
+        ids = itertools.count(level * 1_000_000)
+        users = [_peer_user(session, f"{url}/v1/completions", body, stop_at, out, ids) for _ in range(level)]
         cpu_task = asyncio.ensure_future(measure_cpu())
         await asyncio.gather(*users)
         cpu_s, wall_s = await cpu_task
@@ -150,51 +161,88 @@ def _profile(dir_: Path) -> Path:
     return path
 
 
-def _figures(name: str, level: int, t0: float, t1: float, ttfts: list[float], chunks: int,
-             cpu_cores: float, poller: HistPoller, time_scale: float, n: int) -> dict:
-    span = t1 - t0
-    server = poller.mean_between(t0, t1)
-    client = sum(ttfts) / len(ttfts) if ttfts else float("nan")
-    return {
-        "client": name, "level": level, "req_s": n / span, "chunks_s": chunks / span,
-        "cpu_cores": cpu_cores, "chunks_per_cpu_s": chunks / span / cpu_cores if cpu_cores else float("nan"),
-        "ttft_ms": client * 1e3,
-        "added_ms": (client - server / time_scale) * 1e3 if server is not None else float("nan"),
-    }
+@dataclass
+class Measured:
+    """One client at one level: what it sent and saw inside the measured window."""
+
+    client: str
+    level: int
+    t0: float
+    t1: float
+    cpu_cores: float
+    ttfts: list[float]
+    chunks: int
+    firsts: dict[str, float]      # request id -> client first-token unix time
+
+    def figures(self, server_ttft_s: float | None, server_firsts: dict[str, float]) -> dict:
+        span = self.t1 - self.t0
+        n = len(self.ttfts)
+        client = sum(self.ttfts) / n if n else float("nan")
+        delays = sorted(t - server_firsts[r] for r, t in self.firsts.items() if r in server_firsts)
+        return {
+            "client": self.client, "level": self.level, "req_s": n / span, "chunks_s": self.chunks / span,
+            "cpu_cores": self.cpu_cores,
+            "chunks_per_cpu_s": self.chunks / span / self.cpu_cores if self.cpu_cores else float("nan"),
+            "ttft_ms": client * 1e3,
+            "mean_added_ms": (client - server_ttft_s) * 1e3 if server_ttft_s is not None else float("nan"),
+            "median_added_ms": delays[len(delays) // 2] * 1e3 if delays else float("nan"),
+        }
 
 
-def run_loadlab(url: str, levels: list[int], duration: float, warmup: float, tmp: Path,
-                poller: HistPoller, time_scale: float) -> list[dict]:
+def run_loadlab(url: str, level: int, duration: float, warmup: float, tmp: Path) -> Measured:
     from loadlab.runstore import REQUESTS, read_manifest, read_table
 
-    out = tmp / f"loadlab-{levels[0]}"
+    out = tmp / f"loadlab-{level}-{time.time_ns()}"
     cmd = [sys.executable, "-m", "loadlab", "run", "--target", url, "--model", MODEL, "--profile",
-           str(_profile(tmp)), "--concurrency", ",".join(map(str, levels)), "--step-duration", str(duration),
-           "--warmup", str(warmup), "--workers", "1", "--no-calibrate", "--out", str(out)]
+           str(_profile(tmp)), "--concurrency", str(level), "--step-duration", str(duration),
+           "--warmup", str(warmup), "--workers", "1", "--no-calibrate", "--seed", str(time.time_ns() % 10**9),
+           "--out", str(out)]
     subprocess.run(cmd, check=True, capture_output=True)
     df = read_table(out / "requests.parquet", REQUESTS)
-    rows = []
-    for w in read_manifest(out)["steps"]:
-        t0, t1 = w["t_start"] + w["warmup_s"], w["t_end"]
-        sel = df[(df.t_sent >= t0) & (df.t_sent < t1) & (df.status == "ok")]
-        rows.append(_figures("loadlab", w["concurrency"], t0, t1, sel.ttft_s.tolist(), int(sel.n_chunks.sum()),
-                             w["client_cpu_cores"], poller, time_scale, len(sel)))
-    return rows
+    w = read_manifest(out)["steps"][0]
+    t0, t1 = w["t_start"] + w["warmup_s"], w["t_end"]
+    sel = df[(df.t_sent >= t0) & (df.t_sent < t1) & (df.status == "ok")]
+    return Measured("loadlab", level, t0, t1, w["client_cpu_cores"], sel.ttft_s.tolist(), int(sel.n_chunks.sum()),
+                    dict(zip(sel.request_id, sel.t_first_token)))
 
 
-def run_peer(url: str, levels: list[int], duration: float, warmup: float, poller: HistPoller,
-             time_scale: float) -> list[dict]:
-    proc = subprocess.run([sys.executable, __file__, "--peer", url, "--levels", ",".join(map(str, levels)),
+def run_peer(url: str, level: int, duration: float, warmup: float, tmp: Path) -> Measured:
+    proc = subprocess.run([sys.executable, __file__, "--peer", url, "--levels", str(level),
                            "--duration", str(duration), "--warmup", str(warmup)],
                           check=True, capture_output=True, text=True)
-    rows = []
-    for line in proc.stdout.splitlines():
-        r = json.loads(line)
-        t0, t1 = r["t_start"] + r["warmup_s"], r["t_end"]
-        sel = [x for x in r["rows"] if t0 <= x[0] < t1 and x[1] is not None]
-        rows.append(_figures("peer", r["level"], t0, t1, [x[1] for x in sel], sum(x[2] for x in sel),
-                             r["cpu_cores"], poller, time_scale, len(sel)))
-    return rows
+    r = json.loads(proc.stdout.splitlines()[-1])
+    t0, t1 = r["t_start"] + r["warmup_s"], r["t_end"]
+    sel = [x for x in r["rows"] if t0 <= x[0] < t1 and x[1] is not None]
+    return Measured("peer", level, t0, t1, r["cpu_cores"], [x[1] for x in sel], sum(x[2] for x in sel),
+                    {x[3]: x[4] for x in sel})
+
+
+def compare(url: str, levels: list[int], args: argparse.Namespace, tmp: Path,
+            server_ttft: Callable[[float, float], float | None],
+            server_firsts: Callable[[], dict[str, float]]) -> list[dict]:
+    """Both clients at each level against one server, alternating which goes first (so a
+    server state one run leaves behind, a backlog or a lagging clock, is shared fairly)."""
+    measured: list[Measured] = []
+    for i, level in enumerate(levels):
+        pair = [run_peer, run_loadlab]
+        for go in pair if i % 2 == 0 else pair[::-1]:
+            measured.append(go(url, level, args.duration, args.warmup, tmp))
+    firsts = server_firsts()
+    return [m.figures(server_ttft(m.t0, m.t1), firsts) for m in measured]
+
+
+def report(title: str, results: list[dict], levels: list[int]) -> None:
+    print(f"\n{title}")
+    print(f"{'client':8} {'level':>5} {'req/s':>8} {'chunks/s':>9} {'cpu':>6} {'chunks/cpu-s':>12} "
+          f"{'ttft ms':>8} {'mean+ ms':>8} {'med+ ms':>8}")
+    for r in sorted(results, key=lambda r: (r["level"], r["client"])):
+        print(f"{r['client']:8} {r['level']:5d} {r['req_s']:8.1f} {r['chunks_s']:9.0f} {r['cpu_cores']:6.2f} "
+              f"{r['chunks_per_cpu_s']:12.0f} {r['ttft_ms']:8.2f} {r['mean_added_ms']:8.2f} "
+              f"{r['median_added_ms']:8.2f}")
+    by = {(r["client"], r["level"]): r for r in results}
+    for level in levels:
+        ratio = by[("loadlab", level)]["chunks_per_cpu_s"] / by[("peer", level)]["chunks_per_cpu_s"]
+        print(f"level {level}: loadlab/peer chunks per CPU-second = {ratio:.2f}x")
 
 
 def main() -> None:
@@ -209,32 +257,41 @@ def main() -> None:
     if args.peer:
         peer_main(args.peer, levels, args.duration, args.warmup)
         return
+    import httpx
+
     from loadlab.sim.testing import running_sim
 
-    with tempfile.TemporaryDirectory() as tmp, running_sim(served_model_name=MODEL, time_scale=args.time_scale,
-                                                           max_num_seqs=256) as url:
-        poller = HistPoller(url)
-        poller.start()
-        results = []
-        # Same server; at each level both clients, alternating which goes first, so a
-        # server state left by one run (a backlog, a lagging clock) is shared fairly.
-        for i, level in enumerate(levels):
-            pair = [
-                lambda: run_peer(url, [level], args.duration, args.warmup, poller, args.time_scale),
-                lambda: run_loadlab(url, [level], args.duration, args.warmup, Path(tmp), poller, args.time_scale),
-            ]
-            for go in pair if i % 2 == 0 else pair[::-1]:
-                results += go()
-        poller.stop.set()
-    print(f"{'client':8} {'level':>5} {'req/s':>8} {'chunks/s':>9} {'cpu':>6} {'chunks/cpu-s':>12} "
-          f"{'ttft ms':>8} {'added ms':>8}")
-    for r in sorted(results, key=lambda r: (r["level"], r["client"])):
-        print(f"{r['client']:8} {r['level']:5d} {r['req_s']:8.1f} {r['chunks_s']:9.0f} {r['cpu_cores']:6.2f} "
-              f"{r['chunks_per_cpu_s']:12.0f} {r['ttft_ms']:8.2f} {r['added_ms']:8.2f}")
-    by = {(r["client"], r["level"]): r for r in results}
-    for level in levels:
-        ratio = by[("loadlab", level)]["chunks_per_cpu_s"] / by[("peer", level)]["chunks_per_cpu_s"]
-        print(f"level {level}: loadlab/peer chunks per CPU-second = {ratio:.2f}x")
+    with tempfile.TemporaryDirectory() as tmp:
+        with running_sim(served_model_name=MODEL, time_scale=args.time_scale, max_num_seqs=256) as url:
+            poller = HistPoller(url)
+            poller.start()
+            sim = compare(url, levels, args, Path(tmp),
+                          lambda t0, t1: _scaled(poller.mean_between(t0, t1), args.time_scale), dict)
+            poller.stop.set()
+        report(f"simulator, --time-scale {args.time_scale:g} (mean+ = client TTFT - server histogram TTFT)",
+               sim, levels)
+        with _fault_server() as url:
+            exact = compare(url, levels, args, Path(tmp), lambda t0, t1: None,
+                            lambda: httpx.get(f"{url}/debug/first_token").json())
+        report("reference SSE server, per request (med+ = client first token - server write time, median)",
+               exact, levels)
+
+
+def _scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else value / scale
+
+
+@contextmanager
+def _fault_server() -> Iterator[str]:
+    """tests/loadgen/fault_server.py: logs each request's first-token write time by X-Request-Id."""
+    script = Path(__file__).resolve().parents[1] / "tests" / "loadgen" / "fault_server.py"
+    proc = subprocess.Popen([sys.executable, str(script), "--ttft-ms", "2", "--itl-ms", "0.5"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[1])}"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 if __name__ == "__main__":

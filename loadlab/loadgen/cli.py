@@ -64,7 +64,7 @@ def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trac
 @click.option("--model", help="Model name to send (the server's served name).")
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
 @click.option("--profile", default="sharegpt", show_default=True, help="Workload profile name or file.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--concurrency", help="Closed-loop levels, e.g. 1,2,4,8.")
 @click.option("--geometric", help="Closed-loop levels start:factor:max, e.g. 1:2:64.")
 @click.option("--rate", help="Open-loop arrival rate(s) in requests/s, e.g. 5 or 5,10,20.")
