@@ -191,6 +191,8 @@ class StreamingClient:
     def _consume(self, response: Any, outcome: Outcome) -> None:
         timings = outcome.timings
         chat = self.api == "chat"
+        marker = _CHAT_CONTENT if chat else _TEXT
+        offsets = timings.chunk_offsets_s
         buf = b""
         done = False
         for piece in response.body:
@@ -209,6 +211,13 @@ class StreamingClient:
                     done = True
                     timings.t_done = now
                     break
+                kind = _quick_kind(data, marker)
+                if kind is not None:  # compact content or empty chunk: no JSON parse needed
+                    if kind:
+                        if timings.t_first_token is None:
+                            timings.t_first_token = now
+                        offsets.append(now - timings.t_sent)
+                    continue
                 if not self._handle(_decode(data.decode()), chat, now, timings, outcome):
                     return
             if done:
@@ -238,6 +247,25 @@ class StreamingClient:
             outcome.prompt_tokens = usage.get("prompt_tokens")
             outcome.output_tokens = usage.get("completion_tokens")
         return True
+
+
+_TEXT = b'"text":"'
+_CHAT_CONTENT = b'"content":"'
+_QUOTE = ord('"')
+
+
+def _quick_kind(data: bytes, marker: bytes) -> bool | None:
+    """Classify a compact (no-space) chunk without parsing it: True = content,
+    False = empty text/content (e.g. the chat role chunk), None = parse it properly
+    (errors, usage, any other spelling). vLLM serialises chunks compactly, so almost
+    every event takes this path; a content value can only hold ``\\"``, never a bare
+    quote, so the first marker found is the real key."""
+    if b'"error"' in data or b'"usage":{' in data:
+        return None
+    at = data.find(marker)
+    if at < 0 or at + len(marker) >= len(data):
+        return None
+    return data[at + len(marker)] != _QUOTE
 
 
 def _event_data(event: bytes) -> bytes | None:

@@ -35,15 +35,28 @@ class ScriptedTransport:
         return StreamResponse(self.status, {}, gen(), sent_at=self.now)
 
 
+SEPARATORS = {"compact": (",", ":"), "spaced": (", ", ": ")}  # vLLM's spelling; json.dumps' default
+_sep = SEPARATORS["spaced"]
+
+
 def _sse(obj) -> bytes:
-    return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+    return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj, separators=_sep).encode()) + b"\n\n"
 
 
 def _chat(text: str) -> bytes:
     return _sse({"choices": [{"index": 0, "delta": {"content": text}}]})
 
 
-def test_chat_timings_come_from_raw_arrival_times() -> None:
+@pytest.fixture(params=sorted(SEPARATORS))
+def spelling(request):
+    """Run a test with compact JSON events (the parse-free fast path) and spaced ones."""
+    global _sep
+    _sep = SEPARATORS[request.param]
+    yield request.param
+    _sep = SEPARATORS["spaced"]
+
+
+def test_chat_timings_come_from_raw_arrival_times(spelling) -> None:
     role = _sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
     usage = _sse({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 4}})
     script = [
@@ -69,7 +82,7 @@ def test_chat_timings_come_from_raw_arrival_times() -> None:
     assert path == "/v1/chat/completions" and headers["X-Request-Id"] == "r1"
 
 
-def test_error_event_mid_stream_is_an_error_record() -> None:
+def test_error_event_mid_stream_is_an_error_record(spelling) -> None:
     script = [(100.01, _sse({"choices": [{"text": "x"}]})),
               (100.02, _sse({"error": {"message": "engine died", "code": 500}}))]
     transport = ScriptedTransport(200, script)
