@@ -52,19 +52,16 @@ def demo(out: Path | None, step_duration: float, quick: bool) -> None:
 
 
 def _live(run_dir: Path, step_duration: float) -> None:
-    # httpcore must be imported before Locust's gevent monkey-patching: once select
-    # is patched, httpcore's optional trio import fails on the missing select.epoll.
-    import httpcore  # noqa: F401
-
-    from loadlab.collect.scraper import Scraper
-    from loadlab.loadgen import driver
-    from loadlab.loadgen.context import RunSettings
-    from loadlab.loadgen.shapes import concurrency_steps
     from loadlab.sweep.launcher import launch_target
 
-    warmup = step_duration / 4
-    plan = concurrency_steps(list(LIVE_LEVELS), step_duration, warmup)
     with launch_target("sim", LIVE_FLAGS, run_dir) as target:
+        # Locust (gevent monkey-patching) is imported only now, after the launcher's
+        # httpx/httpcore have loaded unpatched, as `loadlab run --launch` does.
+        from loadlab.loadgen import driver
+        from loadlab.loadgen.context import RunSettings
+        from loadlab.loadgen.shapes import concurrency_steps
+
+        plan = concurrency_steps(list(LIVE_LEVELS), step_duration, step_duration / 4)
         click.echo(f"simulator up at {target.base_url} in {target.startup_s:.1f} s; "
                    f"{len(LIVE_LEVELS)} steps of {step_duration:g} s")
         settings = RunSettings(
@@ -73,9 +70,10 @@ def _live(run_dir: Path, step_duration: float) -> None:
             api_key_env="LOADLAB_API_KEY", point="live", nonce="demo", calibrate=True,
             plan=plan.describe(),
         )
-        opts = driver.RunOptions(out=run_dir, workers=0, drain_s=5.0, progress_s=step_duration)
-        with Scraper([target.base_url], run_dir, interval_s=0.5):
-            driver.run_load(settings, plan, opts, manifest_extra={"launch": target.manifest_entry()})
+        opts = driver.RunOptions(out=run_dir, drain_s=5.0, progress_s=step_duration,
+                                 collect_interval_s=0.5)
+        extra = {"target": {"launch": target.manifest_entry()}, "server": target.server_settings()}
+        driver.run_load(settings, plan, opts, manifest_extra=extra)
 
 
 def _whatif(run_dir: Path, max_num_seqs: int) -> None:
