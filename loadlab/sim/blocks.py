@@ -119,9 +119,14 @@ class BlockPool:
         if self._next_fresh < self.num_gpu_blocks:
             self._next_fresh += 1
             return Block(self._next_fresh - 1, 1)
-        blk = self._free.popitem(last=False)[0]
-        if blk.block_hash is not None:
-            self._evict(blk)
+        blk = self._free.popitem(False)[0]
+        h = blk.block_hash
+        if h is not None:
+            if self._dups:
+                self._evict(blk)
+            else:  # as in get_new_blocks: the block is its hash's only block
+                del self._cached[h]
+                blk.block_hash = None
         blk.ref_cnt = 1
         return blk
 

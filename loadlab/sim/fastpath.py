@@ -164,7 +164,9 @@ class FastScheduler(Scheduler):
             res = super().update(plan)
             self._rebuild()
             return res
-        res = StepResult(dict(self._steady))
+        # With nothing but steady requests, new_tokens equals scheduled (every one computes
+        # and emits one token): share the dict rather than copy hundreds of ids again.
+        res = StepResult(plan.scheduled if not plan.requests else dict(self._steady))
         res.iteration_tokens = len(self._steady)
         mml = self.max_model_len
         for r in plan.finishing:  # counters are current (materialised at schedule)

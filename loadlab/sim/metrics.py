@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 from prometheus_client.utils import floatToGoString
@@ -139,7 +140,8 @@ class EngineMetrics:
         }
         self._pending: dict[str, tuple[float, int]] = {}  # id -> (arrival, prompt_len) until first token
         self._last_emit: dict[str, float] = {}             # id -> last token time, off the fast path
-        self._prev_emit: set[str] = set()                 # ids that emitted at _prev_t_end
+        self._prev_emit: AbstractSet[str] = set()         # ids that emitted at _prev_t_end
+        self._gone: set[str] = set()                      # finished or aborted since the last step
         self._prev_t_end = 0.0
         self._headers: dict[str, str] = {}                # family -> HELP and TYPE lines
         self._prefixes: dict[tuple, str] = {}             # series -> 'name{labels} '
@@ -179,24 +181,33 @@ class EngineMetrics:
         emit = new_tokens.keys() if generated == len(new_tokens) else {
             rid for rid, n in new_tokens.items() if n}
         itl = self.hists["itl"]
-        steady = emit & self._prev_emit
-        if steady:
-            itl.observe(t_end - self._prev_t_end, len(steady))
-        if len(steady) + len(first) < len(emit):
+        prev = self._prev_emit
+        gone = self._gone
+        if gone and any(rid in emit for rid in gone):  # an id used again after it finished
+            prev = prev - gone
+        # Only the few that stopped are materialised: a set of the hundreds that emitted
+        # at both step ends would cost a cache miss per id every step.
+        stopped = prev - emit
+        n_steady = len(prev) - len(stopped)
+        if n_steady:
+            itl.observe(t_end - self._prev_t_end, n_steady)
+        if n_steady + len(first) < len(emit):
             last_emit = self._last_emit
-            for rid in emit - steady - set(first):
+            for rid in emit - (emit & prev) - set(first):
                 itl.observe(t_end - last_emit.pop(rid))
-        stopped = self._prev_emit - emit
+        if gone:
+            stopped -= gone
+            gone.clear()
         if stopped:
             self._last_emit.update(dict.fromkeys(stopped, self._prev_t_end))
-        self._prev_emit = set(emit)
+        self._prev_emit = emit  # the step's own dict (view) or set, never changed after
         self._prev_t_end = t_end
 
     def _observe_finished(self, fin: FinishedRequest) -> None:
         rid = fin.request_id
         self._pending.pop(rid, None)
         self._last_emit.pop(rid, None)
-        self._prev_emit.discard(rid)
+        self._gone.add(rid)  # may sit in _prev_emit: _observe_itl leaves it out of "stopped"
         h = self.hists
         self.success[fin.finish_reason] += 1
         h["e2e"].observe(fin.finished_time - fin.arrival_time)
