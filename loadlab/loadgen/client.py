@@ -256,11 +256,14 @@ _QUOTE = ord('"')
 
 def _quick_kind(data: bytes, marker: bytes) -> bool | None:
     """Classify a compact (no-space) chunk without parsing it: True = content,
-    False = empty text/content (e.g. the chat role chunk), None = parse it properly
-    (errors, usage, any other spelling). vLLM serialises chunks compactly, so almost
-    every event takes this path; a content value can only hold ``\\"``, never a bare
-    quote, so the first marker found is the real key."""
-    if b'"error"' in data or b'"usage":{' in data:
+    False = empty text/content (e.g. the chat role chunk), None = parse it properly.
+
+    vLLM serialises chunks compactly, so almost every event takes this path. An error
+    event never matches (it has no choices, and inside a JSON string a quote is always
+    escaped, so no message can spell the marker); a chunk carrying usage (vLLM's last,
+    or every chunk of servers that add usage to content) is parsed for its counts.
+    """
+    if b'"usage":{' in data:
         return None
     at = data.find(marker)
     if at < 0 or at + len(marker) >= len(data):
