@@ -50,7 +50,7 @@ from pathlib import Path
 PROMPT_TOKENS = 40
 OUTPUT_TOKENS = 96
 MODEL = "bench-model"
-_HIST = re.compile(r"^vllm:time_to_first_token_seconds_(sum|count)(?:\{[^}]*\})? (\S+)$", re.M)
+_HIST = re.compile(r"^vllm:time_to_first_token_seconds_(sum|count)(?:\{[^}]*\})? (\S+)$", re.MULTILINE)
 
 
 # --------------------------------------------------------------------------- peer

@@ -29,6 +29,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from loadlab.loadgen.transport import (
@@ -70,7 +71,7 @@ class Timings:
         offs = self.chunk_offsets_s
         if len(offs) < 2:
             return {"itl_mean_s": None, "itl_p50_s": None, "itl_p99_s": None, "itl_max_s": None}
-        gaps = sorted(b - a for a, b in zip(offs, offs[1:]))
+        gaps = sorted(b - a for a, b in pairwise(offs))
         n = len(gaps)
         return {
             "itl_mean_s": (offs[-1] - offs[0]) / n,

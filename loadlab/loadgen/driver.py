@@ -52,9 +52,20 @@ from loadlab.errors import RunInterrupted, TargetError
 from loadlab.loadgen.context import RunSettings
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
 from loadlab.loadgen.shapes import LoadPlan
+from loadlab.loadgen.user import (
+    CONFIG_MSG,
+    DRAIN_MSG,
+    DRAINED_MSG,
+    FAILED_MSG,
+    READY_MSG,
+    STEP_MSG,
+    Link,
+    LLMUser,
+    OpenLoopUser,
+    locust_link,
+    serve_worker,
+)
 from loadlab.loadgen.worker import split_address
-from loadlab.loadgen.user import (CONFIG_MSG, DRAIN_MSG, DRAINED_MSG, FAILED_MSG, READY_MSG, STEP_MSG, Link,
-                                  LLMUser, OpenLoopUser, locust_link, serve_worker)
 from loadlab.runstore import update_manifest, write_manifest
 
 START_LEAD_S = 0.3

@@ -115,8 +115,8 @@ def _on_init(environment: Any, **_: Any) -> None:
     if isinstance(runner, WorkerRunner):
         link = locust_link(runner)
         link.on(STEP_MSG, lambda d: _set_step(environment, d["index"]))
-        sink_factory = lambda: BatchSender(link.send)  # noqa: E731
-        n_workers = lambda: int(getattr(environment.parsed_options, "expect_workers", 1) or 1)  # noqa: E731
+        sink_factory = lambda: BatchSender(link.send)
+        n_workers = lambda: int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
         worker, index = runner.client_id, lambda: runner.worker_index
     else:
         out = Path(os.environ.get("LOADLAB_OUT") or f"reports/locust-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -129,7 +129,7 @@ def _on_init(environment: Any, **_: Any) -> None:
         events.quitting.add_listener(lambda **_: recorder.close())
         if isinstance(runner, MasterRunner):
             return
-        sink_factory = lambda: LocalSink(recorder)  # noqa: E731
+        sink_factory = lambda: LocalSink(recorder)
         n_workers, worker, index = (lambda: 1), "local", (lambda: 0)
 
     def on_test_start(**_: Any) -> None:

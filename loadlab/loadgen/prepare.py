@@ -24,10 +24,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadlab.workload import RequestSpec, load_profile
 from loadlab.errors import TargetError
+from loadlab.loadgen.transport import (
+    ConnectionFailed,
+    SocketTransport,
+    StreamClosed,
+    TransportTimeout,
+)
+from loadlab.workload import RequestSpec, load_profile
 from loadlab.workload.prompts import PromptSynth
-from loadlab.loadgen.transport import ConnectionFailed, SocketTransport, StreamClosed, TransportTimeout
 from loadlab.workload.traces import read_trace
 
 

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-
 ROWS_MSG = "ll_rows"
 CLIENT_MSG = "ll_client"
 DONE_MSG = "ll_done"

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from geventhttpclient.response import HTTPParseError, HTTPResponse
@@ -150,8 +150,7 @@ class SocketTransport:
         self, sock: socket.socket, parser: _Parser, pending: list[bytes], deadline: float
     ) -> Iterator[bytes]:
         try:
-            for piece in pending:
-                yield piece
+            yield from pending
             while not parser.message_complete:
                 self._recv_into(sock, parser, deadline)
                 pieces, parser.pieces = parser.pieces, []
@@ -171,7 +170,7 @@ class SocketTransport:
         sock.settimeout(remaining)
         try:
             data = sock.recv(_RECV_BYTES)
-        except socket.timeout:
+        except TimeoutError:
             self._drop()
             raise TransportTimeout("no data before the deadline") from None
         except OSError as exc:
@@ -197,7 +196,7 @@ class SocketTransport:
             raise TransportTimeout("deadline passed before connecting")
         try:
             sock = socket.create_connection((self.host, self.port), timeout=remaining)
-        except socket.timeout:
+        except TimeoutError:
             raise TransportTimeout("connect timed out") from None
         except OSError as exc:
             raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {exc}") from exc

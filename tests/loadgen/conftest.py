@@ -64,7 +64,7 @@ def tiny_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_cli(*args: str, timeout_s: float = 120.0, env: dict | None = None) -> subprocess.CompletedProcess:
     """``loadlab run ARGS`` in a subprocess; returns the completed process (text output)."""
     return subprocess.run([sys.executable, "-m", "loadlab", "run", *args], capture_output=True,
-                          text=True, timeout=timeout_s, env=env)
+                          text=True, timeout=timeout_s, env=env, check=False)
 
 
 def load_run(out: Path) -> tuple:

@@ -22,7 +22,7 @@ def sim() -> str:
 def _metric(url: str, name: str) -> float:
     """Sum of all samples of ``name`` (any labels) on the server's /metrics."""
     text = httpx.get(f"{url}/metrics").text
-    pat = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", re.M)
+    pat = re.compile(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", re.MULTILINE)
     return sum(float(v) for v in pat.findall(text))
 
 
