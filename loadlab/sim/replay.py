@@ -24,7 +24,8 @@ max_model_len); targets keep the drawn values. ``max_tokens`` = output length.
 
 When the plan ends, requests still in flight are aborted (status "aborted"), as a load
 generator that stops. Output in ``out_dir``: requests.parquet (REQUESTS, worker
-"sim-replay", times = ``start_epoch`` + virtual seconds), metrics.parquet (METRICS,
+"sim-replay", times = ``start_epoch`` + virtual seconds, written column-wise by
+:class:`~loadlab.sim.replay_records.RequestRows`), metrics.parquet (METRICS,
 source "sim", every ``metrics_interval_s`` virtual seconds, the same samples the
 simulator's /metrics would serve, written column-wise by the collector's MetricsSink) and manifest.json (kind "sim-replay", steps, resolved
 server flags, vLLM's start-up lines, wall time and speed).
@@ -32,12 +33,13 @@ server flags, vLLM's start-up lines, wall time and speed).
 
 from __future__ import annotations
 
+import gc
 import heapq
 import platform
 import socket
 import time
-from collections.abc import Callable
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,7 @@ from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import resolve
 from loadlab.sim.metrics import EngineMetrics
+from loadlab.sim.replay_records import RequestRows, TokenTimes, quantile
 from loadlab.sim.timing import StepTimeModel
 from loadlab.sim.types import EngineRequest, StepOutput
 from loadlab.workload import load_profile
@@ -139,49 +142,6 @@ class _Request:
     prefix: int
 
 
-class TokenTimes:
-    """Each request's token times, without touching every request at every step.
-
-    A decoding request nearly always emits at every step end from its first token to
-    its last, so its times are a slice of the step-end timeline (a numpy view, no copy).
-    Only a request that skips a step while alive (preempted, or left without token
-    budget) gets its own list, from the skip on. Per step: a few set operations.
-    """
-
-    def __init__(self) -> None:
-        self._ends = np.empty(4096)
-        self._n = 0
-        self._first: dict[str, int] = {}          # id -> index of its first-token step
-        self._own: dict[str, list[float]] = {}    # ids that skipped a step: explicit times
-        self._prev: AbstractSet[str] = set()      # ids that emitted at the last step end
-
-    def observe(self, out: StepOutput) -> None:
-        j, t = self._n, out.t_end
-        if j == len(self._ends):
-            self._ends = np.concatenate((self._ends, np.empty(j)))
-        self._ends[j] = t
-        self._n = j + 1
-        new = out.new_tokens
-        emit = new.keys() if sum(new.values()) == len(new) else {r for r, n in new.items() if n}
-        for rid in out.first_token:
-            self._first[rid] = j
-        for rid in self._prev - emit:
-            if rid in self._first and rid not in self._own:
-                self._own[rid] = self._ends[self._first[rid]:j].tolist()
-        if self._own:
-            for rid in emit & self._own.keys():
-                self._own[rid].append(t)
-        self._prev = emit
-
-    def pop(self, rid: str) -> np.ndarray:
-        """Token times of a request that is done (finished, or aborted after the last step)."""
-        first = self._first.pop(rid, None)
-        own = self._own.pop(rid, None)
-        if own is not None:
-            return np.array(own)
-        return self._ends[first:self._n] if first is not None else np.empty(0)
-
-
 def prompt_ids(seq: int, prompt_len: int, group: int | None, prefix_len: int,
                common: int) -> list[int]:
     """Token ids: common prefix, then the group's prefix, then ids only this request has."""
@@ -193,14 +153,6 @@ def prompt_ids(seq: int, prompt_len: int, group: int | None, prefix_len: int,
     ids.extend(range(group * GROUP_STRIDE + shared_common, group * GROUP_STRIDE + prefix_len))
     ids.extend(range(own + prefix_len, own + prompt_len))
     return ids
-
-
-def quantile(sorted_values: np.ndarray, q: float) -> float:
-    """Linear-interpolation quantile of sorted values (numpy's default method, ~20x cheaper)."""
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
 
 
 class _Replay:
@@ -217,8 +169,8 @@ class _Replay:
         self.common = profile.common_prefix_tokens
         self.epoch = time.time() if plan.start_epoch is None else plan.start_epoch
         self.progress = progress
-        self.requests = PartWriter(out_dir / "requests.parquet", REQUESTS, writer_id=WORKER,
-                                   flush_rows=20_000, flush_interval_s=30.0)
+        self.requests = RequestRows(PartWriter(out_dir / "requests.parquet", REQUESTS,
+                                               writer_id=WORKER))
         self.parser = ExpositionParser()
         self.metric_rows = MetricsSink(out_dir / "metrics.parquet", self.parser, endpoint=ENDPOINT,
                                        source="sim", writer_id=WORKER, flush_interval_s=30.0)
@@ -350,7 +302,6 @@ class _Replay:
             "t_scheduled": epoch + t_sent, "t_sent": epoch + t_sent, "send_lag_s": 0.0,
             "t_first_token": None if first is None else epoch + first,
             "t_done": epoch + t_done, "n_chunks": len(times),
-            "chunk_offsets_s": times - t_sent,
             "prompt_tokens": req.prompt_len, "output_tokens": len(times),
             "target_prompt_tokens": req.target_prompt, "target_output_tokens": req.target_output,
             "prefix_group": req.group, "prefix_tokens": req.prefix, "status": status,
@@ -365,14 +316,38 @@ class _Replay:
             row.update(itl_mean_s=float(times[-1] - times[0]) / (len(times) - 1),
                        itl_p50_s=quantile(gaps, 0.5),
                        itl_p99_s=quantile(gaps, 0.99), itl_max_s=float(gaps[-1]))
-        self.requests.add(row)
+        self.requests.add(row, times - t_sent)
+
+
+@contextmanager
+def gc_relaxed(gen0_threshold: int = 50_000) -> Iterator[None]:
+    """Fewer garbage collections while a replay runs; the settings are restored after.
+
+    A replay allocates millions of short-lived objects and almost no reference cycles,
+    yet the collector's default young-generation threshold (700 allocations) made it
+    scan the long-lived engine state (blocks, requests) hundreds of times a run.
+    Objects alive at the start are frozen (left out of full collections) unless the
+    process froze some itself, in which case freezing is left to it.
+    """
+    threshold = gc.get_threshold()
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    gc.set_threshold(max(gen0_threshold, threshold[0]), *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        if freeze:
+            gc.unfreeze()
 
 
 def run_replay(cfg: SimConfig, plan: ReplayPlan, out_dir: str | Path,
                progress: Callable[[float, float], None] | None = None) -> ReplaySummary:
     """Run ``plan`` through the simulator of ``cfg`` in virtual time; write a run folder.
 
-    ``progress(virtual_s, total_s)`` is called at every metrics sample. Raises
+    ``progress(virtual_s, total_s)`` is called at every metrics sample. The garbage
+    collector runs less often meanwhile (:func:`gc_relaxed`). Raises
     InputError for a bad plan or an impossible configuration (before writing anything).
     """
     plan.validate()
@@ -399,7 +374,8 @@ def run_replay(cfg: SimConfig, plan: ReplayPlan, out_dir: str | Path,
     })
     wall0 = time.perf_counter()
     try:
-        replay.run()
+        with gc_relaxed():
+            replay.run()
     finally:
         replay.requests.close()
         replay.metric_rows.close()
