@@ -120,11 +120,12 @@ def test_same_seed_same_requests_across_runs_and_worker_splits(sim, cli, load, t
     assert np.allclose(offs[0], offs[1], atol=1e-6)
 
 
-def test_launch_sim_and_collect_into_one_run_folder(cli, load, tiny_profile, tmp_path) -> None:
+def test_launch_sim_chat_and_collect_into_one_run_folder(cli, load, tiny_profile, tmp_path) -> None:
     from loadlab.runstore import METRICS, read_table
 
     out = tmp_path / "launched"
-    res = cli("--launch", "sim", "--profile", str(tiny_profile), "--concurrency", "2", "--step-duration", "2",
+    res = cli("--launch", "sim", "--api", "chat", "--profile", str(tiny_profile), "--concurrency", "2",
+              "--step-duration", "2",
               "--warmup", "0", "--collect", "--collect-interval", "0.25", "--workers", "0", "--out", str(out),
               "--", "--max-num-seqs", "4", "--time-scale", "5")
     assert res.returncode == 0, res.stderr
@@ -132,6 +133,8 @@ def test_launch_sim_and_collect_into_one_run_folder(cli, load, tiny_profile, tmp
     assert manifest["status"] == "complete" and len(df) > 0 and set(df.status) == {"ok"}
     assert manifest["target"]["launch"]["flags"]["max_num_seqs"] == 4
     assert manifest["server"] == {"max_num_seqs": 4}
+    # Chat prompts are calibrated with a chat-shaped /tokenize: template tokens included.
+    assert (df.prompt_tokens == df.target_prompt_tokens).all() and (df.n_chunks == df.output_tokens).all()
     metrics = read_table(out / "metrics.parquet", METRICS)
     done = metrics[metrics.family == "vllm:request_success"].groupby("t").value.sum()
     # The scraper and the client agree on completions up to the last scrape (2 = in flight
