@@ -11,7 +11,8 @@ Model
   usable = num_gpu_blocks - 1 and usage = 1 - free / (num_gpu_blocks - 1).
 - Every block has a reference count. A block whose count drops to 0 goes into the free
   queue, *keeping its hash*: cached-but-unreferenced blocks count as free.
-- Free queue: LRU order, head first (vLLM: a doubly linked list; here an OrderedDict). Allocation pops the head and evicts
+- Free queue: LRU order, head first (vLLM: a doubly linked list; here a list with a head
+  index and holes, see :class:`BlockPool`). Allocation pops the head and evicts
   that block's hash from the cache map. A request's blocks are freed tail-first (the
   caller passes them reversed), so its tail is evicted before its shared prefix.
 - Hashes: only FULL blocks, chained ``hash((parent_hash, token_ids))``
@@ -28,20 +29,21 @@ Everything is O(blocks touched); nothing scans the pool.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from heapq import heappop, heappush
 from typing import Protocol
 
 
 class Block:
     """One KV block: reference count and the hash it is cached under (None if not)."""
 
-    __slots__ = ("block_hash", "block_id", "ref_cnt")
+    __slots__ = ("block_hash", "block_id", "qpos", "ref_cnt")
 
     def __init__(self, block_id: int, ref_cnt: int = 0) -> None:
         self.block_id = block_id
         self.ref_cnt = ref_cnt
         self.block_hash: int | None = None
+        self.qpos = -1  # while free (ref_cnt 0): its absolute position in the free queue
 
 
 def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int = 0) -> list[int]:
@@ -62,28 +64,35 @@ class BlockPool:
 
     The free queue is, head first: the blocks never handed out (ids ``_next_fresh`` ..
     ``num_gpu_blocks - 1``, created on first use, so a 65k-block pool costs nothing to
-    build), then an ``OrderedDict`` of blocks freed at least once, used as a doubly linked
-    list at C speed: ``popitem(last=False)`` pops its head, ``del`` takes a touched block
-    out of the middle, assignment appends at the tail. Fresh blocks always precede freed
-    ones, since freeing appends at the tail and fresh blocks are never cached.
+    build), then the blocks freed at least once, in the list ``_q`` from index ``_qh``:
+    freeing appends at the tail, allocation takes a slice at the head (runs of blocks at
+    list speed, 3-4x cheaper than popping a linked structure block by block), and a
+    touched block leaves a hole (None) at its position ``qpos`` (absolute: list index +
+    ``_qbase``), skipped when the head reaches it. The consumed head is cut off once it
+    is most of the list. Fresh blocks always precede freed ones, since freeing appends
+    at the tail and fresh blocks are never cached.
     """
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool = True) -> None:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self._next_fresh = 1  # block 0 is the null block, never free
-        self._free: OrderedDict[Block, None] = OrderedDict()
+        self._q: list[Block | None] = []
+        self._qh = 0         # index of the queue head in _q
+        self._qbase = 0      # absolute position of _q[0]
+        self._nq = 0         # blocks in _q[_qh:] (holes not counted)
+        self._holes: list[int] = []  # heap of the absolute positions of holes from the head on
         self._cached: dict[int, Block] = {}
         self._dups: dict[int, list[Block]] = {}
 
     @property
     def num_free(self) -> int:
-        return self.num_gpu_blocks - self._next_fresh + len(self._free)
+        return self.num_gpu_blocks - self._next_fresh + self._nq
 
     def free_queue_ids(self) -> list[int]:
         """Block ids from LRU head to tail (for tests and debugging; O(pool))."""
         fresh = list(range(self._next_fresh, self.num_gpu_blocks))
-        return fresh + [blk.block_id for blk in self._free]
+        return fresh + [blk.block_id for blk in self._q[self._qh:] if blk is not None]
 
     # -- allocation -----------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[Block]:
@@ -94,8 +103,7 @@ class BlockPool:
         self._next_fresh = start + k
         if n == k:
             return out
-        pop = self._free.popitem
-        taken = [pop(False)[0] for _ in range(n - k)]
+        taken = self._take(n - k)
         if self._dups:
             for blk in taken:
                 if blk.block_hash is not None:
@@ -114,12 +122,40 @@ class BlockPool:
             return out
         return taken
 
+    def _take(self, m: int) -> list[Block]:
+        """The ``m`` blocks at the head of ``_q``, skipping holes."""
+        q, h, holes = self._q, self._qh, self._holes
+        taken = q[h:h + m]
+        h += m
+        if holes and holes[0] < self._qbase + h:
+            taken = [blk for blk in taken if blk is not None]
+            while len(taken) < m:
+                more = q[h:h + m - len(taken)]
+                h += len(more)
+                taken += [blk for blk in more if blk is not None]
+            end = self._qbase + h
+            while holes and holes[0] < end:
+                heappop(holes)
+        self._nq -= m
+        if h > 4096 and 2 * h > len(q):
+            del q[:h]
+            self._qbase += h
+            h = 0
+        self._qh = h
+        return taken  # type: ignore[return-value]
+
     def take_one(self) -> Block:
         """:meth:`get_new_blocks` for one block, without the list (the decode hot path)."""
         if self._next_fresh < self.num_gpu_blocks:
             self._next_fresh += 1
             return Block(self._next_fresh - 1, 1)
-        blk = self._free.popitem(False)[0]
+        q, h, holes = self._q, self._qh, self._holes
+        if (holes and holes[0] <= self._qbase + h) or (h > 4096 and 2 * h > len(q)):
+            blk = self._take(1)[0]
+        else:
+            blk = q[h]  # type: ignore[assignment]
+            self._qh = h + 1
+            self._nq -= 1
         h = blk.block_hash
         if h is not None:
             if self._dups:
@@ -132,19 +168,26 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[Block]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
-        free = self._free
+        q, base = self._q, self._qbase
         for blk in blocks:
             if blk.ref_cnt == 0:
-                del free[blk]
+                q[blk.qpos - base] = None
+                heappush(self._holes, blk.qpos)
+                self._nq -= 1
             blk.ref_cnt += 1
 
     def free_blocks(self, blocks_tail_first: Iterable[Block]) -> None:
         """Drop a reference; blocks reaching zero join the queue tail in the order given."""
-        free = self._free
+        q = self._q
+        append = q.append
+        start = pos = self._qbase + len(q)
         for blk in blocks_tail_first:
             blk.ref_cnt -= 1
             if blk.ref_cnt == 0:
-                free[blk] = None
+                blk.qpos = pos
+                pos += 1
+                append(blk)
+        self._nq += pos - start
 
     # -- prefix cache ---------------------------------------------------------------
     def cache_block(self, blk: Block, block_hash: int) -> None:
@@ -264,10 +307,10 @@ class KVCacheManager:
             blk.block_hash = h
             if setdefault(h, blk) is not blk:  # BlockPool.cache_block, inlined
                 pool._dups.setdefault(h, []).append(blk)
-        for i in range(max(i, known), n_full):  # blocks of generated tokens: salt with the request
-            h = hash((hashes[-1] if hashes else 0, req.key, i))
+        for j in range(max(i, known), n_full):  # blocks of generated tokens: salt with the request
+            h = hash((hashes[-1] if hashes else 0, req.key, j))
             hashes.append(h)
-            blk = blocks[i]
+            blk = blocks[j]
             blk.block_hash = h
             if setdefault(h, blk) is not blk:
                 pool._dups.setdefault(h, []).append(blk)
