@@ -76,11 +76,14 @@ class PartWriter:
             part = self._part
         self._write_part(pa.Table.from_pylist(list(rows), schema=self.schema), part)
 
-    def write_table(self, table: pa.Table) -> None:
+    def write_table(self, table: pa.Table, *, dictionary_columns: list[str] | None = None) -> None:
         """Write a table its owner built column-wise as one part, now (rows from add() stay buffered).
 
         For writers whose rows are cheaper to build as columns (from_pylist costs ~4 us a
         row, far more for list columns). The table must have this writer's schema.
+        ``dictionary_columns``: the only columns to dictionary-encode (default: all, as
+        add() does); Parquet's dictionary attempt on millions of distinct floats costs
+        3x the rest of the write and is then dropped anyway.
         """
         if not table.schema.equals(self.schema):
             raise ValueError(f"table schema differs from {self.table_dir.name}'s schema")
@@ -89,12 +92,12 @@ class PartWriter:
         with self._lock:
             self._part += 1
             part = self._part
-        self._write_part(table, part)
+        self._write_part(table, part, True if dictionary_columns is None else dictionary_columns)
 
-    def _write_part(self, table: pa.Table, part: int) -> None:
+    def _write_part(self, table: pa.Table, part: int, use_dictionary: bool | list[str] = True) -> None:
         name = f"part-{self.writer_id}-{part:06d}.parquet"
         tmp = self.table_dir / f".{name}.tmp"
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, use_dictionary=use_dictionary)
         os.replace(tmp, self.table_dir / name)
         with self._lock:
             self.rows_written += table.num_rows

@@ -5,7 +5,8 @@ timeline. :class:`RequestRows` buffers rows and writes them as REQUESTS parts th
 :meth:`PartWriter.write_table`: the per-token ``chunk_offsets_s`` list column is built
 from one flat float array and its offsets (``pa.ListArray.from_arrays``), not from a
 Python list per row, which was most of the cost of writing requests.parquet
-(``benchmarks/bench_sim_replay.py``). Flushing: every ``flush_rows`` rows or when the
+(``benchmarks/bench_sim_replay.py``), and it is written without dictionary encoding
+(a dictionary of per-token floats is costly and useless). Flushing: every ``flush_rows`` rows or when the
 oldest buffered row is ``flush_interval_s`` wall seconds old, and at :meth:`close`.
 """
 
@@ -109,7 +110,8 @@ class RequestRows:
         values = np.concatenate(offsets).astype(np.float64, copy=False)
         column = pa.ListArray.from_arrays(pa.array(bounds), pa.array(values))
         table = pa.Table.from_pylist(rows, schema=_SCALARS)
-        self.writer.write_table(table.add_column(_OFFSETS_INDEX, REQUESTS.field(_OFFSETS), column))
+        self.writer.write_table(table.add_column(_OFFSETS_INDEX, REQUESTS.field(_OFFSETS), column),
+                                dictionary_columns=_SCALARS.names)
 
     def close(self) -> None:
         self.flush()
