@@ -32,9 +32,9 @@ from prometheus_client.metrics_core import Metric
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import resolve
-from loadlab.sim.replay import ReplayPlan, _Replay, prompt_ids, run_replay
+from loadlab.sim.replay import ReplayPlan, _Replay, run_replay
+from loadlab.sim.replay_prompts import replay_request
 from loadlab.sim.timing import StepTimeModel
-from loadlab.sim.types import EngineRequest
 from loadlab.workload import load_profile
 
 
@@ -51,8 +51,9 @@ def engine_only(cfg: SimConfig, plan: ReplayPlan) -> tuple[float, float, int]:
         spec = sampler.spec(seq)
         out_len = min(spec.output_tokens, mml - 1)
         p_len = min(spec.prompt_tokens, mml - out_len)
-        ids = prompt_ids(seq, p_len, spec.prefix_group, min(spec.prefix_tokens, p_len - 1), common)
-        engine.add_request(EngineRequest(str(seq), ids, out_len, out_len, now))
+        engine.add_request(replay_request(str(seq), seq, p_len, spec.prefix_group,
+                                          min(spec.prefix_tokens, p_len - 1), common, out_len, now,
+                                          resolved.block_size))
         seq += 1
 
     w0, c0 = time.perf_counter(), time.process_time()

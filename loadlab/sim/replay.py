@@ -18,7 +18,8 @@ Plans (:class:`ReplayPlan`, exactly one of):
 Requests come from ``loadlab.workload.load_profile(plan.profile).sampler(plan.seed)``,
 request ``seq`` being the run's ``seq``-th send. Prompt token ids are built so the
 prefix cache sees real sharing: the profile's common tokens (ids 0..), then the prefix
-group's tokens, then ids unique to the request. Lengths that do not fit the model are
+group's tokens, then ids unique to the request; their block hashes come precomputed from
+runs of ids (:mod:`loadlab.sim.replay_prompts`, same hits as hashing the ids). Lengths that do not fit the model are
 clipped as a careful client would (prompt <= max_model_len - 1, prompt + output <=
 max_model_len); targets keep the drawn values. ``max_tokens`` = output length.
 
@@ -55,16 +56,18 @@ from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import resolve
 from loadlab.sim.metrics import EngineMetrics
+from loadlab.sim.replay_prompts import prompt_ids, replay_request
 from loadlab.sim.replay_records import RequestRows, TokenTimes, quantile
 from loadlab.sim.timing import StepTimeModel
-from loadlab.sim.types import EngineRequest, StepOutput
+from loadlab.sim.types import StepOutput
 from loadlab.workload import load_profile
 from loadlab.workload.arrivals import RenewalSchedule
 
+__all__ = ["ReplayPlan", "ReplaySummary", "TokenTimes", "gc_relaxed", "prompt_ids", "quantile",
+           "run_replay"]
+
 WORKER = "sim-replay"
 ENDPOINT = "sim://replay"
-GROUP_STRIDE = 1 << 20        # > any max_model_len: group g's ids start at g * GROUP_STRIDE
-UNIQUE_BASE = 1 << 40         # request seq's own ids start at UNIQUE_BASE + seq * GROUP_STRIDE
 _STEP_END, _SAMPLE, _BOUNDARY, _ARRIVAL = range(4)
 
 
@@ -140,19 +143,6 @@ class _Request:
     target_output: int
     group: int | None
     prefix: int
-
-
-def prompt_ids(seq: int, prompt_len: int, group: int | None, prefix_len: int,
-               common: int) -> list[int]:
-    """Token ids: common prefix, then the group's prefix, then ids only this request has."""
-    own = UNIQUE_BASE + seq * GROUP_STRIDE
-    if group is None or prefix_len <= 0:
-        return list(range(own, own + prompt_len))
-    shared_common = min(common, prefix_len)
-    ids = list(range(shared_common))
-    ids.extend(range(group * GROUP_STRIDE + shared_common, group * GROUP_STRIDE + prefix_len))
-    ids.extend(range(own + prefix_len, own + prompt_len))
-    return ids
 
 
 class _Replay:
@@ -267,8 +257,8 @@ class _Replay:
         prompt_len = min(spec.prompt_tokens, mml - output_len)
         prefix = min(spec.prefix_tokens, prompt_len - 1)
         rid = f"{self.plan.seed}-{self.seq}"
-        req = EngineRequest(rid, prompt_ids(self.seq, prompt_len, spec.prefix_group, prefix, self.common),
-                            output_len, output_len, self.now)
+        req = replay_request(rid, self.seq, prompt_len, spec.prefix_group, prefix, self.common,
+                             output_len, self.now, self.resolved.block_size)
         self.live[rid] = _Request(seq=self.seq, user=user, step=self.step, t_sent=self.now,
                                   prompt_len=prompt_len,
                                   target_prompt=spec.prompt_tokens, target_output=spec.output_tokens,

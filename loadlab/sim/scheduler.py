@@ -212,8 +212,17 @@ class Scheduler:
         if req.request_id in self.requests:
             raise InputError(f"request id {req.request_id} is already in the engine",
                              field="request_id", fix="use unique request ids")
-        hashes = (prompt_block_hashes(req.prompt_token_ids, self.block_size)
-                  if self.enable_caching else [])
+        if not self.enable_caching:
+            hashes: list[int] = []
+        elif req.block_hashes is None:
+            hashes = prompt_block_hashes(req.prompt_token_ids, self.block_size)
+        elif len(req.block_hashes) == prompt_len // self.block_size:
+            hashes = list(req.block_hashes)  # a copy: generated blocks' hashes get appended
+        else:
+            raise InputError(
+                f"request {req.request_id}: {len(req.block_hashes)} block hashes for a "
+                f"{prompt_len}-token prompt in blocks of {self.block_size}",
+                field="block_hashes", fix="pass one hash per full prompt block, or none")
         sreq = SimRequest(req, self._next_key, hashes)
         self._next_key += 1
         self.requests[req.request_id] = sreq

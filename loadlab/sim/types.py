@@ -8,6 +8,7 @@ engine clock (seconds); the engine never reads a wall clock itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -20,10 +21,15 @@ class EngineRequest:
     """
 
     request_id: str
-    prompt_token_ids: list[int]
+    prompt_token_ids: Sequence[int]  # a list, or any sequence (replay: a range)
     output_len: int                  # tokens it will generate before finishing (>= 1)
     max_tokens: int                  # finish_reason "length" when output_len == max_tokens, else "stop"
     arrival_time: float              # engine clock, seconds
+    # Chained hashes of the prompt's full blocks, when the caller can compute them more
+    # cheaply than the engine (replay: from runs of ids, loadlab.sim.replay_prompts).
+    # Equal hashes must mean equal blocks, and every request of one engine must use the
+    # same scheme; None: the engine hashes the token ids (blocks.prompt_block_hashes).
+    block_hashes: list[int] | None = None
 
 
 @dataclass

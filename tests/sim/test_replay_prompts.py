@@ -1,0 +1,61 @@
+"""Replay prompts: runs of ids, and block hashes from runs that hit exactly as token hashing."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from loadlab.errors import InputError
+from loadlab.sim.blocks import prompt_block_hashes
+from loadlab.sim.config import SimConfig
+from loadlab.sim.engine import Engine
+from loadlab.sim.hardware import resolve
+from loadlab.sim.replay_prompts import prompt_ids, prompt_runs, replay_request, run_block_hashes
+from loadlab.sim.types import EngineRequest
+
+
+def test_runs_are_maximal_and_spell_the_prompt() -> None:
+    # group 0's ids continue the common ids, so the two parts merge into one run
+    assert prompt_runs(5, 100, 0, 60, 20) == [(0, 60), (prompt_runs(5, 1, None, 0, 0)[0][0] + 60, 40)]
+    runs = prompt_runs(2, 100, 3, 60, 20)
+    assert len(runs) == 3 and sum(n for _, n in runs) == 100
+    assert [i for first, n in runs for i in range(first, first + n)] == prompt_ids(2, 100, 3, 60, 20)
+
+
+def test_run_hashes_equal_exactly_where_token_hashes_do() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        bs = rng.choice([1, 3, 16])
+        common = rng.choice([0, 5, 40])
+        prompts = []
+        for seq in range(5):
+            length = rng.randint(1, 200)
+            group = rng.choice([None, 0, 1, 2])
+            prefix = min(rng.choice([0, 7, 33, 150]), length - 1)
+            by_runs = run_block_hashes(prompt_runs(seq, length, group, prefix, common), bs)
+            by_ids = prompt_block_hashes(prompt_ids(seq, length, group, prefix, common), bs)
+            assert len(by_runs) == len(by_ids) == length // bs
+            prompts.append((by_runs, by_ids))
+        for runs_a, ids_a in prompts:
+            for runs_b, ids_b in prompts:
+                for i in range(min(len(runs_a), len(runs_b))):
+                    assert (runs_a[i] == runs_b[i]) == (ids_a[i] == ids_b[i])
+
+
+def test_engine_takes_precomputed_hashes_and_refuses_a_wrong_count() -> None:
+    resolved = resolve(SimConfig(num_gpu_blocks_override=200, max_model_len=1024, block_size=16))
+    engine = Engine(resolved, lambda batch: 0.01)
+    first = replay_request("a", 0, 100, 1, 64, 0, 4, 0.0, 16)
+    again = replay_request("b", 1, 100, 1, 64, 0, 4, 0.0, 16)
+    assert isinstance(first.prompt_token_ids, list) and len(first.block_hashes or []) == 6
+    engine.add_request(first)
+    while engine.has_unfinished_requests():
+        engine.step(0.0)
+    engine.add_request(again)
+    out = engine.step(0.0)
+    assert out is not None and out.prefix_hits_tokens == 64  # the group's 4 full blocks
+    alone = replay_request("c", 2, 100, None, 0, 0, 4, 0.0, 16)
+    assert isinstance(alone.prompt_token_ids, range)
+    with pytest.raises(InputError):
+        engine.add_request(EngineRequest("d", range(100), 4, 4, 0.0, block_hashes=[1, 2]))
