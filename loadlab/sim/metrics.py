@@ -191,10 +191,12 @@ class EngineMetrics:
         n_steady = len(prev) - len(stopped)
         if n_steady:
             itl.observe(t_end - self._prev_t_end, n_steady)
-        if n_steady + len(first) < len(emit):
+        if n_steady + len(first) < len(emit):  # resumed after a gap: their own ITL
             last_emit = self._last_emit
-            for rid in emit - (emit & prev) - set(first):
-                itl.observe(t_end - last_emit.pop(rid))
+            fresh = set(first)
+            for rid, n in new_tokens.items():  # step order, not set order: the _sum is
+                if n and rid not in prev and rid not in fresh:  # the same in every process
+                    itl.observe(t_end - last_emit.pop(rid))
         if gone:
             stopped -= gone
             gone.clear()
