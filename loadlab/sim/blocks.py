@@ -144,28 +144,6 @@ class BlockPool:
         self._qh = h
         return taken  # type: ignore[return-value]
 
-    def take_one(self) -> Block:
-        """:meth:`get_new_blocks` for one block, without the list (the decode hot path)."""
-        if self._next_fresh < self.num_gpu_blocks:
-            self._next_fresh += 1
-            return Block(self._next_fresh - 1, 1)
-        q, h, holes = self._q, self._qh, self._holes
-        if (holes and holes[0] <= self._qbase + h) or (h > 4096 and 2 * h > len(q)):
-            blk = self._take(1)[0]
-        else:
-            blk = q[h]  # type: ignore[assignment]
-            self._qh = h + 1
-            self._nq -= 1
-        h = blk.block_hash
-        if h is not None:
-            if self._dups:
-                self._evict(blk)
-            else:  # as in get_new_blocks: the block is its hash's only block
-                del self._cached[h]
-                blk.block_hash = None
-        blk.ref_cnt = 1
-        return blk
-
     def touch(self, blocks: Iterable[Block]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
         q, base = self._q, self._qbase

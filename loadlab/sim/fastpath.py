@@ -128,8 +128,8 @@ class FastScheduler(Scheduler):
             context += c + n
             n_prefill += n
             n_prefill_reqs += 1
-        take_one = self.pool.take_one
         calendar = self._calendar
+        at_boundary = []  # block lists that get a new block, in event order (one pool call)
         for r in events:  # _materialize and _plan_event, inlined: this loop is the hot one
             d = clock - r.base
             if d:
@@ -138,19 +138,24 @@ class FastScheduler(Scheduler):
                 r.num_output += d
                 r.base = clock
             blocks = r.blocks
-            if r.num_computed == len(blocks) * bs:
-                blocks.append(take_one())
+            room = len(blocks) * bs - r.num_computed
+            if room == 0:
+                at_boundary.append(blocks)
+                room = bs
             to_last = min(r.output_len - r.num_output, mml - r.num_tokens) - 1
             if to_last == 0:
                 plan.finishing.append(r)
                 continue
-            ev = clock + min(to_last, len(blocks) * bs - r.num_computed)
+            ev = clock + min(to_last, room)
             r.event_at = ev
             slot = calendar.get(ev)
             if slot is None:
                 calendar[ev] = [r]
             else:
                 slot.append(r)
+        if at_boundary:
+            for blocks, blk in zip(at_boundary, self.pool.get_new_blocks(len(at_boundary))):
+                blocks.append(blk)
         n_steady = len(self._steady)
         plan.num_decode_tokens = n_steady
         plan.num_prefill_tokens = n_prefill

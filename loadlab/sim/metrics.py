@@ -161,7 +161,8 @@ class EngineMetrics:
         self.by_source["local_cache_hit"] += out.prompt_tokens_cached
         self.hists["iteration"].observe(out.iteration_tokens)
         new_tokens = out.new_tokens
-        generated = sum(new_tokens.values())
+        # No prefill request in the batch: every scheduled request decoded one token.
+        generated = sum(new_tokens.values()) if out.batch.num_prefill_requests else len(new_tokens)
         c["generation_tokens"] += generated
         first = out.first_token
         for rid in first:

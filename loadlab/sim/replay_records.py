@@ -50,7 +50,8 @@ class TokenTimes:
         self._ends[j] = t
         self._n = j + 1
         new = out.new_tokens
-        emit = new.keys() if sum(new.values()) == len(new) else {r for r, n in new.items() if n}
+        emit = (new.keys() if not out.batch.num_prefill_requests or sum(new.values()) == len(new)
+                else {r for r, n in new.items() if n})  # (no prefill request: all decoded one)
         for rid in out.first_token:
             self._first[rid] = j
         for rid in self._prev - emit:
