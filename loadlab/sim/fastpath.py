@@ -112,8 +112,12 @@ class FastScheduler(Scheduler):
 
         kv = self.kv
         caching = self.enable_caching
-        plan = SchedulePlan(dict(self._steady), [], [], [], fast=True)
-        scheduled = plan.scheduled
+        # The steady dict itself becomes this step's ``scheduled`` and a copy stays ours: a
+        # copy has no holes from deleted ids, and copying a hole-free dict (update's
+        # new_tokens, the next step's copy when nobody finished) is ~8x cheaper.
+        scheduled = self._steady
+        self._steady = dict(scheduled)
+        plan = SchedulePlan(scheduled, [], [], [], fast=True)
         context = n_prefill = n_prefill_reqs = 0
         for r, n in zip(self._explicit, chunks):
             if n <= 0:
