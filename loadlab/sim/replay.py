@@ -363,12 +363,12 @@ def run_replay(cfg: SimConfig, plan: ReplayPlan, out_dir: str | Path,
         "versions": {"loadlab": __version__},
     })
     wall0 = time.perf_counter()
-    try:
-        with gc_relaxed():
+    with gc_relaxed():
+        try:
             replay.run()
-    finally:
-        replay.requests.close()
-        replay.metric_rows.close()
+        finally:
+            replay.requests.close()
+            replay.metric_rows.close()
     wall = time.perf_counter() - wall0
     c = replay.counts
     summary = ReplaySummary(out, c["completed"] + c["aborted"], c["completed"], c["aborted"],
