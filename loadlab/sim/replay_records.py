@@ -42,6 +42,7 @@ class TokenTimes:
         self._first: dict[str, int] = {}          # id -> index of its first-token step
         self._own: dict[str, list[float]] = {}    # ids that skipped a step: explicit times
         self._prev: AbstractSet[str] = set()      # ids that emitted at the last step end
+        self._gone: set[str] = set()              # ids popped since the last step
 
     def observe(self, out: StepOutput) -> None:
         j, t = self._n, out.t_end
@@ -52,20 +53,29 @@ class TokenTimes:
         new = out.new_tokens
         emit = (new.keys() if not out.batch.num_prefill_requests or sum(new.values()) == len(new)
                 else {r for r, n in new.items() if n})  # (no prefill request: all decoded one)
-        for rid in out.first_token:
+        first = out.first_token
+        for rid in first:
             self._first[rid] = j
-        for rid in self._prev - emit:
-            if rid in self._first and rid not in self._own:
-                self._own[rid] = self._ends[self._first[rid]:j].tolist()
+        prev, gone = self._prev, self._gone
+        # While no request has its own times nobody resumes after a gap, so
+        # len(prev) - (len(emit) - len(first)) ids stopped; when those are all done ones,
+        # skip the set difference (it reads every id's string object, every step).
+        if (self._own or any(rid in emit for rid in gone)
+                or len(prev) - len(emit) + len(first) != sum(1 for rid in gone if rid in prev)):
+            for rid in prev - emit:
+                if rid in self._first and rid not in self._own:
+                    self._own[rid] = self._ends[self._first[rid]:j].tolist()
         if self._own:
             for rid in emit & self._own.keys():
                 self._own[rid].append(t)
+        gone.clear()
         self._prev = emit
 
     def pop(self, rid: str) -> np.ndarray:
         """Token times of a request that is done (finished, or aborted after the last step)."""
         first = self._first.pop(rid, None)
         own = self._own.pop(rid, None)
+        self._gone.add(rid)
         if own is not None:
             return np.array(own)
         return self._ends[first:self._n] if first is not None else np.empty(0)
