@@ -302,7 +302,8 @@ class _Replay:
         if status == "ok":
             row["e2e_s"] = row["e2e_from_scheduled_s"] = t_done - t_sent
         if len(times) > 1:
-            gaps = np.sort(np.diff(times))
+            gaps = times[1:] - times[:-1]  # np.diff without its dispatch, sorted in place
+            gaps.sort()
             row.update(itl_mean_s=float(times[-1] - times[0]) / (len(times) - 1),
                        itl_p50_s=quantile(gaps, 0.5),
                        itl_p99_s=quantile(gaps, 0.99), itl_max_s=float(gaps[-1]))
