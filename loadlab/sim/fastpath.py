@@ -134,20 +134,20 @@ class FastScheduler(Scheduler):
             n_prefill_reqs += 1
         calendar = self._calendar
         at_boundary = []  # block lists that get a new block, in event order (one pool call)
-        for r in events:  # _materialize and _plan_event, inlined: this loop is the hot one
-            d = clock - r.base
-            if d:
-                r.num_computed += d
-                r.num_tokens += d
-                r.num_output += d
-                r.base = clock
+        for r in events:  # _plan_event, inlined: this loop is the hot one
+            d = clock - r.base  # counters stay lazy, except for a request about to finish
             blocks = r.blocks
-            room = len(blocks) * bs - r.num_computed
+            room = len(blocks) * bs - r.num_computed - d
             if room == 0:
                 at_boundary.append(blocks)
                 room = bs
-            to_last = min(r.output_len - r.num_output, mml - r.num_tokens) - 1
+            to_last = min(r.output_len - r.num_output, mml - r.num_tokens) - d - 1
             if to_last == 0:
+                if d:
+                    r.num_computed += d
+                    r.num_tokens += d
+                    r.num_output += d
+                    r.base = clock
                 plan.finishing.append(r)
                 continue
             ev = clock + min(to_last, room)
