@@ -46,6 +46,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
+from itertools import accumulate
 from typing import NamedTuple
 
 from prometheus_client.utils import floatToGoString
@@ -64,6 +65,22 @@ REQUEST_TIME_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
+HISTOGRAMS = (  # (family, EngineMetrics.hists key, help), exposition order; None: the ITL family
+    ("vllm:request_prompt_tokens", "prompt_len", "Prompt tokens per request."),
+    ("vllm:request_generation_tokens", "output_len", "Generated tokens per request."),
+    ("vllm:iteration_tokens_total", "iteration", "Tokens per engine step."),
+    ("vllm:request_params_max_tokens", "max_tokens", "The max_tokens request parameter."),
+    ("vllm:time_to_first_token_seconds", "ttft", "Time to first token."),
+    (None, "itl", "Inter-token latency."),
+    ("vllm:request_time_per_output_token_seconds", "tpot", "Mean time per output token."),
+    ("vllm:e2e_request_latency_seconds", "e2e", "End-to-end request latency."),
+    ("vllm:request_queue_time_seconds", "queue", "Time spent waiting before first scheduling."),
+    ("vllm:request_inference_time_seconds", "inference", "Time from first scheduling to finish."),
+    ("vllm:request_prefill_time_seconds", "prefill", "Time in the prefill phase."),
+    ("vllm:request_decode_time_seconds", "decode", "Time in the decode phase."),
+    ("vllm:request_num_preemptions", "preempted", "Times a request was preempted."),
+)
+V1_ONLY_HISTOGRAMS = ("tpot", "preempted")
 
 
 def buckets_1_2_5(limit: int) -> tuple[int, ...]:
@@ -259,12 +276,10 @@ class EngineMetrics:
             yield ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
                    [("vllm:kv_cache_usage_perc", base, self.kv_usage)])
         else:
-            n = self.resolved.num_gpu_blocks
-            v0_usage = 1.0 - (1.0 - self.kv_usage) * (n - 1) / n
             yield ("vllm:num_requests_swapped", "gauge", "Requests swapped to CPU.",
                    [("vllm:num_requests_swapped", base, 0.0)])
             yield ("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent.",
-                   [("vllm:gpu_cache_usage_perc", base, v0_usage)])
+                   [("vllm:gpu_cache_usage_perc", base, self._v0_usage())])
             yield ("vllm:cpu_cache_usage_perc", "gauge", "CPU KV-cache usage. 1 means 100 percent.",
                    [("vllm:cpu_cache_usage_perc", base, 0.0)])
         prefix = "vllm:prefix_cache" if v1 else "vllm:gpu_prefix_cache"
@@ -285,24 +300,10 @@ class EngineMetrics:
                 for r, v in self.success.items()])
         h = self.hists
         itl_name = "vllm:inter_token_latency_seconds" if v1 else "vllm:time_per_output_token_seconds"
-        hist_specs = [
-            ("vllm:request_prompt_tokens", "prompt_len", "Prompt tokens per request."),
-            ("vllm:request_generation_tokens", "output_len", "Generated tokens per request."),
-            ("vllm:iteration_tokens_total", "iteration", "Tokens per engine step."),
-            ("vllm:request_params_max_tokens", "max_tokens", "The max_tokens request parameter."),
-            ("vllm:time_to_first_token_seconds", "ttft", "Time to first token."),
-            (itl_name, "itl", "Inter-token latency."),
-            ("vllm:request_time_per_output_token_seconds", "tpot", "Mean time per output token."),
-            ("vllm:e2e_request_latency_seconds", "e2e", "End-to-end request latency."),
-            ("vllm:request_queue_time_seconds", "queue", "Time spent waiting before first scheduling."),
-            ("vllm:request_inference_time_seconds", "inference", "Time from first scheduling to finish."),
-            ("vllm:request_prefill_time_seconds", "prefill", "Time in the prefill phase."),
-            ("vllm:request_decode_time_seconds", "decode", "Time in the decode phase."),
-            ("vllm:request_num_preemptions", "preempted", "Times a request was preempted."),
-        ]
-        for name, key, text in hist_specs:
-            if not v1 and key in ("tpot", "preempted"):
+        for name, key, text in HISTOGRAMS:
+            if not v1 and key in V1_ONLY_HISTOGRAMS:
                 continue
+            name = name or itl_name
             yield name, "histogram", text, self._histogram_samples(name, h[key])
         yield ("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.",
                [("vllm:cache_config_info", self._cache_config_labels(), 1.0)])
@@ -368,9 +369,35 @@ class EngineMetrics:
         out.append((f"{name}_sum", self._base, hist.sum))
         return out
 
+    def _v0_usage(self) -> float:
+        n = self.resolved.num_gpu_blocks
+        return 1.0 - (1.0 - self.kv_usage) * (n - 1) / n
+
     def values(self) -> list[float]:
-        """Sample values in exposition order; the series never change, only their values."""
-        return [float(v) for _, _, _, samples in self._families() for _, _, v in samples]
+        """Sample values in exposition order; the series never change, only their values.
+
+        The order of :meth:`_families` written out without building any labels (tests
+        check the two agree, V1 and V0): the replay samples it every virtual second.
+        """
+        v1 = self.names == "v1"
+        c = self.counters
+        if v1:
+            out = [self.running, self.waiting, self.waiting, 0.0, self.kv_usage]
+        else:
+            out = [self.running, self.waiting, 0.0, self._v0_usage(), 0.0]
+        out += (c["prefix_queries"], c["prefix_hits"], c["preemptions"], c["prompt_tokens"],
+                c["generation_tokens"])
+        if v1:
+            out += self.by_source.values()
+        out += self.success.values()
+        for _, key, _ in HISTOGRAMS:
+            if v1 or key not in V1_ONLY_HISTOGRAMS:
+                hist = self.hists[key]
+                out += accumulate(hist.counts)
+                out.append(hist.count)
+                out.append(hist.sum)
+        out.append(1.0)  # cache_config_info
+        return [float(v) for v in out]
 
     def samples(self) -> list[Sample]:
         """The rendered samples as rows, without rendering or parsing text."""

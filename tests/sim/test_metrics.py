@@ -186,6 +186,7 @@ def test_v0_names() -> None:
     cfg = small()
     metrics = run_engine(cfg, "v0", [(40, 8, 0.0), (30, 60, 0.0)])
     families = parse(metrics.render())
+    assert ExpositionParser().parse(metrics.render()).values == metrics.values()  # V0 order too
     for name in ("vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc",
                  "vllm:num_requests_swapped", "vllm:gpu_prefix_cache_queries",
                  "vllm:gpu_prefix_cache_hits", "vllm:time_per_output_token_seconds"):
