@@ -5,20 +5,17 @@ a second. Building a dict per row and handing it to ``PartWriter.add`` costs
 more CPU than the whole rest of the collector (``pa.Table.from_pylist`` alone
 is ~4 us a row), so this writer keeps, per scrape, only the parser's series ids
 and values, and at flush time builds each column in one ``take`` from the
-per-series strings. Part names and the write-then-rename step are PartWriter's
-(repeated in ``flush``, as PartWriter itself only takes rows), so readers see
+per-series strings. Part names and the write-then-rename step are PartWriter's, so readers see
 one ``metrics.parquet/`` table whatever wrote it.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.runstore import METRICS, PartWriter
@@ -72,13 +69,7 @@ class MetricsSink(PartWriter):
                 return
             self._part += 1
             part = self._part
-        table = self._table(scrapes)
-        name = f"part-{self.writer_id}-{part:06d}.parquet"
-        tmp = self.table_dir / f".{name}.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.table_dir / name)
-        with self._lock:
-            self.rows_written += table.num_rows
+        self._write_part(self._table(scrapes), part)
 
     def _table(self, scrapes: list[tuple[float, float | None, Scrape]]) -> pa.Table:
         counts = np.array([len(s.ids) for _, _, s in scrapes])
