@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "tests" / "collect" / "fixtures" / "metrics_under_load_tinypool_seqbound.txt"
+PAGE = ROOT / "tests" / "fixtures" / "vllm-0.32-cpu" / "metrics_under_load_tinypool_seqbound.txt"
 
 
 def bench_scraper(n: int, interval: float, duration: float) -> dict[str, float]:
