@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadlab.collect.parse import ExpositionParser, canonical_labels
@@ -207,14 +204,4 @@ def test_v0_names() -> None:
 def test_render_is_byte_identical_to_prometheus_client() -> None:
     metrics = run_engine(small(served_model_name='odd "name" \\ here'), "v1", [(40, 8, 0.0)])
 
-    class Families:
-        def collect(self) -> Iterator[Metric]:
-            for family, kind, text, samples in metrics._families():
-                metric = Metric(family, text, kind)
-                for name, labels, value in samples:
-                    metric.add_sample(name, labels, float(value))
-                yield metric
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Families())
-    assert metrics.render() == generate_latest(registry).decode()
+    assert metrics.render() == metrics.render_with_prometheus_client()
