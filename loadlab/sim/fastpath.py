@@ -22,12 +22,18 @@ is slow: every steady request is materialised and the reference
 :class:`~loadlab.sim.scheduler.Scheduler` plans the step, after which the steady set and
 calendar are rebuilt (O(running), like the reference itself).
 
-Blocks that steady requests fill with generated tokens are registered in the prefix
-cache only if the request is preempted (``Scheduler._preempt`` caches a victim's full
-blocks), not in the step they fill: their hashes are salted per request, so only
-that request, resumed after a preemption, could ever hit them, and no observable
-differs. (Neither path models a later prompt that repeats generated text.) Within one step the order of ``finished`` may differ from the
-reference; everything else in a StepOutput is equal (tests/sim/test_fastpath.py).
+The reference registers a block in the prefix cache in the step that fills it, generated
+tokens included (as vLLM does). The fast path defers that for steady requests until their
+blocks are freed: at the step of the last token (before :meth:`update` releases them), at
+an abort, or at a preemption (``Scheduler._preempt``); a slow step catches every request
+it schedules up. The hash of a held block is never observed before then: generated-block
+hashes are salted per request, so only that request, resumed after a preemption, could
+hit them. When freed, hashed and unhashed blocks go to opposite ends of the free queue,
+so the catch-up must happen before the free.
+Finished requests are released in batch (= running) order, as the reference and vLLM's
+``update_from_output`` free them, since that order decides which freed blocks are
+evicted first. Every StepOutput, and the free queue's order of hashes, equals the
+reference's (tests/sim/test_fastpath.py).
 """
 
 from __future__ import annotations
@@ -84,7 +90,7 @@ class FastScheduler(Scheduler):
     def schedule(self) -> SchedulePlan:
         clock = self._clock
         bs = self.block_size
-        thr = self.threshold
+        thr = self.step_threshold()
         mml = self.max_model_len
         events = [r for r in self._calendar.pop(clock, ()) if r.steady and r.event_at == clock]
         demand = len(self._steady)
@@ -148,6 +154,8 @@ class FastScheduler(Scheduler):
                     r.num_tokens += d
                     r.num_output += d
                     r.base = clock
+                if caching:  # deferred hashing (module docstring): before update frees them
+                    kv.cache_full_blocks(r, r.num_tokens)
                 plan.finishing.append(r)
                 continue
             ev = clock + min(to_last, room)
@@ -165,7 +173,7 @@ class FastScheduler(Scheduler):
         plan.num_prefill_tokens = n_prefill
         plan.num_prefill_requests = n_prefill_reqs
         plan.context_tokens = context + self._steady_ctx + n_steady
-        self._admit(plan, self.max_num_batched_tokens - demand)
+        self._admit(plan, self.max_num_batched_tokens - demand, thr)
         return plan
 
     def update(self, plan: SchedulePlan) -> StepResult:
@@ -205,6 +213,8 @@ class FastScheduler(Scheduler):
             else:
                 explicit.append(r)
         self._explicit = explicit
+        if len(res.finished) > 1:  # free in the reference's (and vLLM's) batch order
+            res.finished.sort(key=lambda f: f[0].admitted_seq)
         for r, _ in res.finished:
             self._release(r)
         return res
@@ -233,6 +243,8 @@ class FastScheduler(Scheduler):
         if r is not None:
             if r.steady:
                 self._drop_steady(r)
+                if self.enable_caching:  # deferred hashing, before the free
+                    self.kv.cache_full_blocks(r, r.num_computed)
             elif r in self._explicit:
                 self._explicit.remove(r)
         return super().abort_request(request_id)

