@@ -27,7 +27,7 @@ tokens included (as vLLM does). The fast path defers that for steady requests un
 blocks are freed: at the step of the last token (before :meth:`update` releases them), at
 an abort, or at a preemption (``Scheduler._preempt``); a slow step catches every request
 it schedules up. The hash of a held block is never observed before then: generated-block
-hashes are salted per request, so only that request, resumed after a preemption, could
+ids are unique per request, so only that request, resumed after a preemption, could
 hit them. When freed, hashed and unhashed blocks go to opposite ends of the free queue,
 so the catch-up must happen before the free.
 Finished requests are released in batch (= running) order, as the reference and vLLM's
