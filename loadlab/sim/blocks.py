@@ -47,7 +47,6 @@ from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush
 from typing import Protocol
 
-
 GENERATED_BLOCK_BASE = 1 << 64  # above every hash() value (module docstring)
 
 
