@@ -17,9 +17,12 @@ requests (checked with tools/vllm_sched_trace.py).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from sched_fixtures import Cfg, run_until_idle, unique_tokens, unit_step
 
+from loadlab.sim.blocks import BlockPool, KVCacheManager, prompt_block_hashes
 from loadlab.sim.engine import Engine
 from loadlab.sim.types import EngineRequest, StepOutput
 
@@ -45,6 +48,21 @@ def test_a_lone_request_is_not_capped_by_the_threshold(reference: bool) -> None:
     e.add_request(EngineRequest("q", unique_tokens(10), 3, 3, 1.0))
     e.step(1.0)  # two requests as the step starts: the cap is back
     assert [o.scheduled for o in outs] == [{"p": 256}, {"p": 64, "q": 10}]
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_free_queue_takes_unhashed_blocks_at_the_head_hashed_at_the_tail(caching: bool) -> None:
+    pool = BlockPool(8, enable_caching=caching)  # blocks 1-7
+    kv = KVCacheManager(pool, 16, 1024)
+    toks = unique_tokens(40)
+    r = SimpleNamespace(key=0, num_tokens=40, num_computed=0, blocks=[], num_cached_blocks=0,
+                        block_hashes=prompt_block_hashes(toks, 16) if caching else [])
+    assert kv.allocate_slots(r, 40)  # blocks 1, 2 full, 3 partial
+    kv.free(r)  # tail first: 3, 2, 1
+    # caching: 3 (no hash) ahead of the fresh blocks, 2 and 1 behind them;
+    # caching off: nothing is hashed, so all three go ahead, the first freed first.
+    assert pool.free_queue_ids() == ([3, 4, 5, 6, 7, 2, 1] if caching else [3, 2, 1, 4, 5, 6, 7])
+    assert [b.block_id for b in pool.get_new_blocks(2)] == [3, 4 if caching else 2]
 
 
 @ENGINES
