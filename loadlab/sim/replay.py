@@ -45,7 +45,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from loadlab import __version__
 from loadlab.collect.parse import ExpositionParser, Scrape
