@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,24 +31,19 @@ from loadrun import run_steps
 from realvllm import BASE_FLAGS, VLLM_ENV, flag_list, missing_reason, tiny_model_dir
 
 from loadlab.sim.engine import Engine
-from loadlab.sim.types import BatchShape, EngineRequest
+from loadlab.sim.types import BatchShape, EngineRequest, SchedulerSettings
 from loadlab.sweep import launch_target
 
 LEVELS = [1, 2, 4, 8, 16]
 STEP_S, WARMUP_S = 8.0, 2.0
 
 
-@dataclass
-class Cfg:
-    max_num_seqs: int
-    max_num_batched_tokens: int = 256
-    block_size: int = 32
-    num_gpu_blocks: int = 512
-    max_model_len: int = 1024
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = 0
-    scheduler_reserve_full_isl: bool = True
+def tiny_settings(max_num_seqs: int) -> SchedulerSettings:
+    """The second server's scheduler and cache flags (BASE_FLAGS), for the engine."""
+    return SchedulerSettings(max_num_seqs=max_num_seqs, max_num_batched_tokens=256, block_size=32,
+                             num_gpu_blocks=512, max_model_len=1024, enable_prefix_caching=True,
+                             enable_chunked_prefill=True, long_prefill_token_threshold=0,
+                             scheduler_reserve_full_isl=True)
 
 
 def measure(flags: dict, work: Path, runs: list[tuple[str, list[int]]]) -> dict:
@@ -66,7 +60,7 @@ def measure(flags: dict, work: Path, runs: list[tuple[str, list[int]]]) -> dict:
     return out
 
 
-def sim_step_load(cfg: Cfg, step_time, prompt: int, output: int) -> dict:
+def sim_step_load(cfg: SchedulerSettings, step_time, prompt: int, output: int) -> dict:
     """Closed loop in virtual time: each user resends the moment its request finishes."""
     engine = Engine(cfg, step_time)  # type: ignore[arg-type]
     now, seq, result = 0.0, 0, {}
@@ -118,7 +112,7 @@ def main() -> None:
 
     real = measure({"max_num_seqs": 4, "num_gpu_blocks_override": 512}, work / "check",
                    [("tiny-short", LEVELS)])["tiny-short"]
-    sim = sim_step_load(Cfg(max_num_seqs=4), step_time, 64, 32)
+    sim = sim_step_load(tiny_settings(4), step_time, 64, 32)
     rows = []
     for lvl in LEVELS:
         r, s = real[lvl], sim[lvl]

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from loadlab.errors import InputError
 from loadlab.sim.config import SimConfig
+from loadlab.sim.types import SchedulerSettings
 
 GIB = 1024**3
 
@@ -106,18 +107,9 @@ KV_DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 
 
 
 @dataclass(frozen=True)
-class ResolvedConfig:
+class ResolvedConfig(SchedulerSettings):
     """Every number the engine, timing model and metrics need, after vLLM's defaults."""
 
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    block_size: int
-    num_gpu_blocks: int
-    max_model_len: int
-    enable_prefix_caching: bool
-    enable_chunked_prefill: bool
-    long_prefill_token_threshold: int
-    scheduler_reserve_full_isl: bool
     served_model_name: str
     model: ModelSpec
     gpu: GpuSpec

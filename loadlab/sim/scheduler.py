@@ -55,25 +55,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from loadlab.errors import InputError
 from loadlab.sim.blocks import Block, BlockPool, KVCacheManager, prompt_block_hashes
-from loadlab.sim.types import EngineRequest
+from loadlab.sim.types import EngineRequest, SchedulerSettings
 
 
-class SchedulerConfig(Protocol):
-    """The ResolvedConfig fields the scheduler reads."""
-
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    block_size: int
-    num_gpu_blocks: int
-    max_model_len: int
-    enable_prefix_caching: bool
-    enable_chunked_prefill: bool
-    long_prefill_token_threshold: int
-    scheduler_reserve_full_isl: bool
+SchedulerConfig = SchedulerSettings  # what the scheduler reads (ResolvedConfig is one)
 
 
 class SimRequest:

@@ -86,3 +86,23 @@ class StepOutput:
     admitted: list[str] = field(default_factory=list)  # ids moved waiting -> running this step
     prompt_tokens_cached: int = 0    # prompt tokens served by the prefix cache (local_cache_hit),
     #                                  counted with prompt_tokens_computed when the first token comes out
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """The scheduler and cache settings the engine reads, and nothing else.
+
+    ``hardware.ResolvedConfig`` extends it with the model, GPU and pool arithmetic;
+    tests, the vLLM conformance suite and calibration build it directly to drive the
+    scheduler without a hardware profile.
+    """
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    num_gpu_blocks: int
+    max_model_len: int
+    enable_prefix_caching: bool
+    enable_chunked_prefill: bool
+    long_prefill_token_threshold: int
+    scheduler_reserve_full_isl: bool

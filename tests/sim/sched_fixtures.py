@@ -1,29 +1,24 @@
 """Shared helpers for the scheduler/engine/block tests: a small config and request maker.
 
-A plain dataclass stands in for hardware.ResolvedConfig: the engine reads only these
-scheduler/cache fields.
+``Cfg`` builds the engine's SchedulerSettings (what hardware.ResolvedConfig extends)
+with small defaults, so a test names only what it varies.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 from loadlab.sim.engine import Engine
-from loadlab.sim.types import BatchShape, EngineRequest, StepOutput
+from loadlab.sim.types import BatchShape, EngineRequest, SchedulerSettings, StepOutput
 
 
-@dataclass
-class Cfg:
-    max_num_seqs: int = 8
-    max_num_batched_tokens: int = 256
-    block_size: int = 16
-    num_gpu_blocks: int = 1000
-    max_model_len: int = 2048
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = 0
-    scheduler_reserve_full_isl: bool = True
+SMALL = dict(max_num_seqs=8, max_num_batched_tokens=256, block_size=16, num_gpu_blocks=1000,
+             max_model_len=2048, enable_prefix_caching=True, enable_chunked_prefill=True,
+             long_prefill_token_threshold=0, scheduler_reserve_full_isl=True)
+
+
+def Cfg(**overrides: object) -> SchedulerSettings:  # noqa: N802 (reads like the type it builds)
+    return SchedulerSettings(**{**SMALL, **overrides})  # type: ignore[arg-type]
 
 
 _token_source = itertools.count(1000)
@@ -47,7 +42,7 @@ def unit_step(batch: BatchShape) -> float:
 
 def make_engine(**kw: object) -> tuple[Engine, list[StepOutput]]:
     outs: list[StepOutput] = []
-    return Engine(Cfg(**kw), unit_step, outs.append), outs  # type: ignore[arg-type]
+    return Engine(Cfg(**kw), unit_step, outs.append), outs
 
 
 def run_until_idle(engine: Engine, now: float = 0.0, max_steps: int = 100_000) -> float:

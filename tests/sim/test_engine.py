@@ -22,7 +22,7 @@ def test_timestamps_follow_the_callers_clock_and_step_durations() -> None:
         return 0.5 if b.num_prefill_tokens else 0.1
 
     seen = []
-    e = Engine(Cfg(max_num_seqs=1), step_time, seen.append)  # type: ignore[arg-type]
+    e = Engine(Cfg(max_num_seqs=1), step_time, seen.append)
     e.add_request(req("a", 20, out=3, t=1.0))
     e.add_request(req("b", 20, out=2, t=1.5))
     now = 2.0

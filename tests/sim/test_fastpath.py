@@ -40,8 +40,8 @@ CASES = {
 def test_fast_path_matches_reference_step_by_step(case: str) -> None:
     cfg = CASES[case]
     rng = random.Random(case)
-    ref = Engine(cfg, unit_step, reference=True)  # type: ignore[arg-type]
-    fast = Engine(cfg, unit_step)  # type: ignore[arg-type]
+    ref = Engine(cfg, unit_step, reference=True)
+    fast = Engine(cfg, unit_step)
     prefixes = [[rng.randrange(50_000) for _ in range(rng.choice((16, 40, 64)))]
                 for _ in range(3)]
     now, sent, steps, preemptions = 0.0, 0, 0, 0

@@ -31,8 +31,8 @@ ENGINES = pytest.mark.parametrize("reference", [True, False], ids=["reference", 
 
 def engine(reference: bool, **kw: object) -> tuple[Engine, list[StepOutput]]:
     outs: list[StepOutput] = []
-    cfg = Cfg(**kw)  # type: ignore[arg-type]
-    return Engine(cfg, unit_step, outs.append, reference=reference), outs  # type: ignore[arg-type]
+    cfg = Cfg(**kw)
+    return Engine(cfg, unit_step, outs.append, reference=reference), outs
 
 
 def run_one(e: Engine, rid: str, prompt: list[int], out: int, now: float) -> float:

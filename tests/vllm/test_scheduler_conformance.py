@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -23,28 +22,13 @@ from realvllm import REPO_ROOT, tiny_model_dir
 from sched_cases import CASES, EXERCISES
 
 from loadlab.sim.engine import Engine
-from loadlab.sim.types import BatchShape, EngineRequest, StepOutput
+from loadlab.sim.types import BatchShape, EngineRequest, SchedulerSettings, StepOutput
 
 pytestmark = pytest.mark.vllm
 TRACE_TOOL = REPO_ROOT / "tools" / "vllm_sched_trace.py"
 FIELDS = ("scheduled", "preempted", "finished", "num_running", "num_waiting", "kv_usage",
           "prefix_queries", "prefix_hits")
 KNOWN_DIFFERENCES: dict[str, str] = {}  # none left: every case matches step by step
-
-
-@dataclass
-class Cfg:
-    """The scheduler/cache fields the engine reads (stands in for hardware.ResolvedConfig)."""
-
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    block_size: int
-    num_gpu_blocks: int
-    max_model_len: int
-    enable_prefix_caching: bool
-    enable_chunked_prefill: bool
-    long_prefill_token_threshold: int
-    scheduler_reserve_full_isl: bool
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +61,7 @@ def _record(step: int, out: StepOutput | None, engine: Engine) -> dict[str, Any]
 def sim_trace(case: dict[str, Any], num_steps: int) -> list[dict[str, Any]]:
     """The same case through loadlab's Engine, one record per step index."""
     sched, cache = case["scheduler"], case["cache"]
-    cfg = Cfg(max_num_seqs=sched["max_num_seqs"],
+    cfg = SchedulerSettings(max_num_seqs=sched["max_num_seqs"],
               max_num_batched_tokens=sched["max_num_batched_tokens"],
               block_size=cache["block_size"], num_gpu_blocks=cache["num_gpu_blocks"],
               max_model_len=case["max_model_len"],
