@@ -43,7 +43,9 @@ def test_seq_cap_step_load(step_load_a):
         # Held at the cap. Not the mean: on 2 cores the API server's gauges lag and some
         # samples catch a slot between a finish and the next admission (real-vllm.md).
         assert running.loc[c, "max"] == 4 and running.loc[c, "p95"] == 4, running
-        assert c - 4 - 3 <= waiting.loc[c, "mean"] <= c - 4 + 0.5, waiting
+        # Maxima, not means: a lagging gauge reads 0 in up to ~half the samples here, while
+        # a snapshot between a finish and the next admission can show one more waiting.
+        assert c - 4 - 2 <= waiting.loc[c, "max"] <= c - 4 + 1, waiting
     assert kv["max"].max() < 0.1, kv
     ttft = res.histogram("vllm:time_to_first_token_seconds")["mean"]
     itl = res.histogram("vllm:inter_token_latency_seconds")["mean"]
