@@ -25,14 +25,24 @@ Model
   generated tokens included (``kv_cache_manager.py`` ``allocate_slots``, lines 612-616:
   ``cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))``).
   The engine does not know generated token ids, so a block holding any generated token
-  is cached under ``2**64 + request key * 2**32 + block index``
-  (:data:`GENERATED_BLOCK_BASE`): deterministic per request (a request resumed after
-  preemption hits its own blocks, as in vLLM), unique per request and block, and never
-  equal to a prompt block's hash, since Python's ``hash`` never returns an int that
-  large. (vLLM would also share generated blocks between requests with equal prompts and
-  equal outputs; the simulator does not.) The cache map holds hash -> block; a second block with a
-  hash already present is kept as a duplicate and promoted when the first is evicted
-  (vLLM keeps hash -> {block_id: block} and returns the oldest).
+  is cached under ``2**64 + request key * 2**32 + block index``: deterministic per
+  request (a request resumed after preemption hits its own blocks, as in vLLM), unique
+  per request and block, and never equal to a prompt block's hash, since Python's
+  ``hash`` never returns an int that large. (vLLM would also share generated blocks
+  between requests with equal prompts and equal outputs; the simulator does not.) The
+  cache map holds hash -> block; a second block with a hash already present is kept as a
+  duplicate and promoted when the first is evicted (vLLM keeps hash -> {block_id: block}
+  and returns the oldest).
+- Private hashes, from :data:`PRIVATE_HASH_BASE` up (generated blocks, and the blocks of
+  a replay prompt that hold ids no other prompt has), can only be hit by their own
+  request after a preemption. Such a block carries its hash from the step that fills it
+  (so it is freed to the tail) but enters the cache map only when its request is
+  preempted (:meth:`KVCacheManager.free_preempted`): only its own request registers a
+  private hash and nothing evicts a held block, so registering at the preemption instead
+  of at the fill gives the map the same entries, in the same order, whenever a lookup
+  reads it. Finished requests never register theirs, which keeps the map small (the
+  replay's unshared prompts never enter it; with every block in it, the engine was ~1.4x
+  slower).
 - A prefix hit is the longest run of leading block hashes present in the map, capped at
   ``num_tokens - 1`` tokens (the last token must be recomputed for logits).
 - Touching a hit block that sits in the free queue removes it from the queue (it becomes
@@ -47,7 +57,7 @@ from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush
 from typing import Protocol
 
-GENERATED_BLOCK_BASE = 1 << 64  # above every hash() value (module docstring)
+PRIVATE_HASH_BASE = 1 << 64  # above every hash() value; see the module docstring
 
 
 class Block:
@@ -156,8 +166,9 @@ class BlockPool:
             h = blk.block_hash
             if h in dups:
                 self._evict(blk)
-            else:  # the block is its hash's only block
-                del cached[h]  # type: ignore[arg-type]
+            else:  # the block is its hash's only block, if registered (private ones may not be)
+                if h < PRIVATE_HASH_BASE or cached.get(h) is blk:  # type: ignore[operator]
+                    del cached[h]  # type: ignore[arg-type]
                 blk.block_hash = None
             blk.ref_cnt = 1
         if out:
@@ -220,11 +231,14 @@ class BlockPool:
             self._front += unhashed
 
     # -- prefix cache ---------------------------------------------------------------
-    def cache_block(self, blk: Block, block_hash: int) -> None:
-        """Record a just-filled block under its chained hash."""
-        blk.block_hash = block_hash
-        if self._cached.setdefault(block_hash, blk) is not blk:
-            self._dups.setdefault(block_hash, []).append(blk)
+    def register_private(self, blocks: Iterable[Block]) -> None:
+        """Enter the hashed blocks among ``blocks`` whose hash is private in the cache map
+        (a block already there as its hash's first block stays as it is)."""
+        cached, dups = self._cached, self._dups
+        for blk in blocks:
+            h = blk.block_hash
+            if h is not None and h >= PRIVATE_HASH_BASE and cached.setdefault(h, blk) is not blk:
+                dups.setdefault(h, []).append(blk)
 
     def _evict(self, blk: Block) -> None:
         h = blk.block_hash
@@ -237,7 +251,7 @@ class BlockPool:
                     del self._dups[h]  # type: ignore[arg-type]
             else:
                 del self._cached[h]  # type: ignore[arg-type]
-        elif dups is not None:
+        elif dups is not None and blk in dups:  # (a private block may be unregistered)
             dups.remove(blk)
             if not dups:
                 del self._dups[h]  # type: ignore[arg-type]
@@ -255,6 +269,7 @@ class BlockPool:
 
     @property
     def num_cached_blocks(self) -> int:
+        """Blocks a lookup can find (private ones of requests never preempted are not)."""
         return len(self._cached) + sum(len(d) for d in self._dups.values())
 
     def usage(self) -> float:
@@ -325,32 +340,36 @@ class KVCacheManager:
     def cache_full_blocks(self, req: KVRequest, num_tokens: int) -> None:
         """Register the request's blocks that ``num_tokens`` tokens fill, hashing only new ones.
 
-        Blocks past the prompt's full blocks hold generated tokens: they get ids of their
-        own (module docstring), appended to ``block_hashes`` once, so a resumed request
-        looks them up like its prompt blocks.
+        Blocks past the prompt's full blocks hold generated tokens: they get private ids
+        of their own (module docstring), appended to ``block_hashes`` once, so a resumed
+        request looks them up like its prompt blocks. Private hashes are only set on the
+        blocks; the cache map gets them from :meth:`free_preempted`.
         """
         n_full = num_tokens // self.block_size
         i = req.num_cached_blocks
         if n_full <= i:
             return
         hashes = req.block_hashes
-        blocks = req.blocks
+        if len(hashes) < n_full:  # blocks holding generated tokens
+            gen = PRIVATE_HASH_BASE + (req.key << 32)
+            hashes += range(gen + len(hashes), gen + n_full)
         pool = self.pool
         setdefault = pool._cached.setdefault
-        known = min(n_full, len(hashes))  # prompt blocks (+ generated ones, after a preemption)
-        for blk, h in zip(blocks[i:known], hashes[i:known]):
+        for blk, h in zip(req.blocks[i:n_full], hashes[i:n_full]):
             blk.block_hash = h
-            if setdefault(h, blk) is not blk:  # BlockPool.cache_block, inlined
-                pool._dups.setdefault(h, []).append(blk)
-        gen = GENERATED_BLOCK_BASE + (req.key << 32)
-        for j in range(max(i, known), n_full):  # blocks holding generated tokens
-            h = gen + j
-            hashes.append(h)
-            blk = blocks[j]
-            blk.block_hash = h
-            if setdefault(h, blk) is not blk:
+            if h < PRIVATE_HASH_BASE and setdefault(h, blk) is not blk:
                 pool._dups.setdefault(h, []).append(blk)
         req.num_cached_blocks = n_full
+
+    def free_preempted(self, req: KVRequest) -> None:
+        """Free a preempted request's blocks, its private hashes registered first (they
+        can be hit when it resumes). Catches up on blocks the fast path has not hashed
+        yet (:mod:`loadlab.sim.fastpath`): hashed and unhashed blocks are freed to
+        opposite ends of the queue."""
+        if self.enable_caching:
+            self.cache_full_blocks(req, min(req.num_computed, req.num_tokens))
+            self.pool.register_private(req.blocks)
+        self.free(req)
 
     def free(self, req: KVRequest) -> None:
         """Release all of a request's blocks, tail first, keeping their hashes."""

@@ -13,8 +13,9 @@ determines every id before it in its prompt (the common ids, one group's ids and
 request's ids are each always preceded by the same ids), so a full block is keyed by
 the id of its last token: two blocks get equal keys exactly when they and everything
 before them are equal, as chained hashes of the ids would. A block ending in ids only its
-request has is keyed at :data:`PRIVATE_KEY_BASE` + that id, clear of the engine's keys of
-generated blocks (:data:`loadlab.sim.blocks.GENERATED_BLOCK_BASE`). The keys of a run are
+request has is keyed at :data:`PRIVATE_KEY_BASE` + that id: private to it, in the engine's
+sense (:data:`loadlab.sim.blocks.PRIVATE_HASH_BASE`), and clear of its generated-block
+keys. The keys of a run are
 a ``range``, built in C (~15x cheaper than hashing per block); only their values differ
 from token hashing, and within one replay every prompt uses this scheme.
 """
@@ -23,12 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loadlab.sim.blocks import GENERATED_BLOCK_BASE
+from loadlab.sim.blocks import PRIVATE_HASH_BASE
 from loadlab.sim.types import EngineRequest
 
 GROUP_STRIDE = 1 << 20        # > any max_model_len: group g's ids start at g * GROUP_STRIDE
 UNIQUE_BASE = 1 << 40         # request seq's own ids start at UNIQUE_BASE + seq * GROUP_STRIDE
-PRIVATE_KEY_BASE = GENERATED_BLOCK_BASE << 32  # keys of blocks ending in a request's own ids
+PRIVATE_KEY_BASE = PRIVATE_HASH_BASE << 32  # keys of blocks ending in a request's own ids
 
 
 def prompt_runs(seq: int, prompt_len: int, group: int | None, prefix_len: int,

@@ -239,11 +239,7 @@ class Scheduler:
         return sreq
 
     def _preempt(self, victim: SimRequest) -> None:
-        # The reference has hashed every filled block already; the fast path may not
-        # have hashed a steady victim's generated blocks yet (loadlab.sim.fastpath).
-        if self.enable_caching:
-            self.kv.cache_full_blocks(victim, min(victim.num_computed, victim.num_tokens))
-        self.kv.free(victim)
+        self.kv.free_preempted(victim)  # hashes what the fast path deferred, registers private ones
         victim.num_computed = 0
         victim.num_preemptions += 1
         victim.is_decoding = False

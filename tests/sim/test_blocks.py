@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sched_fixtures import unique_tokens
 
-from loadlab.sim.blocks import BlockPool, KVCacheManager, prompt_block_hashes
+from loadlab.sim.blocks import PRIVATE_HASH_BASE, BlockPool, KVCacheManager, prompt_block_hashes
 
 
 class FakeReq:
@@ -121,3 +121,24 @@ def test_hit_blocks_in_the_free_queue_count_as_blocks_needed() -> None:
     # 1 new block + 3 hit blocks that touching takes out of the queue > 3 free.
     assert not kv.allocate_slots(b, 5, hit)
     assert pool.num_free == 3
+
+
+def test_private_blocks_enter_the_map_only_when_their_request_is_preempted() -> None:
+    pool = BlockPool(20)
+    kv = KVCacheManager(pool, 16, 1024)
+    done = FakeReq(unique_tokens(70), 16)
+    done.block_hashes = [PRIVATE_HASH_BASE + i for i in range(4)]
+    assert kv.allocate_slots(done, 70)
+    kv.free(done)  # finished: hashed, so freed to the tail, but nobody can look them up
+    assert pool.num_cached_blocks == 0
+    assert pool.free_queue_hashes()[-4:] == [PRIVATE_HASH_BASE + i for i in (3, 2, 1, 0)]
+    preempted = FakeReq(unique_tokens(70), 16, key=1)
+    preempted.block_hashes = [PRIVATE_HASH_BASE + 100 + i for i in range(4)]
+    assert kv.allocate_slots(preempted, 70)
+    preempted.num_computed = 70
+    kv.free_preempted(preempted)
+    assert pool.num_cached_blocks == 4
+    preempted.num_computed = 0
+    assert len(kv.lookup(preempted)) == 4  # resumed, it hits its own blocks
+    pool.get_new_blocks(pool.num_free)  # evicts registered and unregistered ones alike
+    assert pool.num_cached_blocks == 0
