@@ -61,15 +61,19 @@ PRIVATE_HASH_BASE = 1 << 64  # above every hash() value; see the module docstrin
 
 
 class Block:
-    """One KV block: reference count and the hash it is cached under (None if not)."""
+    """One KV block: reference count, its hash (None if not hashed) and whether it is in
+    the cache map (private hashes may not be; module docstring)."""
 
-    __slots__ = ("block_hash", "block_id", "qpos", "ref_cnt")
+    __slots__ = ("block_hash", "block_id", "qpos", "ref_cnt", "registered")
 
     def __init__(self, block_id: int, ref_cnt: int = 0) -> None:
         self.block_id = block_id
         self.ref_cnt = ref_cnt
         self.block_hash: int | None = None
-        self.qpos = -1  # while free (ref_cnt 0): its absolute position in the free queue
+        self.registered = False
+        # While free and registered: its absolute position in the free queue (only a
+        # registered block can be hit, i.e. touched out of the queue).
+        self.qpos = -1
 
 
 def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int = 0) -> list[int]:
@@ -101,6 +105,10 @@ class BlockPool:
        touched block leaves a hole (None) at its position ``qpos`` (absolute: list index
        + ``_qbase``), skipped when the head reaches it. The consumed head is cut off once
        it is most of the list.
+
+    The per-block loops (allocation, freeing) are bound by cache misses on the blocks, so
+    they read nothing else of an unregistered block: its hash is not looked at when it
+    is evicted, and it gets no ``qpos``.
 
     Free blocks keep that split: a block gains a hash only while held, and loses it only
     when popped.
@@ -163,13 +171,14 @@ class BlockPool:
         dups = self._dups
         cached = self._cached
         for blk in taken:  # every block in _q has a hash
-            h = blk.block_hash
-            if h in dups:
-                self._evict(blk)
-            else:  # the block is its hash's only block, if registered (private ones may not be)
-                if h < PRIVATE_HASH_BASE or cached.get(h) is blk:  # type: ignore[operator]
+            if blk.registered:
+                h = blk.block_hash
+                if h in dups:
+                    self._evict(blk)
+                else:  # the block is its hash's only block
                     del cached[h]  # type: ignore[arg-type]
-                blk.block_hash = None
+                    blk.registered = False
+            blk.block_hash = None
             blk.ref_cnt = 1
         if out:
             out += taken
@@ -214,7 +223,8 @@ class BlockPool:
         block is ever hashed then) together at the head."""
         q = self._q
         append = q.append
-        start = pos = self._qbase + len(q)
+        start = len(q)
+        base = self._qbase
         unhashed: list[Block] = []
         for blk in blocks_tail_first:
             blk.ref_cnt -= 1
@@ -222,27 +232,31 @@ class BlockPool:
                 if blk.block_hash is None:
                     unhashed.append(blk)
                 else:
-                    blk.qpos = pos
-                    pos += 1
+                    if blk.registered:
+                        blk.qpos = base + len(q)
                     append(blk)
-        self._nq += pos - start
+        self._nq += len(q) - start
         if unhashed:
             unhashed.reverse()  # the first one freed ends at the stack's end: the head
             self._front += unhashed
 
     # -- prefix cache ---------------------------------------------------------------
     def register_private(self, blocks: Iterable[Block]) -> None:
-        """Enter the hashed blocks among ``blocks`` whose hash is private in the cache map
-        (a block already there as its hash's first block stays as it is)."""
-        cached, dups = self._cached, self._dups
+        """Enter the hashed blocks among ``blocks`` that are not in the cache map yet (those
+        with a private hash) into it."""
         for blk in blocks:
-            h = blk.block_hash
-            if h is not None and h >= PRIVATE_HASH_BASE and cached.setdefault(h, blk) is not blk:
-                dups.setdefault(h, []).append(blk)
+            if blk.block_hash is not None and not blk.registered:  # (public ones always are)
+                self._register(blk)
+
+    def _register(self, blk: Block) -> None:
+        h = blk.block_hash
+        blk.registered = True
+        if self._cached.setdefault(h, blk) is not blk:  # type: ignore[arg-type]
+            self._dups.setdefault(h, []).append(blk)  # type: ignore[arg-type]
 
     def _evict(self, blk: Block) -> None:
         h = blk.block_hash
-        blk.block_hash = None
+        blk.registered = False
         dups = self._dups.get(h)  # type: ignore[arg-type]
         if self._cached.get(h) is blk:  # type: ignore[arg-type]
             if dups:
@@ -251,8 +265,8 @@ class BlockPool:
                     del self._dups[h]  # type: ignore[arg-type]
             else:
                 del self._cached[h]  # type: ignore[arg-type]
-        elif dups is not None and blk in dups:  # (a private block may be unregistered)
-            dups.remove(blk)
+        else:
+            dups.remove(blk)  # type: ignore[union-attr]
             if not dups:
                 del self._dups[h]  # type: ignore[arg-type]
 
@@ -357,8 +371,10 @@ class KVCacheManager:
         setdefault = pool._cached.setdefault
         for blk, h in zip(req.blocks[i:n_full], hashes[i:n_full]):
             blk.block_hash = h
-            if h < PRIVATE_HASH_BASE and setdefault(h, blk) is not blk:
-                pool._dups.setdefault(h, []).append(blk)
+            if h < PRIVATE_HASH_BASE:  # BlockPool._register, inlined
+                blk.registered = True
+                if setdefault(h, blk) is not blk:
+                    pool._dups.setdefault(h, []).append(blk)
         req.num_cached_blocks = n_full
 
     def free_preempted(self, req: KVRequest) -> None:
