@@ -4,8 +4,10 @@ At concurrency in the hundreds almost every running request is *decoding*: each 
 computes one token and emits one. Nothing about it needs attention except (a) the step
 in which its next token needs a new KV block and (b) the step of its last token. The
 fast path keeps such requests "steady": their counters are stored as of a decode clock
-``base`` and advance implicitly by one per fast step; a calendar (clock -> requests) holds
-the step of each one's next event. Prefilling requests stay explicit.
+``base`` and advance implicitly by one per fast step; the clocks of (a) and (b) are fixed
+when it becomes steady (``full_at``, ``last_at``; (a) moves on by a block's worth of
+steps at each new block), and a calendar (clock -> requests) holds the earlier of the two.
+Prefilling requests stay explicit.
 
 A step is fast when the batch cannot be order-dependent:
 
@@ -63,16 +65,14 @@ class FastScheduler(Scheduler):
 
     def _make_steady(self, r: SimRequest) -> None:
         """``r`` (decoding, counters current) joins the steady set."""
+        clock = self._clock
         r.steady = True
-        r.base = self._clock
+        r.base = clock
+        r.full_at = clock + len(r.blocks) * self.block_size - r.num_computed
+        r.last_at = clock + min(r.output_len - r.num_output, self.max_model_len - r.num_tokens) - 1
         self._steady[r.request_id] = 1
         self._steady_ctx += r.num_computed
-        self._plan_event(r)
-
-    def _plan_event(self, r: SimRequest) -> None:
-        to_block = len(r.blocks) * self.block_size - r.num_computed
-        to_last = min(r.output_len - r.num_output, self.max_model_len - r.num_tokens) - 1
-        ev = self._clock + (min(to_last, to_block))
+        ev = min(r.full_at, r.last_at)
         r.event_at = ev
         slot = self._calendar.get(ev)
         if slot is None:
@@ -111,7 +111,7 @@ class FastScheduler(Scheduler):
         free = self.pool.num_free
         if need_blocks + len(events) > free:  # count exactly only when the bound is tight
             for r in events:
-                if r.num_computed + clock - r.base == len(r.blocks) * bs:
+                if r.full_at == clock:
                     need_blocks += 1
         if demand > self.max_num_batched_tokens or need_blocks > free:
             return self._slow_schedule()
@@ -140,26 +140,19 @@ class FastScheduler(Scheduler):
             n_prefill_reqs += 1
         calendar = self._calendar
         at_boundary = []  # block lists that get a new block, in event order (one pool call)
-        for r in events:  # _plan_event, inlined: this loop is the hot one
-            d = clock - r.base  # counters stay lazy, except for a request about to finish
-            blocks = r.blocks
-            room = len(blocks) * bs - r.num_computed - d
-            if room == 0:
-                at_boundary.append(blocks)
-                room = bs
-            to_last = min(r.output_len - r.num_output, mml - r.num_tokens) - d - 1
-            if to_last == 0:
-                if d:
-                    r.num_computed += d
-                    r.num_tokens += d
-                    r.num_output += d
-                    r.base = clock
+        for r in events:  # counters stay lazy, except for a request about to finish
+            full_at = r.full_at
+            if full_at == clock:
+                at_boundary.append(r.blocks)
+                full_at = r.full_at = clock + bs
+            last_at = r.last_at
+            if last_at == clock:
+                self._materialize(r)
                 if caching:  # deferred hashing (module docstring): before update frees them
                     kv.cache_full_blocks(r, r.num_tokens)
                 plan.finishing.append(r)
                 continue
-            ev = clock + min(to_last, room)
-            r.event_at = ev
+            ev = r.event_at = last_at if last_at < full_at else full_at
             slot = calendar.get(ev)
             if slot is None:
                 calendar[ev] = [r]

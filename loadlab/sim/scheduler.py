@@ -74,9 +74,11 @@ class SimRequest:
         "blocks",
         "event_at",
         "first_scheduled_time",
+        "full_at",
         "first_token_time",
         "is_decoding",
         "key",
+        "last_at",
         "max_tokens",
         "num_cached_blocks",
         "num_cached_tokens",
@@ -111,10 +113,13 @@ class SimRequest:
         self.is_decoding = False  # True when it holds all its tokens but the last
         self.admitted_seq = -1    # order of its latest admission: running is sorted by it
         # Lazy decode state of the fast path (loadlab.sim.fastpath): while ``steady``, the
-        # counters above hold their value at decode clock ``base``; the request next needs
-        # individual attention (a new block, or its last token) at clock ``event_at``.
+        # counters above hold their value at decode clock ``base``; its next token needs a
+        # new block at clock ``full_at``, its last one is due at ``last_at``, and it next
+        # needs individual attention at ``event_at``, the earlier of the two.
         self.steady = False
         self.base = 0
+        self.full_at = -1
+        self.last_at = -1
         self.event_at = -1
 
 
