@@ -152,7 +152,7 @@ class FastScheduler(Scheduler):
                     kv.cache_full_blocks(r, r.num_tokens)
                 plan.finishing.append(r)
                 continue
-            ev = r.event_at = last_at if last_at < full_at else full_at
+            ev = r.event_at = min(last_at, full_at)
             slot = calendar.get(ev)
             if slot is None:
                 calendar[ev] = [r]
