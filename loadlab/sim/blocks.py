@@ -62,7 +62,12 @@ PRIVATE_HASH_BASE = 1 << 64  # above every hash() value; see the module docstrin
 
 class Block:
     """One KV block: reference count, its hash (None if not hashed) and whether it is in
-    the cache map (private hashes may not be; module docstring)."""
+    the cache map (private hashes may not be; module docstring).
+
+    ``ref_cnt`` is exact while the block is held or registered, the only times it is
+    read: a free unregistered block can never be hit, so freeing it may leave it stale
+    (:meth:`BlockPool.free_unshared`) and allocation sets it.
+    """
 
     __slots__ = ("block_hash", "block_id", "qpos", "ref_cnt", "registered")
 
@@ -108,7 +113,9 @@ class BlockPool:
 
     The per-block loops (allocation, freeing) are bound by cache misses on the blocks, so
     they read nothing else of an unregistered block: its hash is not looked at when it
-    is evicted, and it gets no ``qpos``.
+    is evicted, and it gets no ``qpos``. A request holding no registered block is freed
+    without a per-block loop at all (:meth:`free_unshared`): list copies in C reach the
+    blocks' memory many at a time, ~10x faster than a Python loop that waits on each.
 
     Free blocks keep that split: a block gains a hash only while held, and loses it only
     when popped.
@@ -240,13 +247,26 @@ class BlockPool:
             unhashed.reverse()  # the first one freed ends at the stack's end: the head
             self._front += unhashed
 
+    def free_unshared(self, blocks: list[Block], num_hashed: int) -> None:
+        """:meth:`free_blocks` for the blocks of a request holding none that is registered,
+        given head first, the first ``num_hashed`` hashed: nobody else holds them, so all
+        of them become free, tail first, without reading one."""
+        hashed = blocks[:num_hashed]
+        hashed.reverse()
+        self._q += hashed
+        self._nq += num_hashed
+        self._front += blocks[num_hashed:]  # its tail block ends at the stack's end: the head
+
     # -- prefix cache ---------------------------------------------------------------
-    def register_private(self, blocks: Iterable[Block]) -> None:
+    def register_private(self, blocks: Iterable[Block]) -> int:
         """Enter the hashed blocks among ``blocks`` that are not in the cache map yet (those
-        with a private hash) into it."""
+        with a private hash) into it; returns how many."""
+        n = 0
         for blk in blocks:
             if blk.block_hash is not None and not blk.registered:  # (public ones always are)
                 self._register(blk)
+                n += 1
+        return n
 
     def _register(self, blk: Block) -> None:
         h = blk.block_hash
@@ -299,7 +319,8 @@ class KVRequest(Protocol):
     num_computed: int
     blocks: list[Block]
     block_hashes: list[int]   # chained hashes of full blocks known so far
-    num_cached_blocks: int    # leading blocks already registered in the cache map
+    num_cached_blocks: int    # leading blocks already hashed (registered unless private)
+    num_registered: int       # blocks it holds that are in the cache map (0: none shared)
 
 
 class KVCacheManager:
@@ -344,7 +365,7 @@ class KVCacheManager:
         if hit:
             pool.touch(hit)
             req.blocks.extend(hit)
-            req.num_cached_blocks = len(hit)
+            req.num_cached_blocks = req.num_registered = len(hit)
         if num_new_blocks > 0:
             req.blocks.extend(pool.get_new_blocks(num_new_blocks))
         if self.enable_caching:
@@ -369,13 +390,16 @@ class KVCacheManager:
             hashes += range(gen + len(hashes), gen + n_full)
         pool = self.pool
         setdefault = pool._cached.setdefault
+        registered = 0
         for blk, h in zip(req.blocks[i:n_full], hashes[i:n_full]):
             blk.block_hash = h
             if h < PRIVATE_HASH_BASE:  # BlockPool._register, inlined
                 blk.registered = True
+                registered += 1
                 if setdefault(h, blk) is not blk:
                     pool._dups.setdefault(h, []).append(blk)
         req.num_cached_blocks = n_full
+        req.num_registered += registered
 
     def free_preempted(self, req: KVRequest) -> None:
         """Free a preempted request's blocks, its private hashes registered first (they
@@ -384,13 +408,16 @@ class KVCacheManager:
         opposite ends of the queue."""
         if self.enable_caching:
             self.cache_full_blocks(req, min(req.num_computed, req.num_tokens))
-            self.pool.register_private(req.blocks)
+            req.num_registered += self.pool.register_private(req.blocks)
         self.free(req)
 
     def free(self, req: KVRequest) -> None:
         """Release all of a request's blocks, tail first, keeping their hashes."""
-        blocks = req.blocks
-        blocks.reverse()
-        self.pool.free_blocks(blocks)
+        if req.num_registered:
+            blocks = req.blocks
+            blocks.reverse()
+            self.pool.free_blocks(blocks)
+        else:
+            self.pool.free_unshared(req.blocks, req.num_cached_blocks)
         req.blocks = []
-        req.num_cached_blocks = 0
+        req.num_cached_blocks = req.num_registered = 0

@@ -85,6 +85,7 @@ class SimRequest:
         "num_computed",
         "num_output",
         "num_preemptions",
+        "num_registered",
         "num_tokens",
         "output_len",
         "prompt_len",
@@ -106,6 +107,7 @@ class SimRequest:
         self.blocks: list[Block] = []
         self.block_hashes = block_hashes
         self.num_cached_blocks = 0
+        self.num_registered = 0
         self.num_preemptions = 0
         self.num_cached_tokens = -1
         self.first_scheduled_time: float | None = None

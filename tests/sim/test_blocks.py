@@ -17,6 +17,7 @@ class FakeReq:
         self.blocks: list = []
         self.block_hashes = prompt_block_hashes(tokens, bs)
         self.num_cached_blocks = 0
+        self.num_registered = 0
 
 
 def test_null_block_is_never_handed_out_and_usage_uses_n_minus_1() -> None:
@@ -129,9 +130,11 @@ def test_private_blocks_enter_the_map_only_when_their_request_is_preempted() -> 
     done = FakeReq(unique_tokens(70), 16)
     done.block_hashes = [PRIVATE_HASH_BASE + i for i in range(4)]
     assert kv.allocate_slots(done, 70)
+    partial = done.blocks[-1]
     kv.free(done)  # finished: hashed, so freed to the tail, but nobody can look them up
     assert pool.num_cached_blocks == 0
     assert pool.free_queue_hashes()[-4:] == [PRIVATE_HASH_BASE + i for i in (3, 2, 1, 0)]
+    assert pool.free_queue_ids()[0] == partial.block_id  # unhashed: at the head
     preempted = FakeReq(unique_tokens(70), 16, key=1)
     preempted.block_hashes = [PRIVATE_HASH_BASE + 100 + i for i in range(4)]
     assert kv.allocate_slots(preempted, 70)
