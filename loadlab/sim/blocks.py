@@ -14,10 +14,10 @@ Model
   queue, *keeping its hash*: cached-but-unreferenced blocks count as free.
 - Free queue: head first (vLLM: a doubly linked list; here see :class:`BlockPool`);
   allocation pops the head and evicts that block's hash from the cache map. A request's
-  blocks are freed tail-first (the caller passes them reversed). A freed block WITH a
-  hash joins the TAIL (LRU: a cached prefix outlives newer garbage); one WITHOUT a hash
-  (a partial tail block, or any block with caching off) can never be a hit and goes to
-  the HEAD, to be reused first, the blocks of one free call keeping their order
+  blocks are freed tail-first. A freed block WITH a hash joins the TAIL (LRU: a cached
+  prefix outlives newer garbage); one WITHOUT a hash (a partial tail block, or any block
+  with caching off) can never be a hit and goes to the HEAD, to be reused first, the
+  blocks of one free call keeping their order
   (``block_pool.py`` ``BlockPool.free_blocks``, lines 774-803:
   ``prepend_n(blocks_to_evict_first)``, ``append_n(blocks_to_evict_last)``).
 - Hashes: only FULL blocks, chained ``hash((parent_hash, token_ids))``
@@ -33,16 +33,13 @@ Model
   cache map holds hash -> block; a second block with a hash already present is kept as a
   duplicate and promoted when the first is evicted (vLLM keeps hash -> {block_id: block}
   and returns the oldest).
-- Private hashes, from :data:`PRIVATE_HASH_BASE` up (generated blocks, and the blocks of
-  a replay prompt that hold ids no other prompt has), can only be hit by their own
-  request after a preemption. Such a block carries its hash from the step that fills it
-  (so it is freed to the tail) but enters the cache map only when its request is
-  preempted (:meth:`KVCacheManager.free_preempted`): only its own request registers a
-  private hash and nothing evicts a held block, so registering at the preemption instead
-  of at the fill gives the map the same entries, in the same order, whenever a lookup
-  reads it. Finished requests never register theirs, which keeps the map small (the
-  replay's unshared prompts never enter it; with every block in it, the engine was ~1.4x
-  slower).
+- Private hashes, from :data:`PRIVATE_HASH_BASE` up (generated blocks; replay prompt
+  blocks holding ids no other prompt has), can only be hit by their own request after a
+  preemption. Such a block carries its hash from the step that fills it (so it is freed
+  to the tail) but enters the cache map only at a preemption
+  (:meth:`KVCacheManager.free_preempted`): only its request registers it and nothing
+  evicts a held block, so every lookup sees the same map as with registering at the
+  fill. Finished requests never register theirs: the map stays small (~1.4x faster).
 - A prefix hit is the longest run of leading block hashes present in the map, capped at
   ``num_tokens - 1`` tokens (the last token must be recomputed for logits).
 - Touching a hit block that sits in the free queue removes it from the queue (it becomes
