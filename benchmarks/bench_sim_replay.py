@@ -13,6 +13,9 @@ the same families, and samples().
 
 ``--profile`` runs under cProfile and prints where the wall time went, by module
 (engine/scheduler/blocks = the engine; replay/metrics/timing = the replay side).
+
+The first line names the loadlab tree measured: run from another checkout of an
+editable install, the script imports the installed tree unless PYTHONPATH names it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-
+import loadlab
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import resolve
@@ -101,6 +104,7 @@ def main() -> None:
     ap.add_argument("--profile-name", default="sharegpt")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
+    print(f"loadlab: {Path(loadlab.__file__).parent}")
     cfg = SimConfig(model="qwen2.5-7b", gpu="h100")
     plan = ReplayPlan(concurrencies=(args.concurrency,), step_s=args.minutes * 60, warmup_s=60,
                       profile=args.profile_name)
