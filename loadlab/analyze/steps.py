@@ -6,7 +6,9 @@ measured window, their TTFT/ITL/E2E percentiles, and throughput from the output
 tokens of requests that *finished* in it. Server side (metrics.parquet, direct or
 Prometheus, V1 or V0 names): gauge means and maxima of running, waiting and KV
 usage, and counter increases of preemptions and prefix-cache hits. Gauges are
-one-step snapshots that can lag (real-vllm.md), so maxima are shown beside means.
+one-step snapshots that can lag (real-vllm.md), so maxima are shown beside means, and
+beside them the running count read from counters, the share of stale zero readings and
+the client's own in-flight count (:mod:`loadlab.analyze.gauge_lag`).
 
 This is the raw material for knee detection and diagnosis; it names no cause.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
 from loadlab.collect.windows import counter_windows, gauge_windows, resolve_family
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.errors import InputError
@@ -64,6 +67,10 @@ def step_table(run_dir: str | Path) -> pd.DataFrame:
         queries = _counter(metrics, "prefix_queries", span, len(wins))
         with np.errstate(invalid="ignore", divide="ignore"):
             table["prefix_hit_rate"] = np.where(queries > 0, hits / queries, np.nan)
+        lag = gauge_lag(metrics, requests, span)
+        table["running_itl"] = lag["running_itl"].to_numpy()
+        table["gauge_stale"] = lag["stale_share"].to_numpy()
+    table["inflight"] = client_inflight(requests, wins)
     return table
 
 
@@ -111,7 +118,9 @@ COLUMNS = [  # (column, header, format)
     ("n_aborted", "aborted", "{:.0f}"), ("out_tok_s", "out tok/s", "{:.0f}"),
     ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}"), ("ttft_p99_ms", "TTFT p99 ms", "{:.0f}"),
     ("itl_p50_ms", "ITL p50 ms", "{:.1f}"), ("running_mean", "running", "{:.1f}"),
-    ("running_max", "run max", "{:.0f}"), ("waiting_mean", "waiting", "{:.1f}"),
+    ("running_max", "run max", "{:.0f}"), ("running_itl", "run (ITL)", "{:.1f}"),
+    ("gauge_stale", "stale 0s", "{:.2f}"), ("inflight", "in flight", "{:.1f}"),
+    ("waiting_mean", "waiting", "{:.1f}"),
     ("waiting_max", "wait max", "{:.0f}"), ("kv_mean", "KV use", "{:.2f}"), ("kv_max", "KV max", "{:.2f}"),
     ("preemptions", "preempt", "{:.0f}"), ("prefix_hit_rate", "prefix hit", "{:.2f}"),
     ("client_cpu_cores", "client cpu", "{:.2f}"),
