@@ -22,8 +22,8 @@ import pandas as pd
 
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
 from loadlab.collect.windows import counter_windows, gauge_windows, resolve_family
-from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.errors import InputError
+from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 
 GAUGES = {"running": "running", "waiting": "waiting", "kv": "kv_usage"}
 
@@ -82,7 +82,7 @@ def _client_stats(requests: pd.DataFrame, w: object) -> dict[str, float]:
                     & (requests.t_done < w.t_end)]
     length = max(w.t_end - w.t_start, 1e-9)
     return {
-        "n_ok": int(len(ok)),
+        "n_ok": len(ok),
         "n_aborted": int((sent.status == "aborted").sum()),
         "n_err": int(len(sent) - len(ok) - (sent.status == "aborted").sum()),
         "rps": len(done) / length,
