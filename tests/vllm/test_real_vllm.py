@@ -5,10 +5,11 @@ Two servers, each started once (module order groups the tests by server):
 - B: ``--max-num-seqs 32`` with a 64-block pool, prefix caching off.
 What each test asserts is the scheduler picture real-vllm.md describes: the sequence cap
 (running pinned at 4, the rest waiting, KV low, TTFT jumping while ITL stays flat), KV
-exhaustion (usage near 1, preemptions), and prefix-cache counters that move only with
-caching on. Gauges are 0.5 s snapshots, so assertions on them leave room for a snapshot
-taken between a finish and the next admission. Client-vs-server TTFT differences per step
-are printed (run with -s) and written to ``ttft_overhead.json`` in the run folder.
+exhaustion (usage near 1, preemptions), prefix-cache counters that move only with caching
+on and a first token that comes sooner with it. Gauges are 0.5 s snapshots, so assertions
+on them leave room for a snapshot taken between a finish and the next admission.
+Client-vs-server TTFT differences and the gauge-lag figures per step are printed (run with
+-s) and written to ``ttft_overhead.json`` and ``gauge_lag.json`` in the run folder.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 
 import pytest
 from loadrun import run_steps
+
+from loadlab.analyze.gauge_lag import gauge_lag
 
 pytestmark = pytest.mark.vllm
 
@@ -69,10 +72,32 @@ def test_client_ttft_matches_server_histogram(step_load_a):
     assert (client.notna() & server.notna()).all(), report
 
 
-def test_prefix_caching_on_counts_hits(vllm_server, tmp_path_factory):
+def test_gauge_lag_is_measured(step_load_a):
+    """The running gauge beside the running count read from vLLM's ITL counter and the
+    client's in-flight count; written to ``gauge_lag.json`` (run with -s to see it)."""
+    res = step_load_a
+    lag = gauge_lag(res.metrics, res.requests, res.steps).set_index(res.steps.concurrency)
+    report = {int(c): {k: round(float(v), 3) for k, v in row.items()} for c, row in lag.iterrows()}
+    (res.run / "gauge_lag.json").write_text(json.dumps(report, indent=2))
+    print("\ngauge vs counter-derived running per step:", report)
+    # The counters see the cap whatever the gauge shows: 4 decoding, less each
+    # request's prefill step (1 of 32) and the refill gap after each finish.
+    for c in (8, 16):
+        assert 3.0 <= lag.loc[c, "running_itl"] <= 4.2, report
+        assert lag.loc[c, "inflight_client"] == pytest.approx(c, rel=0.1), report
+    assert 0.6 <= lag.loc[1, "running_itl"] <= 1.05, report
+    assert lag["stale_share"].between(0, 1).all(), report
+
+
+@pytest.fixture(scope="module")
+def prefix_on(vllm_server, tmp_path_factory):
     target = vllm_server(**SERVER_A)
-    res = run_steps(target, tmp_path_factory.mktemp("prefix-on"), "tiny-shared", [2],
-                    step_s=6.0, warmup_s=0.5)
+    return run_steps(target, tmp_path_factory.mktemp("prefix-on"), "tiny-shared", [2],
+                     step_s=6.0, warmup_s=0.5)
+
+
+def test_prefix_caching_on_counts_hits(prefix_on):
+    res = prefix_on
     queries = res.total("vllm:prefix_cache_queries")
     hits = res.total("vllm:prefix_cache_hits")
     assert hits > 0 and queries > 0
@@ -94,9 +119,17 @@ def test_kv_exhaustion_preempts(vllm_server, tmp_path_factory):
     assert info["num_gpu_blocks"] == 64 and info["enable_prefix_caching"] is False, info
 
 
-def test_prefix_caching_off_counts_no_hits(vllm_server, tmp_path_factory):
+def test_prefix_caching_off_counts_no_hits(vllm_server, tmp_path_factory, prefix_on):
     target = vllm_server(**SERVER_B)
     res = run_steps(target, tmp_path_factory.mktemp("prefix-off"), "tiny-shared", [2],
-                    step_s=5.0, warmup_s=0.5)
+                    step_s=6.0, warmup_s=0.5)
     assert (res.requests.status == "ok").sum() > 0
     assert res.total("vllm:prefix_cache_hits") == 0
+    # With caching on only the 64 unshared tokens of each prompt are prefilled, so the
+    # first token comes sooner: by the server's histogram and by the client's clock.
+    ttft = {name: float(r.histogram("vllm:time_to_first_token_seconds")["mean"].iloc[0])
+            for name, r in (("on", prefix_on), ("off", res))}
+    client = {name: float(r.client_ttft().iloc[0]) for name, r in (("on", prefix_on), ("off", res))}
+    print("\nTTFT mean, prefix caching on/off: server", ttft, "client", client)
+    assert ttft["on"] < ttft["off"], ttft
+    assert client["on"] < client["off"], client
