@@ -19,13 +19,19 @@ histogram starts at engine arrival, after its HTTP handling (like vLLM's), so th
 difference also holds the server's front-end time; it is the same server for both
 clients, so the comparison between them is fair even where the absolute is not.
 
+``--vllm`` runs the same pair against a REAL vLLM instead (the tiny model of
+``tools/install_vllm.sh``, ``--max-num-seqs 4``, levels 1,2,4,8,16 by default, no time
+scale): whatever part of the client-added TTFT both clients share is the server's own
+front end (HTTP parsing and tokenising before vLLM stamps its arrival time, and the SSE
+write after), on the same 2 cores as the client.
+
 A second pass runs both clients against ``tests/loadgen/fault_server.py`` (aiohttp),
 which logs the wall time it wrote each request's first token (by ``X-Request-Id``):
 there the client-added delay is exact per request, reported as a median.
 
 Ratio reported: chunks per CPU-second (per core), loadlab / peer, at each level.
 
-Usage: ``python benchmarks/bench_loadgen.py [--levels 4,16,64] [--duration 6] [--time-scale 20]``
+Usage: ``python benchmarks/bench_loadgen.py [--levels 4,16,64] [--duration 6] [--time-scale 20] [--vllm]``
 """
 
 from __future__ import annotations
@@ -251,11 +257,16 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=6.0)
     ap.add_argument("--warmup", type=float, default=1.5)
     ap.add_argument("--time-scale", type=float, default=20.0)
+    ap.add_argument("--vllm", action="store_true", help="against a real vLLM (tiny model) instead")
     ap.add_argument("--peer", help=argparse.SUPPRESS)
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     if args.peer:
         peer_main(args.peer, levels, args.duration, args.warmup)
+        return
+    if args.vllm:
+        vllm_main([int(x) for x in ("1,2,4,8,16" if args.levels == "4,16,64" else args.levels).split(",")],
+                  args)
         return
     import httpx
 
@@ -275,6 +286,26 @@ def main() -> None:
                             lambda: httpx.get(f"{url}/debug/first_token").json())
         report("reference SSE server, per request (med+ = client first token - server write time, median)",
                exact, levels)
+
+
+def vllm_main(levels: list[int], args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "vllm"))
+    from realvllm import BASE_FLAGS, VLLM_ENV, flag_list, missing_reason, tiny_model_dir
+
+    from loadlab.sweep import launch_target
+
+    if missing_reason():
+        sys.exit(missing_reason())
+    flags = {**BASE_FLAGS, "served_model_name": MODEL, "max_num_seqs": 4, "num_gpu_blocks_override": 512}
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [str(tiny_model_dir()), *flag_list(flags)]
+        with launch_target("vllm", argv, Path(tmp) / "server", env=VLLM_ENV) as target:
+            poller = HistPoller(target.base_url)
+            poller.start()
+            results = compare(target.base_url, levels, args, Path(tmp), poller.mean_between, dict)
+            poller.stop.set()
+    report("real vLLM (tiny model, --max-num-seqs 4; mean+ = client TTFT - vLLM's TTFT histogram)",
+           results, levels)
 
 
 def _scaled(value: float | None, scale: float) -> float | None:
