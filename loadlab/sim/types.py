@@ -29,6 +29,9 @@ class EngineRequest:
     # cheaply than the engine (replay: from runs of ids, loadlab.sim.replay_prompts).
     # Equal hashes must mean equal blocks, and every request of one engine must use the
     # same scheme; None: the engine hashes the token ids (blocks.prompt_block_hashes).
+    # Hashes from blocks.PRIVATE_HASH_BASE (2**64) up mark blocks no other request has:
+    # they enter the prefix-cache map only if this request is preempted, so a shared
+    # block given such a hash would never be hit by another request.
     block_hashes: list[int] | None = None
 
 
