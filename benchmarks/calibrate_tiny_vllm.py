@@ -1,18 +1,36 @@
 """Fit the simulator's step-time constants to the tiny model on a REAL vLLM, then check them.
 
-Needs ``bash tools/install_vllm.sh``. About 6 minutes on 2 cores (two server starts).
+Needs ``bash tools/install_vllm.sh``. About 4 minutes on 2 cores. Run it on a quiet
+machine: on 2 shared cores a neighbour's load moves the server's step times by tens of
+percent.
 
-Model fitted (one engine step, seconds):  step_s = A + B x num_requests + D x tokens
-  - decode at batch c: ITL_c = A + (B + D) c       -> A and S = B + D from vLLM's own
-    ``vllm:inter_token_latency_seconds`` mean at closed-loop concurrency 1, 2, 4, 8, 16
-    (max_num_seqs 16, 64-token prompts, 32-token outputs; least squares);
-  - prefill of L tokens alone: TTFT(L) = F + A + B + D L, from the server's TTFT mean at
-    concurrency 1 with 64- and 512-token prompts -> D (slope), then B = S - D, and F, the
-    front-end time outside engine steps (API server, IPC, detokenising).
-Check: a second server (max_num_seqs 4, the seq-cap step load of tests/vllm) measured
-against loadlab's Engine driven in virtual time with that step time: per step, server
-TTFT mean (sim TTFT + F) and output tokens/s, and their relative error.
-Means come from histogram _sum/_count deltas, exact whatever the buckets.
+One server, ``--max-num-seqs 4`` (the seq-cap step load of tests/vllm): a 512-token prompt
+alone, then closed-loop concurrency 1, 2, 4, 8, 16 with 64-token prompts and 32-token
+outputs. Fit and check share that server and that load: two servers started minutes
+apart here differed by 25-35% in step time (ITL with 4 running: 7.6 vs 5.6 ms), more
+than the tolerance, so a fit on one and a check on the other measured the machine.
+
+Model fitted (one engine step, seconds):  step_s = A + B x num_requests + D x tokens.
+Every figure comes from vLLM's own histograms (means from _sum/_count deltas, exact
+whatever the buckets), their durations stamped in the engine core:
+  - decode with n running: ITL = A + (B + D) n      -> A and S = B + D, least squares over
+    ``vllm:inter_token_latency_seconds`` at each level, n = min(c, 4);
+  - prefill alone at concurrency 1, ``vllm:request_prefill_time_seconds`` (scheduled ->
+    first token): a 64-token prompt is one step, A + B + 64 D; a 512-token prompt is two
+    256-token chunks (the server's max_num_batched_tokens), 2A + 2B + 512 D -> D from the
+    difference P512 - 2 P64 = 384 D, then B = S - D;
+  - the front end at concurrency 1: F = TTFT - queue - prefill (API server to engine queue
+    and the first token back), and the closed loop's turnaround R = per-user cycle
+    (32 tokens / tokens per s) - (queue + prefill + decode): how long a user's next request
+    takes to reach the engine after its previous one finished (API server both ways and
+    the client).
+Check, per level: server TTFT mean (engine TTFT + F) and output tokens/s, real against
+loadlab's Engine in virtual time with that step time, two ways:
+  - closed loop: each user's next request enters the engine R after its previous one
+    finished (TTFT at 8 and 16 is the queue the cap builds: out of sample);
+  - the real run's arrivals: its requests fed to the Engine at their send times, so the
+    client's and API server's delays leave the comparison (an open loop: a step-time
+    error grows a queue).
 """
 
 from __future__ import annotations
@@ -27,7 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "vllm"))  # reuse the e2e tests' load helper
 
-from loadrun import run_steps
+from loadrun import LoadResult, run_steps
 from realvllm import BASE_FLAGS, VLLM_ENV, flag_list, missing_reason, tiny_model_dir
 
 from loadlab.sim.engine import Engine
@@ -35,58 +53,122 @@ from loadlab.sim.types import BatchShape, EngineRequest, SchedulerSettings
 from loadlab.sweep import launch_target
 
 LEVELS = [1, 2, 4, 8, 16]
-STEP_S, WARMUP_S = 8.0, 2.0
+CAP = 4  # --max-num-seqs: levels 8 and 16 queue
+STEP_S, WARMUP_S = 15.0, 2.0
 
 
 def tiny_settings(max_num_seqs: int) -> SchedulerSettings:
-    """The second server's scheduler and cache flags (BASE_FLAGS), for the engine."""
+    """The server's scheduler and cache flags (BASE_FLAGS), for the engine."""
     return SchedulerSettings(max_num_seqs=max_num_seqs, max_num_batched_tokens=256, block_size=32,
                              num_gpu_blocks=512, max_model_len=1024, enable_prefix_caching=True,
                              enable_chunked_prefill=True, long_prefill_token_threshold=0,
                              scheduler_reserve_full_isl=True)
 
 
-def measure(flags: dict, work: Path, runs: list[tuple[str, list[int]]]) -> dict:
-    out = {}
+FAMILIES = {"ttft_s": "time_to_first_token_seconds", "itl_s": "inter_token_latency_seconds",
+            "queue_s": "request_queue_time_seconds", "prefill_s": "request_prefill_time_seconds",
+            "decode_s": "request_decode_time_seconds"}
+
+
+def measure(flags: dict, work: Path, runs: list[tuple[str, list[int]]]) -> tuple[dict, dict]:
+    """Per profile and concurrency: histogram means of FAMILIES and output tokens/s; and
+    per profile the run itself (requests, windows)."""
+    out, loads = {}, {}
     argv = [str(tiny_model_dir()), *flag_list({**BASE_FLAGS, **flags})]
     with launch_target("vllm", argv, work / "server", env=VLLM_ENV) as target:
         for profile, levels in runs:
             res = run_steps(target, work / profile, profile, levels, STEP_S, WARMUP_S)
-            ttft = res.histogram("vllm:time_to_first_token_seconds")["mean"]
-            itl = res.histogram("vllm:inter_token_latency_seconds")["mean"]
+            means = {key: res.histogram(f"vllm:{family}")["mean"] for key, family in FAMILIES.items()}
             gen = res.counter("vllm:generation_tokens")["rate_per_s"]
-            out[profile] = {int(c): {"ttft_s": float(ttft[c]), "itl_s": float(itl[c]),
+            out[profile] = {int(c): {**{k: float(m[c]) for k, m in means.items()},
                                      "tokens_per_s": float(gen[c])} for c in levels}
-    return out
+            loads[profile] = res
+    return out, loads
 
 
-def sim_step_load(cfg: SchedulerSettings, step_time, prompt: int, output: int) -> dict:
-    """Closed loop in virtual time: each user resends the moment its request finishes."""
+def sim_step_load(cfg: SchedulerSettings, step_time, prompt: int, output: int,
+                  turnaround_s: float) -> dict:
+    """Closed loop in virtual time: each user resends ``turnaround_s`` after its request ends."""
     engine = Engine(cfg, step_time)  # type: ignore[arg-type]
-    now, seq, result = 0.0, 0, {}
+    now, seq, result, users = 0.0, 0, {}, 0
     arrivals: dict[str, float] = {}
-    users = 0
+    pending: list[float] = []           # engine arrival times of the next requests
+
+    def admit_due() -> None:
+        nonlocal seq
+        due = [t for t in pending if t <= now]
+        for t in due:
+            pending.remove(t)
+            engine.add_request(EngineRequest(f"q{seq}", [1000 + seq] + [7] * (prompt - 1), output,
+                                             output, t))
+            arrivals[f"q{seq}"], seq = t, seq + 1
+
     for c in LEVELS:
         t_end, t_meas = now + STEP_S, now + WARMUP_S
-        for _ in range(c - users):
-            engine.add_request(EngineRequest(f"q{seq}", [1000 + seq] + [7] * (prompt - 1), output,
-                                             output, now))
-            arrivals[f"q{seq}"], seq = now, seq + 1
+        pending += [now] * (c - users)
         users = c
         ttfts, tokens = [], 0
         while now < t_end:
+            admit_due()
             out = engine.step(now)
-            assert out is not None
+            if out is None:                 # idle until the next user's request arrives
+                now = min(pending)
+                continue
             now = out.t_end
             if now >= t_meas:
                 tokens += sum(out.new_tokens.values())
                 ttfts += [now - arrivals[r] for r in out.first_token]
-            for fin in out.finished:
-                engine.add_request(EngineRequest(f"q{seq}", [1000 + seq] + [7] * (prompt - 1),
-                                                 output, output, now))
-                arrivals[f"q{seq}"], seq = now, seq + 1
+            pending += [now + turnaround_s] * len(out.finished)
         result[c] = {"ttft_s": float(np.mean(ttfts)), "tokens_per_s": tokens / (now - t_meas)}
     return result
+
+
+def sim_same_arrivals(cfg: SchedulerSettings, step_time, res: LoadResult) -> dict:
+    """The real run's requests (send time, prompt and output lengths as vLLM counted them)
+    fed to the Engine at the same times: per step window, engine TTFT mean of the first
+    tokens inside it and output tokens/s. Client and API-server delays leave the comparison."""
+    engine = Engine(cfg, step_time)  # type: ignore[arg-type]
+    reqs = res.requests.dropna(subset=["prompt_tokens", "output_tokens"]).sort_values("t_sent")
+    arrivals = list(zip(reqs.t_sent, reqs.prompt_tokens.astype(int), reqs.output_tokens.astype(int)))
+    sent: dict[str, float] = {}
+    firsts: list[tuple[float, float]] = []
+    steps: list[tuple[float, int]] = []
+    now, i = arrivals[0][0], 0
+    while i < len(arrivals) or engine.has_unfinished_requests():
+        while i < len(arrivals) and arrivals[i][0] <= now:
+            t, prompt, output = arrivals[i]
+            engine.add_request(EngineRequest(f"r{i}", [1000 + i] + [7] * (prompt - 1), output, output, t))
+            sent[f"r{i}"], i = t, i + 1
+        out = engine.step(now)
+        if out is None:
+            now = arrivals[i][0]
+            continue
+        now = out.t_end
+        firsts += [(now, now - sent[r]) for r in out.first_token]
+        steps.append((now, sum(out.new_tokens.values())))
+    first_t, first_v = np.array(firsts).T
+    step_t, step_n = np.array(steps).T
+    result = {}
+    for w in res.steps.itertuples():
+        inside = (first_t >= w.t_start) & (first_t < w.t_end)
+        done = (step_t >= w.t_start) & (step_t < w.t_end)
+        result[int(w.concurrency)] = {"ttft_s": float(first_v[inside].mean()),
+                                      "tokens_per_s": float(step_n[done].sum() / (w.t_end - w.t_start))}
+    return result
+
+
+def compare(real: dict, sim: dict, front_s: float) -> list[dict]:
+    """Per level: server TTFT mean and output tokens/s, real against simulated (+ front end)."""
+    rows = []
+    for lvl in LEVELS:
+        r, s = real[lvl], sim[lvl]
+        sim_ttft = float(s["ttft_s"] + front_s)
+        rows.append({"concurrency": lvl, "real_ttft_ms": round(r["ttft_s"] * 1e3, 1),
+                     "sim_ttft_ms": round(sim_ttft * 1e3, 1),
+                     "ttft_err": round(sim_ttft / r["ttft_s"] - 1, 3),
+                     "real_tok_s": round(r["tokens_per_s"], 1), "sim_tok_s": round(float(s["tokens_per_s"]), 1),
+                     "tok_s_err": round(float(s["tokens_per_s"] / r["tokens_per_s"]) - 1, 3)})
+    return rows
 
 
 def main() -> None:
@@ -94,38 +176,32 @@ def main() -> None:
     if reason:
         sys.exit(reason)
     work = Path(tempfile.mkdtemp(prefix="calibrate-"))
-    fit_data = measure({"max_num_seqs": 16, "num_gpu_blocks_override": 512}, work / "fit",
-                       [("tiny-short", LEVELS), ("tiny-prefill", [1])])
-    short = fit_data["tiny-short"]
-    c = np.array(LEVELS, float)
-    itl = np.array([short[int(x)]["itl_s"] for x in LEVELS])
-    S, A = np.polyfit(c, itl, 1)
-    D = (fit_data["tiny-prefill"][1]["ttft_s"] - short[1]["ttft_s"]) / (512 - 64)
+    data, loads = measure({"max_num_seqs": CAP, "num_gpu_blocks_override": 512}, work,
+                          [("tiny-prefill", [1]), ("tiny-short", LEVELS)])
+    short, long = data["tiny-short"], data["tiny-prefill"][1]
+    running = np.minimum(np.array(LEVELS, float), CAP)
+    itl = np.array([short[c]["itl_s"] for c in LEVELS])
+    S, A = np.polyfit(running, itl, 1)
+    D = (long["prefill_s"] - 2 * short[1]["prefill_s"]) / (512 - 2 * 64)
     B = S - D
-    F = short[1]["ttft_s"] - (A + B + D * 64)
+    one = short[1]
+    F = one["ttft_s"] - one["queue_s"] - one["prefill_s"]
+    R = 32 / one["tokens_per_s"] - (one["queue_s"] + one["prefill_s"] + one["decode_s"])
     fit = {"A_step_s": float(A), "B_per_request_s": float(B), "D_per_token_s": float(D),
-           "F_front_s": float(F)}
+           "F_front_s": float(F), "R_turnaround_s": float(R)}
     print("fit:", {k: f"{v * 1e3:.3f} ms" for k, v in fit.items()})
 
     def step_time(batch: BatchShape) -> float:
         return A + B * batch.num_requests + D * (batch.num_prefill_tokens + batch.num_decode_tokens)
 
-    real = measure({"max_num_seqs": 4, "num_gpu_blocks_override": 512}, work / "check",
-                   [("tiny-short", LEVELS)])["tiny-short"]
-    sim = sim_step_load(tiny_settings(4), step_time, 64, 32)
-    rows = []
-    for lvl in LEVELS:
-        r, s = real[lvl], sim[lvl]
-        sim_ttft = float(s["ttft_s"] + F)
-        rows.append({"concurrency": lvl, "real_ttft_ms": round(r["ttft_s"] * 1e3, 1),
-                     "sim_ttft_ms": round(sim_ttft * 1e3, 1),
-                     "ttft_err": round(sim_ttft / r["ttft_s"] - 1, 3),
-                     "real_tok_s": round(r["tokens_per_s"], 1), "sim_tok_s": round(float(s["tokens_per_s"]), 1),
-                     "tok_s_err": round(float(s["tokens_per_s"] / r["tokens_per_s"]) - 1, 3)})
-    for row in rows:
-        print(row)
-    (work / "calibration.json").write_text(json.dumps({"fit": fit, "fit_data": fit_data,
-                                                       "check": rows}, indent=2))
+    closed = compare(short, sim_step_load(tiny_settings(CAP), step_time, 64, 32, R), F)
+    same = compare(short, sim_same_arrivals(tiny_settings(CAP), step_time, loads["tiny-short"]), F)
+    for title, rows in (("closed loop, turnaround R", closed), ("the real run's arrivals", same)):
+        print(f"simulator vs vLLM, {title}:")
+        for row in rows:
+            print("  ", row)
+    (work / "calibration.json").write_text(json.dumps({"fit": fit, "measured": data, "check_closed_loop": closed,
+                                                       "check_same_arrivals": same}, indent=2))
     print(f"written {work / 'calibration.json'}")
 
 
