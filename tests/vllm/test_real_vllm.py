@@ -58,18 +58,36 @@ def test_seq_cap_step_load(step_load_a):
 
 
 def test_client_ttft_matches_server_histogram(step_load_a):
+    """vLLM stamps its TTFT when the API server's output handler takes the first token;
+    the SSE write comes after. On 2 cores that API server shares a core with the engine
+    core, which busy-polls its worker, and in bursts a whole stream reaches the client at
+    once (``burst_share``: streams whose chunks all came within 2 ms), whichever client
+    reads it; that, not the client, is most of the difference here."""
     res = step_load_a
     server = res.histogram("vllm:time_to_first_token_seconds")["mean"]
     client = res.client_ttft()
     diff_ms = ((client - server) * 1000).round(1)
+    bursts = _burst_share(res)
     report = {int(c): {"client_ms": round(float(client[c]) * 1000, 1),
                        "server_ms": round(float(server[c]) * 1000, 1),
-                       "diff_ms": float(diff_ms[c])} for c in LEVELS}
+                       "diff_ms": float(diff_ms[c]), "burst_share": round(float(bursts[c]), 3)}
+              for c in LEVELS}
     (res.run / "ttft_overhead.json").write_text(json.dumps(report, indent=2))
     print("\nclient - server TTFT mean per step (ms):", report)
     # Both sides saw the same queueing: the client's figure tracks the server's jump.
     assert client[16] > 4 * client[4], report
     assert (client.notna() & server.notna()).all(), report
+
+
+def _burst_share(res) -> dict[int, float]:
+    """Per step: share of ok streams of several chunks that all arrived within 2 ms."""
+    ok = res.requests[(res.requests.status == "ok") & (res.requests.n_chunks > 1)]
+    share = {}
+    for s in res.steps.itertuples():
+        inside = ok[(ok.t_sent >= s.t_start) & (ok.t_sent < s.t_end)]
+        spans = [max(o) - min(o) for o in inside.chunk_offsets_s]
+        share[int(s.concurrency)] = sum(x < 0.002 for x in spans) / len(spans) if spans else float("nan")
+    return share
 
 
 def test_gauge_lag_is_measured(step_load_a):
