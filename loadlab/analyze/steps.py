@@ -91,7 +91,18 @@ def _client_stats(requests: pd.DataFrame, w: object) -> dict[str, float]:
         "ttft_p99_ms": _pct(ok.ttft_s, 99) * 1e3,
         "itl_p50_ms": _pct(ok.itl_p50_s, 50) * 1e3,
         "e2e_p50_s": _pct(ok.e2e_s, 50),
+        "burst_share": burst_share(ok),
     }
+
+
+def burst_share(ok: pd.DataFrame, within_s: float = 0.002) -> float:
+    """Share of streams of several chunks that all arrived within ``within_s``.
+
+    A server whose API process is starved (vLLM on too few cores) can hold a stream back
+    and deliver it whole: its own TTFT histogram does not see that, the user does.
+    """
+    spans = [max(o) - min(o) for o, n in zip(ok.chunk_offsets_s, ok.n_chunks) if n and n > 1]
+    return sum(x < within_s for x in spans) / len(spans) if spans else float("nan")
 
 
 def _pct(values: pd.Series, q: float) -> float:
@@ -117,7 +128,8 @@ COLUMNS = [  # (column, header, format)
     ("n_ok", "ok", "{:.0f}"), ("n_err", "err", "{:.0f}"),
     ("n_aborted", "aborted", "{:.0f}"), ("out_tok_s", "out tok/s", "{:.0f}"),
     ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}"), ("ttft_p99_ms", "TTFT p99 ms", "{:.0f}"),
-    ("itl_p50_ms", "ITL p50 ms", "{:.1f}"), ("running_mean", "running", "{:.1f}"),
+    ("itl_p50_ms", "ITL p50 ms", "{:.1f}"), ("burst_share", "bursts", "{:.2f}"),
+    ("running_mean", "running", "{:.1f}"),
     ("running_max", "run max", "{:.0f}"), ("running_itl", "run (ITL)", "{:.1f}"),
     ("gauge_stale", "stale 0s", "{:.2f}"), ("inflight", "in flight", "{:.1f}"),
     ("waiting_mean", "waiting", "{:.1f}"),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
-from loadlab.analyze.steps import format_step_table, step_table
+from loadlab.analyze.steps import burst_share, format_step_table, step_table
 from loadlab.errors import InputError
 from loadlab.sim.config import SimConfig
 from loadlab.sim.replay import ReplayPlan, run_replay
@@ -65,3 +66,14 @@ def test_missing_manifest_is_an_input_error(tmp_path):
 def test_measured_window_excludes_warmup(seq_capped):
     # every step kept its warm-up cut: the measured window is 30 of the 40 s
     assert all(math.isclose(r.t_end - r.t_start, 30.0, abs_tol=1e-6) for r in seq_capped.itertuples())
+
+
+def test_burst_share_counts_streams_delivered_whole():
+    ok = pd.DataFrame({"chunk_offsets_s": [[0.100, 0.1005, 0.101], [0.1, 0.2], [0.3]],
+                       "n_chunks": [3, 2, 1]})
+    assert burst_share(ok) == 0.5  # the one-chunk stream says nothing either way
+    assert math.isnan(burst_share(ok.iloc[2:]))
+
+
+def test_simulated_streams_are_paced_not_burst(seq_capped):
+    assert (seq_capped.burst_share == 0).all()

@@ -20,6 +20,7 @@ import pytest
 from loadrun import run_steps
 
 from loadlab.analyze.gauge_lag import gauge_lag
+from loadlab.analyze.steps import step_table
 
 pytestmark = pytest.mark.vllm
 
@@ -67,7 +68,7 @@ def test_client_ttft_matches_server_histogram(step_load_a):
     server = res.histogram("vllm:time_to_first_token_seconds")["mean"]
     client = res.client_ttft()
     diff_ms = ((client - server) * 1000).round(1)
-    bursts = _burst_share(res)
+    bursts = step_table(res.run / "load").set_index("concurrency")["burst_share"]
     report = {int(c): {"client_ms": round(float(client[c]) * 1000, 1),
                        "server_ms": round(float(server[c]) * 1000, 1),
                        "diff_ms": float(diff_ms[c]), "burst_share": round(float(bursts[c]), 3)}
@@ -77,17 +78,6 @@ def test_client_ttft_matches_server_histogram(step_load_a):
     # Both sides saw the same queueing: the client's figure tracks the server's jump.
     assert client[16] > 4 * client[4], report
     assert (client.notna() & server.notna()).all(), report
-
-
-def _burst_share(res) -> dict[int, float]:
-    """Per step: share of ok streams of several chunks that all arrived within 2 ms."""
-    ok = res.requests[(res.requests.status == "ok") & (res.requests.n_chunks > 1)]
-    share = {}
-    for s in res.steps.itertuples():
-        inside = ok[(ok.t_sent >= s.t_start) & (ok.t_sent < s.t_end)]
-        spans = [max(o) - min(o) for o in inside.chunk_offsets_s]
-        share[int(s.concurrency)] = sum(x < 0.002 for x in spans) / len(spans) if spans else float("nan")
-    return share
 
 
 def test_gauge_lag_is_measured(step_load_a):
