@@ -290,20 +290,17 @@ def main() -> None:
 
 def vllm_main(levels: list[int], args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "vllm"))
-    from realvllm import BASE_FLAGS, VLLM_ENV, flag_list, missing_reason, tiny_model_dir
-
-    from loadlab.sweep import launch_target
+    from realvllm import missing_reason, tiny_vllm
 
     if missing_reason():
         sys.exit(missing_reason())
-    flags = {**BASE_FLAGS, "served_model_name": MODEL, "max_num_seqs": 4, "num_gpu_blocks_override": 512}
-    with tempfile.TemporaryDirectory() as tmp:
-        argv = [str(tiny_model_dir()), *flag_list(flags)]
-        with launch_target("vllm", argv, Path(tmp) / "server", env=VLLM_ENV) as target:
-            poller = HistPoller(target.base_url)
-            poller.start()
-            results = compare(target.base_url, levels, args, Path(tmp), poller.mean_between, dict)
-            poller.stop.set()
+    with tempfile.TemporaryDirectory() as tmp, \
+            tiny_vllm(Path(tmp) / "server", served_model_name=MODEL, max_num_seqs=4,
+                      num_gpu_blocks_override=512) as target:
+        poller = HistPoller(target.base_url)
+        poller.start()
+        results = compare(target.base_url, levels, args, Path(tmp), poller.mean_between, dict)
+        poller.stop.set()
     report("real vLLM (tiny model, --max-num-seqs 4; mean+ = client TTFT - vLLM's TTFT histogram)",
            results, levels)
 

@@ -53,11 +53,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "vllm"))  # reuse the e2e tests' load helper
 
 from loadrun import LoadResult, run_steps
-from realvllm import BASE_FLAGS, VLLM_ENV, flag_list, missing_reason, tiny_model_dir
+from realvllm import missing_reason, tiny_vllm
 
 from loadlab.sim.engine import Engine
 from loadlab.sim.types import BatchShape, EngineRequest, SchedulerSettings
-from loadlab.sweep import launch_target
 
 LEVELS = [1, 2, 4, 8, 16]
 CAP = 4  # --max-num-seqs: levels 8 and 16 queue
@@ -81,8 +80,7 @@ def measure(flags: dict, work: Path, runs: list[tuple[str, list[int]]]) -> tuple
     """Per profile and concurrency: histogram means of FAMILIES and output tokens/s; and
     per profile the run itself (requests, windows)."""
     out, loads = {}, {}
-    argv = [str(tiny_model_dir()), *flag_list({**BASE_FLAGS, **flags})]
-    with launch_target("vllm", argv, work / "server", env=VLLM_ENV) as target:
+    with tiny_vllm(work / "server", **flags) as target:
         for profile, levels in runs:
             res = run_steps(target, work / profile, profile, levels, STEP_S, WARMUP_S)
             means = {key: res.histogram(f"vllm:{family}")["mean"] for key, family in FAMILIES.items()}

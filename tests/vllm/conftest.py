@@ -18,9 +18,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from realvllm import BASE_FLAGS, VLLM_ENV, flag_list, missing_reason, tiny_model_dir, vllm_python
+from realvllm import BASE_FLAGS, missing_reason, tiny_vllm, vllm_python
 
-from loadlab.sweep.launcher import LaunchedTarget, launch_target
+from loadlab.sweep.launcher import LaunchedTarget
 
 
 @pytest.fixture(scope="session")
@@ -49,10 +49,7 @@ def vllm_server(require_vllm, tmp_path_factory) -> Iterator[Callable[..., Launch
             return current["target"]  # type: ignore[return-value]
         stack.close()
         current.clear()
-        run_dir = tmp_path_factory.mktemp("vllm-server")
-        target = stack.enter_context(
-            launch_target("vllm", [str(tiny_model_dir()), *flag_list(flags)], run_dir,
-                          env=VLLM_ENV, startup_timeout_s=300))
+        target = stack.enter_context(tiny_vllm(tmp_path_factory.mktemp("vllm-server"), **overrides))
         current.update(key=key, target=target)
         return target
 
