@@ -25,7 +25,8 @@ whatever the buckets), their durations stamped in the engine core:
     reach the engine after its previous one ended (API server both ways, the client), at
     the levels below the cap. Neither is a constant here: the API server shares its core
     with the engine core, which busy-polls the worker, so both grow with the token rate it
-    streams (F 5.9 -> 13.9 ms, R 13 -> 48 ms from 170 to 510 tokens/s). Each is fitted as a
+    streams (F 5.9 -> 13.9 ms, R 13 -> 48 ms from 170 to 510 tokens/s at normal priority;
+    less with the engine core at nice 10, as ``tiny_vllm`` starts it). Each is fitted as a
     line in that rate.
 Check, per level: server TTFT mean (engine TTFT + F at the simulated rate) and output
 tokens/s, real against loadlab's Engine in virtual time with that step time, two ways:
