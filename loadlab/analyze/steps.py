@@ -70,7 +70,9 @@ def step_table(run_dir: str | Path) -> pd.DataFrame:
         lag = gauge_lag(metrics, requests, span)
         table["running_itl"] = lag["running_itl"].to_numpy()
         table["gauge_stale"] = lag["stale_share"].to_numpy()
-    table["inflight"] = client_inflight(requests, wins)
+        table["inflight"] = lag["inflight_client"].to_numpy()
+    else:
+        table["inflight"] = client_inflight(requests, wins)
     return table
 
 
