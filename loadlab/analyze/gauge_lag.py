@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from loadlab.collect.windows import counter_windows, gauge_windows, resolve_family
+from loadlab.analyze.windows import counter_windows, gauge_windows, resolve_family
 
 COLUMNS = ["running_gauge", "running_itl", "stale_share", "inflight_gauge", "inflight_client"]
 

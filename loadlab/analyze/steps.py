@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
-from loadlab.collect.windows import counter_windows, gauge_windows, resolve_family
+from loadlab.analyze.windows import counter_windows, gauge_windows, resolve_family
 from loadlab.errors import InputError
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 

@@ -4,9 +4,8 @@
 - :mod:`~loadlab.collect.parse`: exposition text -> METRICS rows (memoised prometheus_client parsing)
 - :mod:`~loadlab.collect.scraper`: :class:`Scraper`, background sampling into a run folder
 - :mod:`~loadlab.collect.prometheus`: the same rows read from a Prometheus server
-- :mod:`~loadlab.collect.windows`: counter, histogram, gauge and coverage statistics per window
+
+Per-window statistics of what was collected are analysis: :mod:`loadlab.analyze.windows`.
+The package imports nothing on its own, so the analyzer can read the catalog without
+loading the scraper's threads and sockets.
 """
-
-from loadlab.collect.scraper import Scraper
-
-__all__ = ["Scraper"]

@@ -23,7 +23,7 @@ analyzer cannot tell the difference:
 
 :func:`rate_query` and :func:`histogram_quantile_query` build the usual PromQL
 for quick looks (:func:`query_range_frame` runs one); loadlab's own statistics
-are computed from the raw rows (:mod:`loadlab.collect.windows`).
+are computed from the raw rows (:mod:`loadlab.analyze.windows`).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def test_scraper_follows_the_simulator_under_load(tmp_path):
     """V1 simulator in its own process: tokens generated show up as counter increases."""
     sim_testing = pytest.importorskip("loadlab.sim.testing")
     from loadlab.collect.scraper import Scraper
-    from loadlab.collect.windows import counter_windows
+    from loadlab.analyze.windows import counter_windows
 
     with sim_testing.running_sim(max_num_seqs=4) as url:
         with Scraper([url], tmp_path, interval_s=0.2) as scraper:

@@ -17,7 +17,7 @@ from loadlab.collect.prometheus import (
 )
 from loadlab.collect.scraper import Scraper
 from loadlab.collect.testing import prometheus_binary, running_prometheus
-from loadlab.collect.windows import counter_windows, coverage_windows, gauge_windows
+from loadlab.analyze.windows import counter_windows, coverage_windows, gauge_windows
 from loadlab.runstore import METRICS, SCRAPES, read_manifest, read_table
 
 pytestmark = [

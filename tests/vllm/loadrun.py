@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from loadlab.collect.scraper import Scraper
-from loadlab.collect.windows import counter_windows, gauge_windows, histogram_windows
+from loadlab.analyze.windows import counter_windows, gauge_windows, histogram_windows
 from loadlab.runstore import read_table
 from loadlab.runstore.schema import METRICS, REQUESTS
 from loadlab.sweep.launcher import LaunchedTarget

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadlab.collect.windows import (
+from loadlab.analyze.windows import (
     counter_windows,
     coverage_windows,
     gauge_windows,

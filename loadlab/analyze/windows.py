@@ -1,4 +1,4 @@
-"""Per-window statistics of METRICS and SCRAPES, for the analyzer.
+"""Per-window statistics of METRICS and SCRAPES: the analyzer's view of what the collector stored.
 
 Inputs: a METRICS DataFrame (raw samples as collected, direct or from
 Prometheus: the two look the same) and *windows*, either ``(t_start, t_end)``
