@@ -7,10 +7,13 @@ from pathlib import Path
 import click
 
 from loadlab.workload import list_profiles, load_profile
-from loadlab.workload.model import ProfileModel, Source, Summary, dump_profile
+from loadlab.workload.model import ProfileModel, Source, Summary, Table, dump_profile
+from loadlab.workload.quantile import QuantileFn
+from loadlab.workload.sampler import RequestSampler
 from loadlab.workload.traces import FORMATS, Columns, read_trace
 
 _QUANTILES = ("p10", "p25", "p50", "p75", "p90", "p99")
+REUSE_REQUESTS = 20_000
 
 
 @click.group()
@@ -33,7 +36,7 @@ def _row(label: str, s: Summary) -> str:
 
 def render(model: ProfileModel) -> str:
     """The readable summary `profile show` prints."""
-    lengths, arr, pre = model.lengths, model.arrivals, model.prefix
+    lengths, arr = model.lengths, model.arrivals
     lines = [
         f"{model.name}: {model.description}",
         f"source: {model.source.dataset} [{model.source.licence}]",
@@ -75,25 +78,49 @@ def render(model: ProfileModel) -> str:
             lines.append("          " + ", ".join(extra))
         if st.note:
             lines.append(f"          note: {st.note}")
-    lines.append(_prefix_line(model))
-    lines += [f"          {k} {v:g}" for k, v in pre.stats.items()]
+    lines += _prefix_lines(model)
     return "\n".join(lines)
 
 
-def _prefix_line(model: ProfileModel) -> str:
+def _prefix_lines(model: ProfileModel) -> list[str]:
+    """Prefix structure: sessions, turns, what a cache reuses and what it must hold."""
     pre = model.prefix
+    stats = [f"            {k} {v:g}" for k, v in pre.stats.items()]
+    if stats:
+        stats.insert(0, "          in the source (time order, a cache keeping all):")
     if pre.kind == "none":
-        return "prefix:   none (every prompt unique)"
-    if pre.kind == "shared":
-        return f"prefix:   every request shares the first {pre.common_tokens} tokens"
-    assert pre.group_sizes is not None and pre.group_prefix_tokens is not None
-    sizes, shared = pre.group_sizes.v, pre.group_prefix_tokens.v
-    mid = len(sizes) // 2
-    return (
-        f"prefix:   common {pre.common_tokens} tokens; {pre.group_share:.1%} of requests in {pre.group_count} "
-        f"groups (size median {sizes[mid]:g}, max {sizes[-1]:g}); a group shares a median "
-        f"{shared[mid]:,.0f} leading tokens"
-    )
+        return ["prefix:   none (every prompt unique)", *stats]
+    common = f"every request opens with the same {pre.common_tokens:,} tokens"
+    if pre.sessions is None:
+        return [f"prefix:   {common}", *stats]
+    ses = pre.sessions
+    sampler = RequestSampler(model, seed=0)
+    specs = [sampler.spec(seq) for seq in range(REUSE_REQUESTS)]
+    later = sum(s.turn is not None and s.turn > 0 for s in specs) / len(specs)
+    mean_prompt = sum(s.prompt_tokens for s in specs) / len(specs)
+    reuse = sum(s.reused_tokens for s in specs) / (mean_prompt * len(specs))
+    extend = [t.extend_share for c in ses.classes for t in c.transitions]
+    active = ses.active
+    lines = [
+        f"prefix:   sessions{'; ' + common if pre.common_tokens else ''}",
+        (f"{active} sessions at once: request seq is a turn of the session in slot seq % "
+        f"{active}, so a session's next turn comes {active} requests later"),
+        (f"turns per session: median {_at(ses.turns, 0.5):g}, p90 {_at(ses.turns, 0.9):g}, max "
+        f"{ses.turns.v[-1]:g}; {later:.0%} of requests are later turns"),
+        (f"a later turn extends the previous prompt {min(extend):.0%}-{max(extend):.0%} of the "
+        "time (by turn and context class), else keeps part of it and adds its own"),
+        (f"expected prefix reuse (first {REUSE_REQUESTS:,} requests, a cache keeping all): "
+        f"{reuse:.3f} of prompt tokens"),
+        (f"to see it a server's prefix cache must hold ~{active} x {mean_prompt:,.0f} = "
+        f"{active * mean_prompt:,.0f} tokens (active sessions x mean prompt)"),
+    ]
+    if ses.gap_s is not None:
+        lines.append(f"in the source a turn came a median {ses.gap_s.p50:,.0f} s after the one before")
+    return [lines[0]] + ["          " + line for line in lines[1:]] + stats
+
+
+def _at(table: Table, p: float) -> float:
+    return round(QuantileFn(table)(p))
 
 
 @profile.command("show")

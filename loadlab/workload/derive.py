@@ -13,22 +13,12 @@ Steps and defaults
    bins; busiest minute / mean. Timestamps on a coarse grid (more than half the gaps
    exactly 0) are first spread uniformly (seeded) inside each grid slot, the grid
    being the median non-zero gap, since zero gaps describe the logger, not users.
-4. Prefix (traces with prefix-block hash ids): leading block positions whose modal id
-   is in >= 90% of requests form the common prefix; a request's shared prefix is the
-   leading run of its blocks that occur in two or more requests (x block tokens, capped
-   at its length); requests are grouped by their first block after the common part.
-   Groups of two or more give ``group_sizes``, ``group_share``, ``group_window`` (n),
-   ``group_prefix_tokens`` (per group, the median shared prefix of its members, at
-   least the common prefix) and ``grouped_tail_tokens`` (per grouped request, input
-   minus its group's prefix, at least 1); lone requests give ``ungrouped_input``. Paired
-   profiles get each row's grouped flag as a third rank-pair element, with input ranks
-   taken within the row's kind. Reuse figures are computed in trace order with an
-   infinite cache.
+4. Prefix (traces with prefix-block hash ids): sessions fitted by
+   :mod:`loadlab.workload.session_fit`; tables from :mod:`loadlab.workload.tables`.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,37 +34,14 @@ from loadlab.workload.model import (
     Summary,
     Table,
 )
+from loadlab.workload.session_fit import fit_prefix
+from loadlab.workload.tables import PROBS, SUMMARY_P, quantile_table, summary
 from loadlab.workload.traces import TraceData
 
-PROBS: list[float] = [round(k * 0.005, 4) for k in range(199)] + [
-    0.9925,
-    0.995,
-    0.9975,
-    0.999,
-    0.9995,
-    1.0,
-]
 PAIR_THRESHOLD = 0.3
 PAIR_COUNT = 1500
 PAIR_GRID = 1000
-COMMON_SHARE = 0.9
 MIN_CV = 0.01  # near-periodic traces: cap the gamma shape at 1 / MIN_CV^2 = 10,000
-_SUMMARY_P = (10, 25, 50, 75, 90, 99)
-
-
-def quantile_table(values: np.ndarray) -> Table:
-    v = np.percentile(values, np.asarray(PROBS) * 100.0)
-    return Table(p=PROBS, v=[round(float(x), 2) for x in np.maximum.accumulate(v)])
-
-
-def summary(values: np.ndarray) -> Summary:
-    ps = np.percentile(values, _SUMMARY_P)
-    return Summary(
-        n=int(values.size),
-        mean=round(float(values.mean()), 2),
-        **{f"p{p}": round(float(x), 2) for p, x in zip(_SUMMARY_P, ps)},
-        max=float(values.max()),
-    )
 
 
 def pmf_quantile(values: np.ndarray, weights: np.ndarray, probs: Sequence[float]) -> np.ndarray:
@@ -93,12 +60,12 @@ def pmf_table(values: np.ndarray, weights: np.ndarray) -> Table:
 
 
 def pmf_summary(values: np.ndarray, weights: np.ndarray, n: float) -> Summary:
-    ps = pmf_quantile(values, weights, [p / 100 for p in _SUMMARY_P])
+    ps = pmf_quantile(values, weights, [p / 100 for p in SUMMARY_P])
     mean = float((values * weights).sum() / weights.sum())
     return Summary(
         n=round(n),
         mean=round(mean, 2),
-        **{f"p{p}": float(x) for p, x in zip(_SUMMARY_P, ps)},
+        **{f"p{p}": float(x) for p, x in zip(SUMMARY_P, ps)},
         max=float(values[weights > 0].max()),
     )
 
@@ -121,36 +88,22 @@ def correlations(inp: np.ndarray, out: np.ndarray) -> tuple[float, float]:
     return spearman, log_pearson
 
 
-def rank_pairs(
-    inp: np.ndarray, out: np.ndarray, grouped: np.ndarray | None = None, seed: int = 0
-) -> Joint:
+def rank_pairs(inp: np.ndarray, out: np.ndarray, seed: int = 0) -> Joint:
     """Empirical copula of a seeded subsample: ranks are taken within the subsample, so
-    each side is uniform on the grid and the marginals come only from the tables.
-    ``grouped`` adds each row's prefix-group flag as a third element."""
+    each side is uniform on the grid and the marginals come only from the tables."""
     gen = np.random.default_rng(seed)
     pick = np.sort(gen.choice(inp.size, size=min(PAIR_COUNT, inp.size), replace=False))
-    ri = _ranks(inp[pick])
-    if (
-        grouped is not None
-    ):  # the sampler maps grouped and lone input ranks through different tables
-        flags = grouped[pick]
-        for kind in (flags, ~flags):
-            if kind.any():
-                ri[kind] = _ranks(inp[pick][kind])
-    ri = np.minimum((ri * PAIR_GRID).astype(int), PAIR_GRID - 1)
+    ri = np.minimum((_ranks(inp[pick]) * PAIR_GRID).astype(int), PAIR_GRID - 1)
     ro = np.minimum((_ranks(out[pick]) * PAIR_GRID).astype(int), PAIR_GRID - 1)
-    cols = [ri, ro] if grouped is None else [ri, ro, grouped[pick].astype(int)]
     spearman, _ = correlations(inp, out)
     return Joint(
         grid=PAIR_GRID,
-        pairs=[[int(c[k]) for c in cols] for k in range(pick.size)],
+        pairs=[[int(i), int(o)] for i, o in zip(ri, ro)],
         spearman=round(spearman, 4),
     )
 
 
-def fit_lengths(
-    trace: TraceData, paired: bool | None = None, grouped: np.ndarray | None = None
-) -> Lengths:
+def fit_lengths(trace: TraceData, paired: bool | None = None) -> Lengths:
     inp, out = trace.input_tokens.astype(float), trace.output_tokens.astype(float)
     if paired is None:
         paired = inp.size > 2 and max(abs(c) for c in correlations(inp, out)) >= PAIR_THRESHOLD
@@ -159,7 +112,7 @@ def fit_lengths(
         output=quantile_table(out),
         input_summary=summary(inp),
         output_summary=summary(out),
-        joint=rank_pairs(inp, out, grouped) if paired else None,
+        joint=rank_pairs(inp, out) if paired else None,
     )
 
 
@@ -227,97 +180,19 @@ def _counts_per(ts: np.ndarray, width: float) -> np.ndarray:
     )
 
 
-def fit_prefix(
-    hash_ids: list[list[int]], input_tokens: np.ndarray, block: int
-) -> tuple[Prefix, np.ndarray]:
-    """Prefix structure and, per request, whether it is in a group of two or more."""
-    n = len(hash_ids)
-    occurrences = Counter(b for ids in hash_ids for b in set(ids))
-    common = 0
-    while True:
-        at_k = Counter(ids[common] for ids in hash_ids if len(ids) > common)
-        if not at_k or at_k.most_common(1)[0][1] < COMMON_SHARE * n:
-            break
-        common += 1
-    shared_tokens = np.zeros(n)
-    keys: list[int | None] = []
-    for r, ids in enumerate(hash_ids):
-        run = 0
-        while run < len(ids) and occurrences[ids[run]] >= 2:
-            run += 1
-        shared_tokens[r] = min(run * block, int(input_tokens[r]))
-        keys.append(ids[common] if len(ids) > common and occurrences[ids[common]] >= 2 else None)
-    grouped = np.array([k is not None for k in keys])
-    stats = _reuse_stats(hash_ids, input_tokens, block)
-    common_tokens = common * block
-    if not grouped.any():
-        kind = "shared" if common_tokens else "none"
-        return Prefix(
-            kind=kind, block_tokens=block, common_tokens=common_tokens, stats=stats
-        ), grouped
-    members: dict[int, list[int]] = {}
-    for r, k in enumerate(keys):
-        if k is not None:
-            members.setdefault(k, []).append(r)
-    inputs = input_tokens.astype(float)
-    sizes = np.array([len(m) for m in members.values()], dtype=float)
-    group_prefix = np.array(
-        [max(float(np.median(shared_tokens[m])), common_tokens) for m in members.values()]
-    )
-    tails = np.concatenate(
-        [np.maximum(inputs[m] - g, 1.0) for m, g in zip(members.values(), group_prefix)]
-    )
-    prefix = Prefix(
-        kind="groups",
-        block_tokens=block,
-        common_tokens=common_tokens,
-        group_share=round(float(grouped.mean()), 4),
-        group_count=len(members),
-        group_window=n,
-        group_sizes=quantile_table(sizes),
-        group_prefix_tokens=quantile_table(group_prefix),
-        grouped_tail_tokens=quantile_table(tails),
-        ungrouped_input=quantile_table(inputs[~grouped]) if (~grouped).sum() >= 2 else None,
-        stats=stats,
-    )
-    return prefix, grouped
-
-
-def _reuse_stats(
-    hash_ids: list[list[int]], input_tokens: np.ndarray, block: int
-) -> dict[str, float]:
-    """Block reuse and token-level prefix hits replayed in trace order, infinite cache."""
-    seen: set[int] = set()
-    reused = hit_tokens = total_blocks = 0
-    for r, ids in enumerate(hash_ids):
-        lead = 0
-        while lead < len(ids) and ids[lead] in seen:
-            lead += 1
-        reused += sum(1 for b in ids if b in seen)
-        hit_tokens += min(lead * block, int(input_tokens[r]))
-        total_blocks += len(ids)
-        seen.update(ids)
-    return {
-        "block_reuse_ratio": round(reused / total_blocks, 4),
-        "token_prefix_hit_ratio": round(hit_tokens / float(input_tokens.sum()), 4),
-        "requests": float(len(hash_ids)),
-    }
-
-
 def fit_profile(
     trace: TraceData, name: str, description: str, source: Source, paired: bool | None = None
 ) -> ProfileModel:
     """A complete profile from a trace; ``paired=None`` decides from the correlation."""
-    prefix, grouped = Prefix(kind="none"), None
+    prefix = Prefix(kind="none")
     if trace.hash_ids:
-        prefix, flags = fit_prefix(trace.hash_ids, trace.input_tokens, trace.block_tokens or 1)
-        grouped = flags if prefix.kind == "groups" else None
-    lengths = fit_lengths(trace, paired, grouped)
+        prefix = fit_prefix(trace.hash_ids, trace.input_tokens, trace.block_tokens or 1,
+                            trace.timestamps_s)
     return ProfileModel(
         name=name,
         description=description,
         source=source,
-        lengths=lengths,
+        lengths=fit_lengths(trace, paired),
         arrivals=fit_arrivals(trace.timestamps_s),
         prefix=prefix,
     )

@@ -14,22 +14,26 @@ A profile is one YAML file holding only DERIVED figures of a trace, never raw ro
 - ``arrivals``: the fitted arrival process (``poisson``, ``gamma`` with its shape, or
   ``none`` where the source has no timestamps) and burstiness statistics.
 - ``prefix``: prefix-sharing structure. ``none``; ``shared`` (every request starts
-  with the same ``common_tokens``); or ``groups`` (requests belong to groups, e.g.
-  conversations or a document asked about repeatedly; ``group_share`` of requests are
-  in a group of two or more, ``group_sizes`` is the number of requests per group,
-  ``common_tokens`` a prefix every request shares, such as a system prompt). A grouped
-  request is its group's shared prefix (``group_prefix_tokens``, one length per group)
-  plus its own tail (``grouped_tail_tokens``); a lone request's length comes from
-  ``ungrouped_input``. So with groups, ``lengths.input`` is the source's marginal for
-  reference and the sampler reproduces it only approximately. Paired profiles carry
-  the grouping as a third element of each rank pair, whose input rank is then taken
-  within its kind (grouped or lone).
+  with the same ``common_tokens``, such as a system prompt); or ``sessions``
+  (conversations and repeated questions on one document, fitted from prefix-block
+  hash ids): ``sessions.active`` sessions are in progress at once, each a run of
+  ``turns`` requests whose first prompt comes from its turn class's
+  ``first_tokens`` and whose later turns follow the turn before them by a
+  ``Transition`` of the cell (turn class, context class of the previous prompt):
+  *extend* (resend the previous prompt whole and add ``growth_tokens``, as a chat
+  does) or *branch* (keep the leading ``keep_share`` of it and add ``new_tokens``
+  of its own, as a new question on the same document does). The sampler
+  (:mod:`loadlab.workload.sessions`) says how requests map to sessions. With
+  sessions, ``lengths.input`` is the source's marginal for reference: the sampler
+  reproduces it approximately; where lengths are paired (``joint``) the output is
+  drawn given the input's rank.
 
 Errors name the file, the field path, what was wrong and the fix (exit code 2).
 """
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,25 +96,18 @@ class Summary(_Strict):
 class Joint(_Strict):
     kind: Literal["rank_pairs"] = "rank_pairs"
     grid: int = Field(gt=1, description="ranks are integers in [0, grid)")
-    pairs: list[list[int]] = Field(
-        description="[input rank, output rank] or [input rank, output rank, grouped 0/1]"
-    )
+    pairs: list[list[int]] = Field(description="[input rank, output rank]")
     spearman: float = Field(description="Spearman correlation of the source (input, output)")
 
     @model_validator(mode="after")
     def _check(self) -> Joint:
         if not self.pairs:
             raise ValueError("pairs must not be empty")
-        width = len(self.pairs[0])
         for pr in self.pairs:
-            if len(pr) != width or width not in (2, 3):
-                raise ValueError(f"rank pair {pr} must have 2 entries (or 3 in every pair)")
-            if not (0 <= pr[0] < self.grid and 0 <= pr[1] < self.grid) or (
-                width == 3 and pr[2] not in (0, 1)
-            ):
-                raise ValueError(
-                    f"rank pair {pr} is outside [0, {self.grid}) (grouped flag: 0 or 1)"
-                )
+            if len(pr) != 2:
+                raise ValueError(f"rank pair {pr} must have 2 entries (input rank, output rank)")
+            if not (0 <= pr[0] < self.grid and 0 <= pr[1] < self.grid):
+                raise ValueError(f"rank pair {pr} is outside [0, {self.grid})")
         return self
 
 
@@ -150,38 +147,91 @@ class Arrivals(_Strict):
         return self
 
 
+class Transition(_Strict):
+    """How a session's later turn follows the turn before it, in one cell."""
+
+    samples: int = Field(ge=0, description="later turns of the source behind these figures")
+    extend_share: float = Field(
+        ge=0, le=1, description="share of turns that resend the previous prompt whole and add to it"
+    )
+    growth_tokens: Table | None = Field(
+        default=None, description="tokens an extending turn adds to the previous prompt"
+    )
+    keep_share: Table | None = Field(
+        default=None, description="leading share of the previous prompt a branching turn keeps"
+    )
+    new_tokens: Table | None = Field(
+        default=None, description="tokens a branching turn adds after what it keeps"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Transition:
+        if self.extend_share > 0 and self.growth_tokens is None:
+            raise ValueError("extend_share > 0 needs growth_tokens")
+        if self.extend_share < 1 and (self.keep_share is None or self.new_tokens is None):
+            raise ValueError("extend_share < 1 needs keep_share and new_tokens")
+        if self.keep_share is not None and self.keep_share.v[-1] > 1:
+            raise ValueError("keep_share values must lie in [0, 1]")
+        return self
+
+
+class TurnClass(_Strict):
+    """Sessions of ``min_turns`` turns up to the next class's: first prompt and transitions."""
+
+    min_turns: int = Field(ge=1)
+    sessions: int = Field(ge=0, description="sessions of the source in this class")
+    first_tokens: Table = Field(description="prompt tokens of a session's first turn")
+    transitions: list[Transition] = Field(
+        default=[], description="one per context class; empty for one-turn sessions"
+    )
+
+
+class Sessions(_Strict):
+    active: int = Field(
+        ge=1,
+        description="sessions in progress at once: request seq is turn of the session in slot "
+        "seq % active, so a session's turns come this many requests apart",
+    )
+    turns: Table = Field(description="turns (requests) per session")
+    context_edges: list[float] = Field(
+        description="lower bounds of the context classes (the previous prompt's tokens), from 0"
+    )
+    classes: list[TurnClass]
+    gap_s: Summary | None = Field(
+        default=None, description="seconds between a turn and the one before it, in the source"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Sessions:
+        edges = self.context_edges
+        if not edges or edges[0] != 0 or any(b <= a for a, b in pairwise(edges)):
+            raise ValueError("context_edges must start at 0 and increase")
+        mins = [c.min_turns for c in self.classes]
+        if not mins or mins[0] != 1 or any(b <= a for a, b in pairwise(mins)):
+            raise ValueError("classes must start at min_turns 1, in increasing min_turns")
+        for k, cls in enumerate(self.classes):
+            longest = mins[k + 1] - 1 if k + 1 < len(mins) else None
+            if (longest is None or longest >= 2) and len(cls.transitions) != len(edges):
+                raise ValueError(
+                    f"class min_turns {cls.min_turns} needs one transition per context class "
+                    f"({len(edges)})"
+                )
+        return self
+
+
 class Prefix(_Strict):
-    kind: Literal["none", "shared", "groups"]
+    kind: Literal["none", "shared", "sessions"]
     block_tokens: int | None = Field(default=None, gt=0)
     common_tokens: int = Field(default=0, ge=0)
-    group_share: float = Field(default=0.0, ge=0, le=1)
-    group_count: int = Field(
-        default=0, ge=0, description="number of groups of 2+ requests in the source"
-    )
-    group_window: int = Field(
-        default=0,
-        ge=0,
-        description="requests in the source: every this many requests a fresh pool of groups "
-        "starts, so long runs reuse prefixes as the trace did (0: one pool for the whole run)",
-    )
-    group_sizes: Table | None = None
-    group_prefix_tokens: Table | None = None
-    grouped_tail_tokens: Table | None = None
-    ungrouped_input: Table | None = None
+    sessions: Sessions | None = None
     stats: dict[str, float] = {}
 
     @model_validator(mode="after")
     def _check(self) -> Prefix:
         if self.kind == "shared" and self.common_tokens <= 0:
             raise ValueError("kind 'shared' needs common_tokens > 0")
-        needed = (self.group_sizes, self.group_prefix_tokens, self.grouped_tail_tokens)
-        if self.kind == "groups" and (any(t is None for t in needed) or self.group_count < 1):
-            raise ValueError(
-                "kind 'groups' needs group_sizes, group_prefix_tokens, grouped_tail_tokens "
-                "and group_count >= 1"
-            )
-        if self.kind == "groups" and self.group_share < 1 and self.ungrouped_input is None:
-            raise ValueError("kind 'groups' with group_share < 1 needs ungrouped_input")
+        if (self.kind == "sessions") != (self.sessions is not None):
+            raise ValueError("kind 'sessions' needs sessions, and only it has them")
         return self
 
 

@@ -3,23 +3,19 @@
 Steps for request ``seq`` (all uniforms from :mod:`loadlab.workload.rng`, keyed by
 (seed, seq), so no state is shared between requests):
 
-1. Kind. With prefix groups, a request is grouped with probability ``group_share``
-   (or as its rank pair's third element says, for paired profiles).
-2. Lengths. Output: a uniform through the output table (linear interpolation between
-   table points, rounded, at least 1). Input: a lone request maps a uniform through
-   ``ungrouped_input`` (``lengths.input`` when the profile has no groups); a grouped
-   request is its group's prefix plus a tail drawn from ``grouped_tail_tokens``.
-   Paired profiles pick one rank pair uniformly and jitter it inside its grid cell;
-   its two ranks replace the two uniforms, which keeps the source's input/output
-   dependence.
-3. Prefix. ``shared``: group 0, prefix = ``common_tokens``. ``groups``: a grouped
-   request joins one of a pool of ``group_count`` groups, chosen with probability
-   proportional to the group's size (sizes drawn once per seed from ``group_sizes``);
-   every ``group_window`` requests (the source's length) a fresh pool with new group
-   ids takes over, so a run longer than the trace does not reuse more than it did.
-   Each group's prefix length is drawn from ``group_prefix_tokens`` as a pure function
-   of (seed, group). Lone requests are in group 0 with just the common prefix, or in no
-   group. The prefix always leaves at least one unique token.
+1. Prompt. With sessions (``prefix.kind: sessions``) the prompt, its context and
+   its session come from :mod:`loadlab.workload.sessions` (request ``seq`` is one
+   turn of the session in slot ``seq % active``). Otherwise a uniform through the
+   input table (linear interpolation between table points, rounded, at least 1).
+2. Output. A uniform through the output table. Paired profiles (``lengths.joint``)
+   pick one rank pair uniformly and jitter it inside its grid cell, its two ranks
+   replacing the input and output uniforms, which keeps the source's input/output
+   dependence; with sessions the input is already fixed, so the pair is drawn among
+   the ``NEIGHBOURS`` pairs whose input rank is nearest the prompt's rank.
+3. Prefix. ``shared``: group 0, prefix = ``common_tokens`` (the prompt always keeps
+   at least one token of its own). ``sessions``: group = session id, prefix = the
+   turn's context. ``reused_tokens``: what earlier requests already sent of this
+   prompt (see :meth:`RequestSampler.reuse_ratio`).
 4. Arrival. ``arrival_s`` is the request's offset in the profile's own arrival process
    at its recorded rate (None when the profile has no arrival model); a load
    generator that drives its own rate ignores it.
@@ -27,23 +23,30 @@ Steps for request ``seq`` (all uniforms from :mod:`loadlab.workload.rng`, keyed 
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import accumulate
 
 from loadlab.workload import rng
 from loadlab.workload.arrivals import RenewalSchedule
-from loadlab.workload.model import ProfileModel, Table
+from loadlab.workload.model import Joint, ProfileModel
 from loadlab.workload.prompts import PromptSynth, TokenCounter
+from loadlab.workload.quantile import QuantileFn
+from loadlab.workload.sessions import SessionLayout
 
 _SAMPLER_STREAM = 0x5A
-_GROUP_POOL_STREAM = 0x6B
-_GROUP_PREFIX_STREAM = 0x7C
+NEIGHBOURS = 30
 
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """What to send as request ``seq``: lengths in tokens on the target server."""
+    """What to send as request ``seq``: lengths in tokens on the target server.
+
+    ``prefix_group`` and ``prefix_tokens``: the prompt's first ``prefix_tokens`` tokens
+    are the text of group (session) ``prefix_group``, shared with every request of the
+    group as far as both have it (group 0's text opens every group's: the common
+    prefix). ``turn``: the request's turn in its session (None without sessions).
+    ``reused_tokens``: of this prompt, the tokens earlier requests already sent.
+    """
 
     seq: int
     prompt_tokens: int
@@ -51,27 +54,33 @@ class RequestSpec:
     prefix_group: int | None
     prefix_tokens: int
     arrival_s: float | None
+    turn: int | None = None
+    reused_tokens: int = 0
 
 
-class QuantileFn:
-    """Inverse CDF from a table, evaluated with bisect (no numpy in the hot path)."""
+class _PairsByInput:
+    """Rank pairs sorted by input rank, for an output drawn given the input's rank."""
 
-    def __init__(self, table: Table) -> None:
-        self.p = list(table.p)
-        self.v = list(table.v)
+    def __init__(self, joint: Joint) -> None:
+        pairs = sorted((p[0], p[1]) for p in joint.pairs)
+        self.grid = joint.grid
+        self.inputs = [p[0] for p in pairs]
+        self.outputs = [p[1] for p in pairs]
 
-    def __call__(self, u: float) -> float:
-        k = bisect_right(self.p, u) - 1
-        if k >= len(self.p) - 1:
-            return self.v[-1]
-        p0, p1 = self.p[k], self.p[k + 1]
-        return self.v[k] + (self.v[k + 1] - self.v[k]) * (u - p0) / (p1 - p0)
+    def output_u(self, input_u: float, u_pick: float, u_jitter: float) -> float:
+        """Output uniform: one of the NEIGHBOURS pairs nearest ``input_u`` in input rank."""
+        n = len(self.inputs)
+        width = min(NEIGHBOURS, n)
+        centre = bisect_left(self.inputs, input_u * self.grid)
+        first = min(max(0, centre - width // 2), n - width)
+        k = first + min(int(u_pick * width), width - 1)
+        return (self.outputs[k] + u_jitter) / self.grid
 
 
 class RequestSampler:
-    """Request specs for one (profile, seed)."""
+    """Request specs for one (profile, seed); ``active_sessions`` overrides the profile's."""
 
-    def __init__(self, model: ProfileModel, seed: int) -> None:
+    def __init__(self, model: ProfileModel, seed: int, active_sessions: int | None = None) -> None:
         self.model = model
         self.seed = int(seed)
         lengths = model.lengths
@@ -81,56 +90,55 @@ class RequestSampler:
         self._grid = lengths.joint.grid if lengths.joint else 0
         prefix = model.prefix
         self._common = prefix.common_tokens
-        self._share = prefix.group_share if prefix.kind == "groups" else 0.0
-        self._lone_input = (
-            QuantileFn(prefix.ungrouped_input) if prefix.ungrouped_input else self._input
-        )
-        self._tail = (
-            QuantileFn(prefix.grouped_tail_tokens) if prefix.grouped_tail_tokens else self._input
-        )
-        self._group_cum: list[float] = []
-        self._group_prefix: QuantileFn | None = None
-        if prefix.kind == "groups":
-            assert prefix.group_sizes is not None and prefix.group_prefix_tokens is not None
-            sizes_fn = QuantileFn(prefix.group_sizes)
-            draws = rng.uniforms(rng.key(self.seed, _GROUP_POOL_STREAM), prefix.group_count)
-            self._group_cum = list(accumulate(max(1.0, round(sizes_fn(u))) for u in draws))
-            self._group_prefix = QuantileFn(prefix.group_prefix_tokens)
+        self._sessions: SessionLayout | None = None
+        self._by_input: _PairsByInput | None = None
+        if prefix.sessions is not None:
+            self._sessions = SessionLayout(prefix.sessions, self._common, self.seed,
+                                           active_sessions)
+            self._by_input = _PairsByInput(lengths.joint) if lengths.joint else None
         arr = model.arrivals
         self._schedule: RenewalSchedule | None = None
         if arr.process != "none" and arr.rate_per_s:
             shape = arr.gamma_shape if arr.process == "gamma" else None
             self._schedule = RenewalSchedule(arr.rate_per_s, shape, self.seed)
 
+    @property
+    def active_sessions(self) -> int | None:
+        """Sessions in progress at once (None without sessions)."""
+        return self._sessions.active if self._sessions is not None else None
+
     def spec(self, seq: int) -> RequestSpec:
         """The request at position ``seq``; same (profile, seed, seq) -> same spec."""
-        u = rng.uniforms(rng.key(self.seed, _SAMPLER_STREAM, seq), 5)
+        u = rng.uniforms(rng.key(self.seed, _SAMPLER_STREAM, seq), 3)
+        arrival = self._schedule.offset(seq) if self._schedule is not None else None
+        if self._sessions is not None:
+            t = self._sessions.turn(seq)
+            u_out = u[2]
+            if self._by_input is not None:
+                u_out = self._by_input.output_u(self._input.cdf(t.prompt_tokens), u[0], u[2])
+            return RequestSpec(seq, t.prompt_tokens, max(1, round(self._output(u_out))),
+                               t.session, t.context_tokens, arrival, t.turn, t.reused_tokens)
         u_in, u_out = u[1], u[2]
-        grouped = u[3] < self._share
         if self._pairs is not None:
             pair = self._pairs[min(int(u[0] * len(self._pairs)), len(self._pairs) - 1)]
             u_in, u_out = (pair[0] + u_in) / self._grid, (pair[1] + u_out) / self._grid
-            if len(pair) == 3:
-                grouped = pair[2] == 1
+        prompt_tokens = max(1, round(self._input(u_in)))
         output_tokens = max(1, round(self._output(u_out)))
-        if grouped and self._group_prefix is not None:
-            g = bisect_right(self._group_cum, u[4] * self._group_cum[-1]) + self._pool_base(seq)
-            shared = round(
-                self._group_prefix(rng.uniforms(rng.key(self.seed, _GROUP_PREFIX_STREAM, g), 1)[0])
-            )
-            prompt_tokens = shared + max(1, round(self._tail(u_in)))
-            return RequestSpec(seq, prompt_tokens, output_tokens, g + 1, shared, self._arrival(seq))
-        prompt_tokens = max(1, round(self._lone_input(u_in)))
         common = min(self._common, prompt_tokens - 1)
-        group = 0 if common > 0 else None
-        return RequestSpec(seq, prompt_tokens, output_tokens, group, common, self._arrival(seq))
+        if common <= 0:
+            return RequestSpec(seq, prompt_tokens, output_tokens, None, 0, arrival)
+        return RequestSpec(seq, prompt_tokens, output_tokens, 0, common, arrival,
+                           reused_tokens=common if seq > 0 else 0)
 
-    def _pool_base(self, seq: int) -> int:
-        window = self.model.prefix.group_window
-        return (seq // window) * len(self._group_cum) if window else 0
-
-    def _arrival(self, seq: int) -> float | None:
-        return self._schedule.offset(seq) if self._schedule is not None else None
+    def reuse_ratio(self, n: int) -> float:
+        """Share of the prompt tokens of requests 0..n-1 that earlier ones already sent:
+        the prefix-cache hit ratio of a server that keeps every block, sent in seq order."""
+        reused = total = 0
+        for seq in range(n):
+            spec = self.spec(seq)
+            reused += spec.reused_tokens
+            total += spec.prompt_tokens
+        return reused / total if total else 0.0
 
 
 class Profile:
@@ -149,8 +157,9 @@ class Profile:
         """Leading tokens every request shares (group 0's text begins every group's text)."""
         return self.model.prefix.common_tokens
 
-    def sampler(self, seed: int) -> RequestSampler:
-        return RequestSampler(self.model, seed)
+    def sampler(self, seed: int, active_sessions: int | None = None) -> RequestSampler:
+        """Requests drawn with ``seed``; ``active_sessions`` overrides the profile's count."""
+        return RequestSampler(self.model, seed, active_sessions)
 
     def prompt_synth(
         self,

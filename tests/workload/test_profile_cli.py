@@ -61,7 +61,7 @@ def test_build_from_azure_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert model.arrivals.rate_per_s == pytest.approx(0.5, rel=0.01)  # one request every 2 s
 
 
-def test_build_from_mooncake_jsonl_keeps_prefix_groups(
+def test_build_from_mooncake_jsonl_finds_sessions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rows = []
@@ -95,10 +95,14 @@ def test_build_from_mooncake_jsonl_keeps_prefix_groups(
     )
     assert code == 0, err
     pre = load_profile(str(target)).model.prefix
-    assert pre.kind == "groups" and pre.common_tokens == 512 and pre.group_count == 10
-    assert pre.group_share == 1.0
+    assert pre.kind == "sessions" and pre.common_tokens == 512 and pre.stats["sessions"] == 10
+    assert pre.sessions is not None and pre.sessions.turns.v[0] == pre.sessions.turns.v[-1] == 6
+    cells = [t for c in pre.sessions.classes for t in c.transitions]
+    assert cells and all(t.extend_share == 1.0 and t.growth_tokens is not None for t in cells)
+    assert all(t.growth_tokens.v[0] == t.growth_tokens.v[-1] == 512 for t in cells if t.growth_tokens)
     code, shown, _ = run(["profile", "show", str(target)], capsys)
-    assert code == 0 and "10 groups" in shown and "common 512 tokens" in shown
+    assert code == 0 and "every request opens with the same 512 tokens" in shown
+    assert "turns per session: median 6" in shown and "extends the previous prompt 100%-100%" in shown
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])

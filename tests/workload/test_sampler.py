@@ -28,9 +28,9 @@ def test_sampled_quantiles_match_the_profile(name: str) -> None:
     model = load_profile(name).model
     lengths = model.lengths
     inp, out = _draw(name, seed=7)
-    # with prefix groups a grouped prompt is its group's prefix plus its own tail, which
-    # reproduces the input marginal only approximately (documented in model.py)
-    loose = model.prefix.kind == "groups"
+    # with sessions a later turn's prompt grows from the turn before it, which reproduces
+    # the input marginal only approximately (documented in model.py)
+    loose = model.prefix.kind == "sessions"
     for values, summary, approx in (
         (inp, lengths.input_summary, loose),
         (out, lengths.output_summary, False),
@@ -77,34 +77,32 @@ def _specs_in_worker(args: tuple[str, int, list[int]]) -> list[str]:
     return [repr(sampler.spec(i)) for i in seqs]
 
 
-def test_specs_do_not_depend_on_which_worker_asks() -> None:
+@pytest.mark.parametrize("name", ["azure-code", "mooncake-conversation", "mooncake-synthetic"])
+def test_specs_do_not_depend_on_which_worker_asks(name: str) -> None:
+    """Three workers take strides of the seq space (one of them backwards), as the load
+    generator's do; sessions span all three."""
     seqs = list(range(2500))
-    whole = _specs_in_worker(("azure-code", 42, seqs))
-    odd, even = seqs[1::2][::-1], seqs[0::2]
+    whole = _specs_in_worker((name, 42, seqs))
+    strides = [seqs[w::3] for w in range(3)]
+    strides[1] = strides[1][::-1]
     with ProcessPoolExecutor(max_workers=2) as pool:
-        parts = list(
-            pool.map(_specs_in_worker, [("azure-code", 42, odd), ("azure-code", 42, even)])
-        )
-    split = dict(zip(odd, parts[0])) | dict(zip(even, parts[1]))
+        parts = list(pool.map(_specs_in_worker, [(name, 42, part) for part in strides]))
+    split = {seq: spec for part, specs in zip(strides, parts) for seq, spec in zip(part, specs)}
     assert [split[i] for i in seqs] == whole  # repr of floats is exact: byte-for-byte equal
 
 
-def test_prefix_groups_follow_the_profile() -> None:
-    model = load_profile("mooncake-conversation").model
-    sampler = load_profile("mooncake-conversation").sampler(1)
-    specs = [sampler.spec(i) for i in range(N)]
-    grouped = [s for s in specs if s.prefix_group not in (None, 0)]
-    assert len(grouped) / N == pytest.approx(model.prefix.group_share, abs=0.02)
-    assert all(0 < s.prefix_tokens < s.prompt_tokens for s in specs)
-    assert all(s.prefix_tokens >= min(512, s.prompt_tokens - 1) for s in specs)
-    sizes = np.bincount([s.prefix_group for s in grouped])
-    assert sizes.max() >= 3 and (sizes > 0).sum() > 100  # many groups, some with several turns
+def test_shared_and_unshared_profiles() -> None:
     sys_sampler = load_profile("shared-system-prompt").sampler(1)
     shared = [sys_sampler.spec(i) for i in range(200)]
     assert {s.prefix_group for s in shared} == {0} and {s.prefix_tokens for s in shared} == {1024}
+    assert [s.reused_tokens for s in shared[:2]] == [0, 1024] and shared[5].turn is None
+    assert sys_sampler.reuse_ratio(2000) == pytest.approx(
+        1024 / load_profile("shared-system-prompt").model.lengths.input_summary.mean, rel=0.03
+    )
     bwb = load_profile("bwb").sampler(1)
     assert all(
-        s.prefix_group is None and s.prefix_tokens == 0 for s in (bwb.spec(i) for i in range(200))
+        s.prefix_group is None and s.prefix_tokens == 0 == s.reused_tokens
+        for s in (bwb.spec(i) for i in range(200))
     )
 
 
@@ -116,29 +114,3 @@ def test_arrival_offsets_follow_the_profile_rate() -> None:
         load_profile("azure-conv").model.arrivals.rate_per_s, rel=0.05
     )
     assert load_profile("bwb").sampler(9).spec(5).arrival_s is None
-
-
-@pytest.mark.parametrize("name", ["mooncake-conversation", "mooncake-synthetic"])
-def test_prefix_reuse_matches_the_trace(name: str) -> None:
-    """Token-level prefix hits under an infinite cache, replayed in order, as the derive
-    step measured them on the trace: a request hits the longest prefix of its group (or
-    the common prefix) that an earlier request already sent."""
-    profile = load_profile(name)
-    sampler = profile.sampler(4)
-    common = profile.common_prefix_tokens
-    longest: dict[int, int] = {}
-    hit = total = 0
-    n = 2 * profile.model.prefix.group_window  # twice the trace: fresh pools keep reuse level
-    for i in range(n):
-        spec = sampler.spec(i)
-        total += spec.prompt_tokens
-        if spec.prefix_group is None:
-            continue
-        seen = longest.get(spec.prefix_group, 0)
-        if i > 0 and common:
-            seen = max(seen, min(common, spec.prefix_tokens))
-        hit += min(seen, spec.prefix_tokens)
-        longest[spec.prefix_group] = max(longest.get(spec.prefix_group, 0), spec.prefix_tokens)
-    assert hit / total == pytest.approx(
-        profile.model.prefix.stats["token_prefix_hit_ratio"], abs=0.05
-    )

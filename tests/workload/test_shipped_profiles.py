@@ -140,33 +140,50 @@ def test_arrival_figures_match_the_trace(traces_dir: Path) -> None:
     assert conv.process == "poisson"
 
 
-def test_mooncake_prefix_structure_matches_hash_ids(traces_dir: Path) -> None:
-    rows = [
-        json.loads(line)
-        for line in (traces_dir / "mooncake-fast25/conversation_trace.jsonl").open()
-    ]
-    pre = load_profile("mooncake-conversation").model.prefix
-    assert pre.block_tokens == 512
-    assert all(r["hash_ids"][0] == 0 for r in rows)
-    assert pre.common_tokens == 512  # block 0 opens every request
+@pytest.mark.parametrize("name", ["mooncake-conversation", "mooncake-synthetic"])
+def test_mooncake_sessions_match_hash_ids(traces_dir: Path, name: str) -> None:
+    """Recomputed with ids alone (Mooncake's ids are prefix-chained: an id stands for its
+    whole prefix): a request's parent is the latest earlier one holding the last id of its
+    leading run of seen ids, when that run goes beyond the common block(s)."""
+    stem = name.split("-")[1]
+    rows = [json.loads(line) for line in (traces_dir / f"mooncake-fast25/{stem}_trace.jsonl").open()]
+    rows.sort(key=lambda r: r["timestamp"])  # stable: ties keep file order
+    pre = load_profile(name).model.prefix
+    assert pre.kind == "sessions" and pre.block_tokens == 512 and pre.sessions is not None
+    common = pre.common_tokens // 512
+    if name == "mooncake-conversation":
+        assert common == 1 and all(r["hash_ids"][0] == 0 for r in rows)  # block 0 opens all
+    holder: dict[int, int] = {}
     seen: set[int] = set()
-    reused = total = 0
-    groups: dict[int, int] = defaultdict(int)
-    counts: dict[int, int] = defaultdict(int)
-    for r in rows:
-        reused += sum(b in seen for b in r["hash_ids"])
-        total += len(r["hash_ids"])
-        seen.update(r["hash_ids"])
-        for b in set(r["hash_ids"]):
-            counts[b] += 1
-    for r in rows:
+    root = list(range(len(rows)))
+    reused = total = hit = 0
+    gaps = []
+    for k, r in enumerate(rows):
         ids = r["hash_ids"]
-        if len(ids) > 1 and counts[ids[1]] >= 2:
-            groups[ids[1]] += 1
-    assert pre.stats["block_reuse_ratio"] == pytest.approx(reused / total, abs=1e-4)
-    assert pre.group_count == len(groups)
-    assert pre.group_share == pytest.approx(sum(groups.values()) / len(rows), abs=1e-4)
-    assert pre.group_sizes is not None and pre.group_sizes.v[-1] == max(groups.values())
+        lead = 0
+        while lead < len(ids) and ids[lead] in holder:
+            lead += 1
+        if lead > common:
+            parent = holder[ids[lead - 1]]
+            root[k] = root[parent]
+            gaps.append((r["timestamp"] - rows[parent]["timestamp"]) / 1000)
+        hit += min(lead * 512, r["input_length"])
+        reused += sum(b in seen for b in ids)
+        total += len(ids)
+        seen.update(ids)
+        for b in ids:
+            holder[b] = k
+    sizes = np.bincount(root)
+    stats = pre.stats
+    assert stats["block_reuse_ratio"] == pytest.approx(reused / total, abs=1e-4)
+    inputs = sum(r["input_length"] for r in rows)
+    assert stats["token_prefix_hit_ratio"] == pytest.approx(hit / inputs, abs=1e-4)
+    assert stats["sessions"] == (sizes > 0).sum()
+    assert stats["later_turn_share"] == pytest.approx(len(gaps) / len(rows), abs=1e-4)
+    assert pre.sessions.turns.v[-1] == sizes.max()
+    assert pre.sessions.gap_s is not None
+    assert pre.sessions.gap_s.p50 == pytest.approx(np.median(gaps), abs=0.01)
+    assert sum(c.sessions for c in pre.sessions.classes) == (sizes > 0).sum()
 
 
 def test_deepseek_r1_is_the_traffic_weighted_servegen_mixture(traces_dir: Path) -> None:
