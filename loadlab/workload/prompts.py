@@ -4,6 +4,11 @@ Layout of a prompt (words joined by single spaces):
 
     [shared prefix: first P words of the group's text] [marker "<nonce>#<seq>"] [suffix words]
 
+A *context prompt* (``prefix_tokens >= prompt_tokens - 1``: a session's first or
+extending turn, all of it session text) has no suffix: the calibrated part is P.
+A session's turns are then prefixes of one text, so each turn's prompt, up to its
+marker, opens the next turn's prompt.
+
 - Words come from ``WORDS``, common lowercase English words that are one token (with
   their leading space) on GPT-2/Llama-style BPE vocabularies and exactly one token on
   loadlab's simulator (one token per whitespace-separated piece).
@@ -23,7 +28,7 @@ see :mod:`loadlab.workload.tokenize`):
    count of the one-word text "the" minus one, and tokens per word come from a count
    of ``RATE_PROBE_WORDS`` words. Words are ~1 token on large BPE vocabularies but 1.5
    or more on small ones, so prefix lengths use the measured rate too.
-2. Per prompt, the suffix word count moves by (target - count) x words-per-token
+2. Per prompt, the suffix word count (P for a context prompt) moves by (target - count) x words-per-token
    (Newton steps on a near-linear count), kept inside the bracket of word counts
    already seen to land under and over the target, until the count equals the target
    or the bracket is one word wide (a word worth two tokens).
@@ -39,6 +44,7 @@ generator records target and actual usage either way.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -162,7 +168,10 @@ class PromptSynth:
 
     def prefix_words(self, group: int, prefix_tokens: int) -> list[str]:
         """The leading words shared by every request of ``group`` with ``prefix_tokens``."""
-        n = self._words(prefix_tokens)
+        return self._group_words(group, self._words(prefix_tokens))
+
+    def _group_words(self, group: int, n: int) -> list[str]:
+        """The first ``n`` words of ``group``'s text (group 0's common words open it)."""
         common = min(n, self._words(self.common_prefix_tokens)) if group != 0 else n
         words = self._stream_words(0, common)
         if n > common:
@@ -193,16 +202,27 @@ class PromptSynth:
         if self._measure:
             self._measure_rates()
         target = int(spec.prompt_tokens)
-        words: list[str] = []
-        if spec.prefix_group is not None and spec.prefix_tokens > 0:
-            words = self.prefix_words(spec.prefix_group, spec.prefix_tokens)
-        prefix = " ".join(words)
         marker = f"{self.nonce}#{spec.seq}"
-        estimate = max(0, self._words(target - self.overhead_tokens) - len(words) - 1)
+        group = spec.prefix_group
+        text_of: Callable[[int], str]
+        if group is not None and spec.prefix_tokens > 0 and spec.prefix_tokens >= target - 1:
+            estimate = max(0, self._words(target - self.overhead_tokens) - 1)
+
+            def text_of(n: int) -> str:
+                return " ".join([*self._group_words(group, n), marker])
+        else:
+            words: list[str] = []
+            if group is not None and spec.prefix_tokens > 0:
+                words = self.prefix_words(group, spec.prefix_tokens)
+            prefix = " ".join(words)
+            estimate = max(0, self._words(target - self.overhead_tokens) - len(words) - 1)
+
+            def text_of(n: int) -> str:
+                return self._text(prefix, marker, spec.seq, n)
         if self.counter is None:
-            return Prompt(self._text(prefix, marker, spec.seq, estimate), target, None)
+            return Prompt(text_of(estimate), target, None)
         start = estimate + self._offset.get(target, self._last_offset)
-        found = _Search(self, prefix, marker, spec.seq, target).run(max(0, start))
+        found = _Search(self.counter, text_of, target, self.words_per_token).run(max(0, start))
         if found.counted == target:
             self._offset[target] = self._last_offset = found.words - estimate
         return Prompt(found.text, target, found.counted)
@@ -218,21 +238,15 @@ class _Found:
 class _Search:
     """Steps 2 and 3 of the calibration for one prompt (see the module docstring)."""
 
-    def __init__(self, synth: PromptSynth, prefix: str, marker: str, seq: int, target: int) -> None:
-        assert synth.counter is not None
-        self.synth, self.prefix, self.marker, self.seq, self.target = (
-            synth,
-            prefix,
-            marker,
-            seq,
-            target,
-        )
-        self.count = synth.counter
+    def __init__(self, count: TokenCounter, text_of: Callable[[int], str], target: int,
+                 words_per_token: float) -> None:
+        self.count, self.text_of, self.target = count, text_of, target
+        self.words_per_token = words_per_token
         self.under: _Found | None = None  # most words seen below the target
         self.over: _Found | None = None  # fewest words seen above it
 
     def _try(self, words: int) -> _Found:
-        text = self.synth._text(self.prefix, self.marker, self.seq, words)
+        text = self.text_of(words)
         found = _Found(text, int(self.count(text)), words)
         if found.counted < self.target and (self.under is None or words > self.under.words):
             self.under = found
@@ -250,7 +264,7 @@ class _Search:
             if hi is not None and lo > hi:
                 break  # adjacent word counts straddle the target
             gap = self.target - found.counted
-            step = round(gap * self.synth.words_per_token) or (1 if gap > 0 else -1)
+            step = round(gap * self.words_per_token) or (1 if gap > 0 else -1)
             nxt = max(lo, words + step)
             words = nxt if hi is None else min(nxt, hi)
             found = self._try(words)

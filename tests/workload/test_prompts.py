@@ -3,6 +3,9 @@ simulator's real /tokenize), prefix groups sharing identical leading text."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from itertools import combinations
+
 import httpx
 import pytest
 
@@ -103,6 +106,39 @@ def test_prefix_groups_share_identical_leading_text_then_diverge() -> None:
     assert lone[512] == "#4"
     plain = synth.prompt(RequestSpec(5, 50, 10, None, 0, None)).text.split()
     assert plain[0] == "#5"  # no prefix: unique from the first token
+
+
+def _shared(a: list[object], b: list[object]) -> int:
+    """Length of the common leading run of two sequences."""
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def test_session_turns_share_their_context_in_text_and_simulator_tokens() -> None:
+    """Live prompts of sessions under the simulator's tokenizer, counts exact: two turns
+    of a session share the shorter of their contexts token for token (a chat's next turn
+    opens with the previous prompt up to its marker), other sessions the common prefix."""
+    profile = load_profile("mooncake-conversation")
+    sampler = profile.sampler(2)
+    synth = profile.prompt_synth(2, counter=lambda t: len(encode(t)), nonce="run1")
+    sessions: dict[int, list[RequestSpec]] = defaultdict(list)
+    for seq in range(400):
+        spec = sampler.spec(seq)
+        sessions[spec.prefix_group].append(spec)  # type: ignore[index]
+    chosen = next(turns for turns in sessions.values() if len(turns) >= 3 and any(
+        t.prefix_tokens < t.prompt_tokens - 1 for t in turns[1:]))  # extends and a branch
+    other = next(turns[0] for turns in sessions.values() if turns is not chosen)
+    texts = {}
+    for spec in [*chosen, other]:
+        prompt = synth.prompt(spec)
+        assert prompt.counted_tokens == spec.prompt_tokens == len(encode(prompt.text))
+        texts[spec.seq] = prompt.text
+    for a, b in combinations(chosen, 2):
+        context = min(a.prefix_tokens, b.prefix_tokens)
+        assert _shared(texts[a.seq].split(), texts[b.seq].split()) == context
+        assert encode(texts[a.seq])[:context] == encode(texts[b.seq])[:context]
+    pieces = [texts[t.seq].split() for t in (chosen[0], other)]
+    assert 512 <= _shared(*pieces) < 520  # past the common prefix, two texts agree by chance
+    assert pieces[0][512:540] != pieces[1][512:540]
 
 
 def test_tokenize_counter_against_the_simulator_over_http() -> None:

@@ -36,8 +36,14 @@ SCRIPT = textwrap.dedent(
     a = tok.encode(gsynth.prompt(RequestSpec(1, 3000, 5, 3, 1536, None)).text).ids
     b = tok.encode(gsynth.prompt(RequestSpec(2, 2500, 5, 3, 1536, None)).text).ids
     same = next(k for k, (x, y) in enumerate(zip(a, b)) if x != y)
+    # two turns of a chat session: the second resends the first (but its marker) and adds
+    first, second = (gsynth.prompt(RequestSpec(seq, n, 5, 9, n - 1, None, turn))
+                     for seq, n, turn in ((40, 2500, 0), (56, 3100, 1)))
+    c, d = tok.encode(first.text).ids, tok.encode(second.text).ids
+    turns = next(k for k, (x, y) in enumerate(zip(c, d)) if x != y)
     print(json.dumps({"exact": exact, "n": len(specs), "shared_ids": same,
-                      "words_per_token": synth.words_per_token}))
+                      "words_per_token": synth.words_per_token, "turn_shared_ids": turns,
+                      "turn_counts": [first.counted_tokens, second.counted_tokens, len(c), len(d)]}))
     """
 )
 
@@ -60,3 +66,6 @@ def test_calibration_is_exact_on_a_real_bpe_tokenizer() -> None:
     assert out["words_per_token"] < 0.9  # words cost more than a token here, and it was measured
     # requests of one group share ~1536 leading tokens, within the words-per-token estimate
     assert abs(out["shared_ids"] - 1536) <= 40
+    # a session's next turn shares the previous prompt but its marker ("#40": a few tokens)
+    assert out["turn_counts"] == [2500, 3100, 2500, 3100]
+    assert 2500 - 6 <= out["turn_shared_ids"] < 2500
