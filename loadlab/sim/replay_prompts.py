@@ -28,7 +28,9 @@ from loadlab.sim.blocks import PRIVATE_HASH_BASE
 from loadlab.sim.types import EngineRequest
 
 GROUP_STRIDE = 1 << 20        # > any max_model_len: group g's ids start at g * GROUP_STRIDE
-UNIQUE_BASE = 1 << 40         # request seq's own ids start at UNIQUE_BASE + seq * GROUP_STRIDE
+UNIQUE_BASE = 1 << 60         # request seq's own ids start at UNIQUE_BASE + seq * GROUP_STRIDE:
+                              # above 2**40 groups' ids (sessions: a group per session,
+                              # ~1.6 requests each), below blocks.PRIVATE_HASH_BASE
 PRIVATE_KEY_BASE = PRIVATE_HASH_BASE << 32  # keys of blocks ending in a request's own ids
 
 

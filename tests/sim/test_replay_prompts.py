@@ -7,7 +7,7 @@ import random
 import pytest
 
 from loadlab.errors import InputError
-from loadlab.sim.blocks import prompt_block_hashes
+from loadlab.sim.blocks import PRIVATE_HASH_BASE, prompt_block_hashes
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import resolve
@@ -57,3 +57,13 @@ def test_engine_takes_precomputed_hashes_and_refuses_a_wrong_count() -> None:
     assert isinstance(alone.prompt_token_ids, range)
     with pytest.raises(InputError):
         engine.add_request(EngineRequest("d", range(100), 4, 4, 0.0, block_hashes=[1, 2]))
+
+
+def test_groups_past_a_million_still_share() -> None:
+    # sessions take a group each, so a long replay numbers groups past 2**20
+    group = (1 << 20) + 5
+    first = run_block_hashes(prompt_runs(10, 100, group, 99, 16), 16)
+    later = run_block_hashes(prompt_runs(26, 200, group, 199, 16), 16)
+    other = run_block_hashes(prompt_runs(11, 100, 5, 99, 16), 16)
+    assert later[:6] == first[:6] and all(k < PRIVATE_HASH_BASE for k in first)
+    assert set(first) & set(other) == {first[0]}  # the 16 common tokens only
