@@ -5,7 +5,8 @@ Public API (other parts of loadlab code against exactly this):
 - ``load_profile(name_or_path) -> Profile``: a shipped name (see ``list_profiles()``)
   or a path to a profile YAML file.
 - ``list_profiles() -> list[str]``: names of the profiles shipped in ``profiles/``.
-- ``Profile.sampler(seed) -> RequestSampler``; ``RequestSampler.spec(seq) -> RequestSpec``.
+- ``Profile.sampler(seed, active_sessions=None) -> RequestSampler``;
+  ``RequestSampler.spec(seq) -> RequestSpec``; sessions in :mod:`loadlab.workload.sessions`.
 - Arrival schedules in :mod:`loadlab.workload.arrivals`, prompt text in
   :mod:`loadlab.workload.prompts`, trace readers in :mod:`loadlab.workload.traces`.
 

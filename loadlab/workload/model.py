@@ -189,7 +189,7 @@ class TurnClass(_Strict):
 class Sessions(_Strict):
     active: int = Field(
         ge=1,
-        description="sessions in progress at once: request seq is turn of the session in slot "
+        description="sessions in progress at once: request seq is a turn of the session in slot "
         "seq % active, so a session's turns come this many requests apart",
     )
     turns: Table = Field(description="turns (requests) per session")
