@@ -28,10 +28,10 @@ see :mod:`loadlab.workload.tokenize`):
    count of the one-word text "the" minus one, and tokens per word come from a count
    of ``RATE_PROBE_WORDS`` words. Words are ~1 token on large BPE vocabularies but 1.5
    or more on small ones, so prefix lengths use the measured rate too.
-2. Per prompt, the suffix word count (P for a context prompt) moves by (target - count) x words-per-token
-   (Newton steps on a near-linear count), kept inside the bracket of word counts
-   already seen to land under and over the target, until the count equals the target
-   or the bracket is one word wide (a word worth two tokens).
+2. Per prompt, the suffix word count (P for a context prompt) moves by (target -
+   count) x words-per-token (Newton steps on a near-linear count), kept inside the
+   bracket of word counts already seen to land under and over the target, until the
+   count equals the target or the bracket is one word wide (a word worth two tokens).
 3. The remaining gap below the target is filled with ``FILLERS`` pieces, each a
    single token on common BPE vocabularies (tried in turn).
 At most ``MAX_ROUNDS`` counts per prompt plus one per filler tried; the word count
@@ -197,28 +197,27 @@ class PromptSynth:
         if self._fixed[0] is None and per_word > 0:
             self.words_per_token = 1.0 / per_word
 
+    def _layout(self, spec: SpecLike, target: int) -> tuple[Callable[[int], str], int]:
+        """The text as a function of its calibrated word count (the suffix's, or P for a
+        context prompt), and the estimate of that count."""
+        marker = f"{self.nonce}#{spec.seq}"
+        group = spec.prefix_group
+        words: list[str] = []
+        if group is not None and spec.prefix_tokens > 0:
+            if spec.prefix_tokens >= target - 1:
+                return (lambda n: " ".join([*self._group_words(group, n), marker]),
+                        max(0, self._words(target - self.overhead_tokens) - 1))
+            words = self.prefix_words(group, spec.prefix_tokens)
+        prefix = " ".join(words)
+        return (lambda n: self._text(prefix, marker, spec.seq, n),
+                max(0, self._words(target - self.overhead_tokens) - len(words) - 1))
+
     def prompt(self, spec: SpecLike) -> Prompt:
         """Text for ``spec``: shared prefix, unique marker, suffix sized to ``spec.prompt_tokens``."""
         if self._measure:
             self._measure_rates()
         target = int(spec.prompt_tokens)
-        marker = f"{self.nonce}#{spec.seq}"
-        group = spec.prefix_group
-        text_of: Callable[[int], str]
-        if group is not None and spec.prefix_tokens > 0 and spec.prefix_tokens >= target - 1:
-            estimate = max(0, self._words(target - self.overhead_tokens) - 1)
-
-            def text_of(n: int) -> str:
-                return " ".join([*self._group_words(group, n), marker])
-        else:
-            words: list[str] = []
-            if group is not None and spec.prefix_tokens > 0:
-                words = self.prefix_words(group, spec.prefix_tokens)
-            prefix = " ".join(words)
-            estimate = max(0, self._words(target - self.overhead_tokens) - len(words) - 1)
-
-            def text_of(n: int) -> str:
-                return self._text(prefix, marker, spec.seq, n)
+        text_of, estimate = self._layout(spec, target)
         if self.counter is None:
             return Prompt(text_of(estimate), target, None)
         start = estimate + self._offset.get(target, self._last_offset)
