@@ -12,12 +12,14 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 
@@ -112,14 +114,39 @@ class PartWriter:
         self.close()
 
 
-def read_table(table_dir: str | Path, schema: pa.Schema) -> pd.DataFrame:
+def read_table(
+    table_dir: str | Path,
+    schema: pa.Schema,
+    *,
+    columns: Sequence[str] | None = None,
+    where: pc.Expression | None = None,
+    categorical: Sequence[str] = (),
+) -> pd.DataFrame:
     """Read a table directory as one DataFrame; empty (with columns) if absent.
 
     Hidden temporary files are skipped, so a table can be read while it is written.
+    All parts are read in one pass (a dataset scan: an hour-long run writes thousands
+    of parts, and opening them one by one cost more than the rows), in part-name order.
+    ``columns``: only these (a long run's ``chunk_offsets_s`` alone is 2e8 floats);
+    ``where``: only rows matching a pyarrow expression, e.g.
+    ``pc.field("family").isin([...])``; ``categorical``: string columns returned as
+    pandas Categoricals, read straight from Parquet's dictionary pages (a long-format
+    METRICS table repeats a few hundred strings millions of times: 10x less memory, and
+    comparisons and groupbys on codes; categories sorted, unused ones dropped). A part written before a column was added
+    reads as nulls in it.
     """
     path = Path(table_dir)
-    parts = sorted(p for p in path.glob("part-*.parquet")) if path.is_dir() else []
+    parts = sorted(path.glob("part-*.parquet")) if path.is_dir() else []
+    read_schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type))
+                             if f.name in categorical else f for f in schema])
+    names = list(columns) if columns is not None else schema.names
     if not parts:
-        return schema.empty_table().to_pandas()
-    tables = [pq.read_table(p, schema=schema) for p in parts]
-    return pa.concat_tables(tables).to_pandas()
+        return read_schema.empty_table().select(names).to_pandas()
+    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=list(categorical)))
+    dataset = ds.dataset([str(p) for p in parts], schema=read_schema, format=fmt)
+    frame = dataset.to_table(columns=names, filter=where).to_pandas()
+    for name in set(categorical) & set(names):
+        # categories in string order, so groupbys and sorts order groups as on plain strings
+        col = frame[name].cat.remove_unused_categories() if where is not None else frame[name]
+        frame[name] = col.cat.reorder_categories(sorted(col.cat.categories))
+    return frame
