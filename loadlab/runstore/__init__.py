@@ -13,12 +13,15 @@ Each ``*.parquet`` is a directory of part files because a part is only written
 whole (to a temporary name, then renamed): a crash, a kill or Ctrl-C loses at most
 the rows not yet flushed, and several writers (Locust workers, collectors) add to
 one table without coordinating. ``pandas.read_parquet(dir)`` and pyarrow read the
-directory as one table; :func:`read_table` does that and returns an empty frame
-with the right columns when nothing was written.
+directory as one table; :func:`read_table` does that (in one pass, also right after an
+interrupted compaction) and returns an empty frame with the right columns when
+nothing was written. Once a run's writers are closed,
+:func:`compact_run` rewrites each table's parts as one (readers need not know).
 
 Times are unix seconds (float64) everywhere; durations end in ``_s``.
 """
 
+from loadlab.runstore.compaction import compact, compact_run
 from loadlab.runstore.manifest import read_manifest, update_manifest, write_manifest
 from loadlab.runstore.schema import CLIENT, METRICS, REQUESTS, SCRAPES, REQUEST_STATUSES
 from loadlab.runstore.writer import PartWriter, read_table
@@ -30,6 +33,8 @@ __all__ = [
     "SCRAPES",
     "REQUEST_STATUSES",
     "PartWriter",
+    "compact",
+    "compact_run",
     "read_table",
     "read_manifest",
     "update_manifest",

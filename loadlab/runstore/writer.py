@@ -22,6 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from loadlab.runstore.compaction import live_parts
+
 
 class PartWriter:
     """Buffer rows (dicts) and write them as Parquet parts of one table directory.
@@ -124,7 +126,8 @@ def read_table(
 ) -> pd.DataFrame:
     """Read a table directory as one DataFrame; empty (with columns) if absent.
 
-    Hidden temporary files are skipped, so a table can be read while it is written.
+    Hidden temporary files are skipped, so a table can be read while it is written, and
+    so are parts a compacted part replaces (:func:`~loadlab.runstore.compaction.live_parts`).
     All parts are read in one pass (a dataset scan: an hour-long run writes thousands
     of parts, and opening them one by one cost more than the rows), in part-name order.
     ``columns``: only these (a long run's ``chunk_offsets_s`` alone is 2e8 floats);
@@ -135,8 +138,7 @@ def read_table(
     comparisons and groupbys on codes; categories sorted, unused ones dropped). A part written before a column was added
     reads as nulls in it.
     """
-    path = Path(table_dir)
-    parts = sorted(path.glob("part-*.parquet")) if path.is_dir() else []
+    parts = live_parts(table_dir)
     read_schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type))
                              if f.name in categorical else f for f in schema])
     names = list(columns) if columns is not None else schema.names

@@ -1,0 +1,123 @@
+"""Compaction keeps every row once and in order, whenever it is interrupted."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from loadlab.runstore import REQUESTS, PartWriter, compact, compact_run, read_table
+from loadlab.runstore import compaction as compact_module
+
+SCHEMA = pa.schema([("a", pa.int64()), ("s", pa.string()), ("x", pa.list_(pa.float64()))])
+
+
+def write_parts(table, rng: np.random.Generator, writers=("m", "w1", "w2"), parts=25, start=0) -> None:
+    for w in writers:
+        writer = PartWriter(table, SCHEMA, writer_id=w, flush_rows=10**9)
+        writer._part = start
+        for _ in range(parts):
+            for _ in range(int(rng.integers(1, 20))):
+                writer.add({"a": int(rng.integers(0, 10**9)), "s": str(rng.choice(["ok", "err", None])),
+                            "x": rng.uniform(0, 1, int(rng.integers(0, 5))).tolist()})
+            writer.flush()
+
+
+def part_names(table) -> list[str]:
+    return sorted(p.name for p in table.glob("part-*.parquet"))
+
+
+@pytest.fixture
+def table(tmp_path):
+    path = tmp_path / "t.parquet"
+    write_parts(path, np.random.default_rng(11))
+    return path
+
+
+def test_compaction_keeps_rows_and_order_in_one_part(table):
+    before = read_table(table, SCHEMA)
+    out = compact(table, SCHEMA, row_group_bytes=2000)
+    assert part_names(table) == [out.name]
+    pd.testing.assert_frame_equal(read_table(table, SCHEMA), before)
+    assert pq.ParquetFile(out).num_row_groups > 1  # row groups bounded by size
+    assert compact(table, SCHEMA) == out            # one part: nothing to do
+
+
+def test_parts_written_later_stay_after_the_compacted_rows(table):
+    compact(table, SCHEMA)
+    write_parts(table, np.random.default_rng(12), writers=("m",), parts=3, start=25)
+    before = read_table(table, SCHEMA)
+    compact(table, SCHEMA)
+    assert len(part_names(table)) == 1
+    pd.testing.assert_frame_equal(read_table(table, SCHEMA), before)
+
+
+def test_killed_before_the_old_parts_are_deleted_reads_each_row_once(table, monkeypatch):
+    before = read_table(table, SCHEMA)
+
+    def killed(paths):
+        for p in paths[:10]:           # some deleted, then the process dies
+            p.unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compact_module, "_remove", killed)
+    with pytest.raises(KeyboardInterrupt):
+        compact(table, SCHEMA)
+    assert len(part_names(table)) > 1
+    pd.testing.assert_frame_equal(read_table(table, SCHEMA), before)
+    monkeypatch.undo()
+    out = compact(table, SCHEMA)       # the next compaction removes the leftovers
+    assert part_names(table) == [out.name]
+    pd.testing.assert_frame_equal(read_table(table, SCHEMA), before)
+
+
+def test_killed_before_the_rename_leaves_only_a_hidden_file(table, monkeypatch):
+    before = read_table(table, SCHEMA)
+    names = part_names(table)
+
+    def killed(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compact_module.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        compact(table, SCHEMA)
+    monkeypatch.undo()
+    assert part_names(table) == names and list(table.glob(".compact-*.tmp"))
+    pd.testing.assert_frame_equal(read_table(table, SCHEMA), before)
+    compact(table, SCHEMA)
+    assert not list(table.glob(".compact-*.tmp"))
+    pd.testing.assert_frame_equal(read_table(table, SCHEMA), before)
+
+
+def test_a_table_being_compacted_elsewhere_is_left_alone(table):
+    fd = os.open(table / compact_module.LOCK, os.O_CREAT | os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        names = part_names(table)
+        assert compact(table, SCHEMA) is None
+        assert part_names(table) == names
+    finally:
+        os.close(fd)
+
+
+def test_parts_of_an_older_schema_get_nulls(tmp_path):
+    old = pa.schema([("a", pa.int64()), ("s", pa.string())])
+    with PartWriter(tmp_path / "t.parquet", old, writer_id="a", flush_rows=1) as w:
+        w.extend([{"a": 1, "s": "x"}, {"a": 2, "s": "y"}])
+    compact(tmp_path / "t.parquet", SCHEMA)
+    got = read_table(tmp_path / "t.parquet", SCHEMA)
+    assert got["a"].tolist() == [1, 2] and got["x"].isna().all()
+
+
+def test_compact_run_covers_every_table_and_skips_absent_ones(tmp_path):
+    with PartWriter(tmp_path / "requests.parquet", REQUESTS, writer_id="m", flush_rows=1) as w:
+        w.extend([{"step": i, "status": "ok", "chunk_offsets_s": [0.1, 0.2]} for i in range(5)])
+    before = read_table(tmp_path / "requests.parquet", REQUESTS)
+    done = compact_run(tmp_path)
+    assert [p.parent.name for p in done] == ["requests.parquet"]
+    pd.testing.assert_frame_equal(read_table(tmp_path / "requests.parquet", REQUESTS), before)
