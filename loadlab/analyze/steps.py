@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
+from loadlab.analyze.tables import chunk_span_s, read_metrics, read_requests
 from loadlab.analyze.windows import counter_windows, gauge_windows, resolve_family
 from loadlab.errors import InputError
-from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
+from loadlab.runstore import read_manifest
 
 GAUGES = {"running": "running", "waiting": "waiting", "kv": "kv_usage"}
 
@@ -50,8 +51,8 @@ def step_table(run_dir: str | Path) -> pd.DataFrame:
         raise InputError("no manifest.json here", source=run_dir,
                          fix="point at a run folder written by `loadlab run` or `loadlab sim replay`")
     wins = measured_windows(manifest)
-    requests = read_table(run_dir / "requests.parquet", REQUESTS)
-    metrics = read_table(run_dir / "metrics.parquet", METRICS)
+    requests = read_requests(run_dir)
+    metrics = read_metrics(run_dir)
     table = wins.copy()
     client = [_client_stats(requests, w) for w in wins.itertuples(index=False)]
     table = pd.concat([table, pd.DataFrame(client, index=table.index)], axis=1)
@@ -102,9 +103,10 @@ def burst_share(ok: pd.DataFrame, within_s: float = 0.002) -> float:
 
     A server whose API process is starved (vLLM on too few cores) can hold a stream back
     and deliver it whole: its own TTFT histogram does not see that, the user does.
+    Spans come from ``itl_mean_s`` and ``n_chunks`` (:func:`~loadlab.analyze.tables.chunk_span_s`).
     """
-    spans = [max(o) - min(o) for o, n in zip(ok.chunk_offsets_s, ok.n_chunks) if n and n > 1]
-    return sum(x < within_s for x in spans) / len(spans) if spans else float("nan")
+    spans = chunk_span_s(ok[ok.n_chunks > 1]).dropna().to_numpy(dtype=float)
+    return float((spans < within_s).mean()) if len(spans) else float("nan")
 
 
 def _pct(values: pd.Series, q: float) -> float:

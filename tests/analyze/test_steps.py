@@ -69,8 +69,9 @@ def test_measured_window_excludes_warmup(seq_capped):
 
 
 def test_burst_share_counts_streams_delivered_whole():
-    ok = pd.DataFrame({"chunk_offsets_s": [[0.100, 0.1005, 0.101], [0.1, 0.2], [0.3]],
-                       "n_chunks": [3, 2, 1]})
+    offsets = [[0.100, 0.1005, 0.101], [0.1, 0.2], [0.3]]
+    ok = pd.DataFrame({"n_chunks": [3, 2, 1],  # the mean gap as the client stores it
+                       "itl_mean_s": [(o[-1] - o[0]) / (len(o) - 1) if len(o) > 1 else None for o in offsets]})
     assert burst_share(ok) == 0.5  # the one-chunk stream says nothing either way
     assert math.isnan(burst_share(ok.iloc[2:]))
 

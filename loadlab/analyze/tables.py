@@ -1,0 +1,56 @@
+"""What the analyzer reads of a run folder, and how: the columns it uses, strings as categoricals.
+
+An hour-long run holds ~1M request rows and ~5M metric samples in thousands of part
+files (benchmarks/bench_analyze.py). Read naively, two things dominate the analysis:
+
+- ``chunk_offsets_s``: one float per streamed chunk, ~2e8 of them for 1M chat
+  requests; decoding that list column alone takes ~12 s and ~3 GB. The analyzer needs
+  no single offset: a stream's span (last chunk minus first) is
+  ``itl_mean_s * (n_chunks - 1)``, which every writer of requests.parquet stores.
+- plain string columns: METRICS repeats a few hundred family / metric / label strings
+  millions of times, and pandas filters chunked Arrow strings slowly (a boolean filter
+  of one family out of 5M rows took ~1 s). Read as categoricals (Parquet's own
+  dictionary pages), the frame is ~10x smaller and filters and groupbys work on codes.
+
+Both readers return the same values as ``read_table(dir, schema)`` would, with string
+columns as categoricals (categories in string order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from loadlab.runstore import METRICS, REQUESTS, read_table
+
+# Never aggregated: the per-chunk offsets (see above) and request_id (one distinct string
+# per row, for joining with server logs; 1M of them cost more to read than all the numbers).
+SKIPPED = ("chunk_offsets_s", "request_id")
+REQUEST_COLUMNS = [name for name in REQUESTS.names if name not in SKIPPED]
+
+
+def _strings(schema: pa.Schema, names: Iterable[str]) -> list[str]:
+    wanted = set(names)
+    return [f.name for f in schema if f.name in wanted and pa.types.is_string(f.type)]
+
+
+def read_requests(run_dir: str | Path) -> pd.DataFrame:
+    """requests.parquet without the columns in :data:`SKIPPED` (:data:`REQUEST_COLUMNS`)."""
+    return read_table(Path(run_dir) / "requests.parquet", REQUESTS, columns=REQUEST_COLUMNS,
+                      categorical=_strings(REQUESTS, REQUEST_COLUMNS))
+
+
+def read_metrics(run_dir: str | Path, families: Iterable[str] | None = None) -> pd.DataFrame:
+    """metrics.parquet, all columns; only the given families' rows when ``families`` is set."""
+    where = None if families is None else pc.field("family").isin(sorted(set(families)))
+    return read_table(Path(run_dir) / "metrics.parquet", METRICS, where=where,
+                      categorical=_strings(METRICS, METRICS.names))
+
+
+def chunk_span_s(requests: pd.DataFrame) -> pd.Series:
+    """Seconds from a stream's first content chunk to its last; NaN below two chunks."""
+    return requests["itl_mean_s"] * (requests["n_chunks"] - 1)
