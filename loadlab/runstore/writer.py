@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -148,7 +149,20 @@ def read_table(
     dataset = ds.dataset([str(p) for p in parts], schema=read_schema, format=fmt)
     frame = dataset.to_table(columns=names, filter=where).to_pandas()
     for name in set(categorical) & set(names):
-        # categories in string order, so groupbys and sorts order groups as on plain strings
-        col = frame[name].cat.remove_unused_categories() if where is not None else frame[name]
-        frame[name] = col.cat.reorder_categories(sorted(col.cat.categories))
+        frame[name] = _sorted_categories(frame[name].array)
     return frame
+
+
+def _sorted_categories(values: pd.Categorical) -> pd.Categorical:
+    """The same values with only the used categories, in string order.
+
+    So that groupbys and sorts order groups as they do on plain strings. Recoded with
+    one numpy take (pandas' ``reorder_categories`` took ~0.3 s per 5M rows).
+    """
+    codes = values.codes
+    used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(values.categories)))
+    names = values.categories[used]
+    order = np.argsort(names.to_numpy(dtype=object), kind="stable")
+    rank = np.full(len(values.categories), -1, dtype=codes.dtype)
+    rank[used[order]] = np.arange(len(order), dtype=codes.dtype)
+    return pd.Categorical.from_codes(np.where(codes >= 0, rank[codes], -1), names[order])
