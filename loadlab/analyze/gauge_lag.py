@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.windows import counter_windows, gauge_windows, resolve_family
+from loadlab.analyze.windows import counter_windows, gauge_windows, resolve_family, snapshots
 
 COLUMNS = ["running_gauge", "running_itl", "stale_share", "inflight_gauge", "inflight_client"]
 
@@ -55,8 +55,8 @@ def gauge_lag(metrics: pd.DataFrame, requests: pd.DataFrame, windows: pd.DataFra
 
 def stale_share(metrics: pd.DataFrame, running: str, tokens: str, windows: pd.DataFrame) -> np.ndarray:
     """Per window: share of busy-on-both-sides snapshots in which ``running`` read 0."""
-    gauge = _snapshots(metrics, running, running)
-    counter = _snapshots(metrics, tokens, f"{tokens}_total")
+    gauge = snapshots(metrics, running, metric=running)
+    counter = snapshots(metrics, tokens, metric=f"{tokens}_total")
     both = gauge.merge(counter, on=["endpoint", "t"], suffixes=("_gauge", "_tokens"))
     result = np.full(len(windows), np.nan)
     if both.empty:
@@ -78,17 +78,29 @@ def stale_share(metrics: pd.DataFrame, running: str, tokens: str, windows: pd.Da
 
 
 def client_inflight(requests: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
-    """Per window: time-mean count of requests sent and not done (not done yet = until the end)."""
+    """Per window: time-mean count of requests sent and not done (not done yet = until the end).
+
+    Each window sums the overlaps of only the requests that can reach into it: sent
+    before its end and at most the longest request's duration before its start, or not
+    done. A request with no ``t_sent`` was never on the wire and counts nowhere.
+    """
     result = np.full(len(windows), np.nan)
     if requests.empty:
         return result
     sent = requests["t_sent"].to_numpy(dtype=float)
     done = requests["t_done"].to_numpy(dtype=float)
-    done = np.where(np.isnan(done), np.inf, done)
-    for i, w in enumerate(windows.itertuples(index=False)):
-        length = w.t_end - w.t_start
-        if length > 0:
-            overlap = np.minimum(done, w.t_end) - np.maximum(sent, w.t_start)
+    order = np.argsort(sent, kind="stable")[: int((~np.isnan(sent)).sum())]  # NaN sorts last
+    sent, done = sent[order], np.where(np.isnan(done[order]), np.inf, done[order])
+    finite = np.isfinite(done)
+    longest = max(float((done[finite] - sent[finite]).max(initial=0.0)), 0.0)
+    unfinished = np.flatnonzero(~finite)
+    for i, (start, end) in enumerate(zip(windows["t_start"].to_numpy(dtype=float),
+                                         windows["t_end"].to_numpy(dtype=float))):
+        length = end - start
+        if length > 0 and len(sent):
+            a, b = np.searchsorted(sent, [start - longest, end], side="left")
+            rows = np.concatenate([unfinished[unfinished < a], np.arange(a, b)])
+            overlap = np.minimum(done[rows], end) - np.maximum(sent[rows], start)
             result[i] = float(np.clip(overlap, 0.0, None).sum() / length)
     return result
 
@@ -96,9 +108,3 @@ def client_inflight(requests: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray
 def _gauge_mean(metrics: pd.DataFrame, family: str, windows: pd.DataFrame) -> np.ndarray:
     """Mean per window over snapshots (engines summed, endpoints averaged)."""
     return gauge_windows(metrics, family, windows, by=())["mean"].to_numpy(dtype=float)
-
-
-def _snapshots(metrics: pd.DataFrame, family: str, metric: str) -> pd.DataFrame:
-    """(endpoint, t, value) with the series of one family summed per scrape."""
-    data = metrics[(metrics["family"] == family) & (metrics["metric"] == metric)]
-    return data.groupby(["endpoint", "t"], sort=True)["value"].sum().reset_index()
