@@ -24,7 +24,9 @@ Interrupted after 3 and before 4 (a crash, a kill), both the compacted part and 
 of the parts it replaces exist: :func:`live_parts` skips every part named in a
 compacted part's ``loadlab.replaces``, so no row is read twice, and the next
 compaction deletes them. Interrupted before 3, only a hidden temporary file is left,
-which readers never see and the next compaction removes.
+which readers never see and the next compaction removes. A part whose footer cannot
+be read (truncated, empty, not Parquet) is left where it is, with a warning; one that
+fails deeper while being copied stops the compaction with nothing changed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import fcntl
 import json
 import os
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,14 +79,19 @@ def compact(table_dir: str | Path, schema: pa.Schema, *, row_group_bytes: int = 
             return None
         for stale in path.glob(".compact-*.tmp"):
             stale.unlink()
-        parts = live_parts(path)
-        leftovers = [p for p in path.glob("part-*.parquet") if p not in parts]
+        live = live_parts(path)
+        leftovers = [p for p in path.glob("part-*.parquet") if p not in live]
+        parts = [p for p in live if _readable(p)]
         if len(parts) <= 1:
             _remove(leftovers)
             return parts[0] if parts else None
         tag = uuid.uuid4().hex[:8]
         tmp = path / f".compact-{tag}.tmp"
-        _rewrite(parts, tmp, schema, row_group_bytes)
+        try:
+            _rewrite(parts, tmp, schema, row_group_bytes)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         final = path / f"{parts[0].stem}{MARK}{tag}.parquet"
         os.replace(tmp, final)
         _remove(parts + leftovers)
@@ -117,6 +125,16 @@ def _row_groups(parts: list[Path], schema: pa.Schema, limit: int) -> Iterator[pa
                 batches, size = [], 0
     if batches:
         yield pa.Table.from_batches(batches, schema)
+
+
+def _readable(part: Path) -> bool:
+    """Whether a part's footer reads; one that does not stays as it is, outside the compacted part."""
+    try:
+        pq.read_metadata(part)
+    except (pa.ArrowException, OSError) as exc:
+        warnings.warn(f"{part}: unreadable part left out of compaction ({exc})", stacklevel=3)
+        return False
+    return True
 
 
 def _replaces(part: Path) -> list[str]:

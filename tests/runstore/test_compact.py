@@ -121,3 +121,29 @@ def test_compact_run_covers_every_table_and_skips_absent_ones(tmp_path):
     done = compact_run(tmp_path)
     assert [p.parent.name for p in done] == ["requests.parquet"]
     pd.testing.assert_frame_equal(read_table(tmp_path / "requests.parquet", REQUESTS), before)
+
+
+def test_an_unreadable_part_stays_outside_the_compacted_part(table):
+    before = read_table(table, SCHEMA)
+    broken = table / "part-zz-000001.parquet"
+    broken.write_bytes(b"PAR1 truncated")
+    with pytest.warns(UserWarning, match="part-zz-000001.parquet: unreadable part left out"):
+        out = compact(table, SCHEMA)
+    assert part_names(table) == sorted([out.name, broken.name])
+    assert broken.read_bytes() == b"PAR1 truncated"
+    broken.unlink()
+    pd.testing.assert_frame_equal(read_table(table, SCHEMA), before)
+
+
+def test_a_part_failing_while_copied_stops_compaction_with_nothing_changed(table, monkeypatch):
+    names = part_names(table)
+    row_groups = compact_module._row_groups
+
+    def failing(parts, schema, limit):
+        yield from row_groups(parts[:3], schema, 1)   # some row groups written, then a bad page
+        raise pa.ArrowInvalid("corrupt page")
+
+    monkeypatch.setattr(compact_module, "_row_groups", failing)
+    with pytest.raises(pa.ArrowInvalid):
+        compact(table, SCHEMA)
+    assert part_names(table) == names and not list(table.glob(".compact-*"))
