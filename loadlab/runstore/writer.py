@@ -147,7 +147,7 @@ def read_table(
         return read_schema.empty_table().select(names).to_pandas()
     fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=list(categorical)))
     dataset = ds.dataset([str(p) for p in parts], schema=read_schema, format=fmt)
-    frame = dataset.to_table(columns=names, filter=where).to_pandas()
+    frame = dataset.to_table(columns=names, filter=where).to_pandas(self_destruct=True, split_blocks=True)
     for name in set(categorical) & set(names):
         frame[name] = _sorted_categories(frame[name].array)
     return frame
@@ -162,6 +162,8 @@ def _sorted_categories(values: pd.Categorical) -> pd.Categorical:
     codes = values.codes
     used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(values.categories)))
     names = values.categories[used]
+    if len(used) == len(values.categories) and names.is_monotonic_increasing:
+        return values
     order = np.argsort(names.to_numpy(dtype=object), kind="stable")
     rank = np.full(len(values.categories), -1, dtype=codes.dtype)
     rank[used[order]] = np.arange(len(order), dtype=codes.dtype)
