@@ -4,12 +4,14 @@ Goal: 1M request records and an hour of 1 Hz metrics from 4 endpoints analysed i
 < 15 s and < 2 GB peak RSS. The run folder (``hour_run.py``: ~3,600 request parts,
 ~2,900 metrics parts, 4.75M metric samples, 2e8 chunk offsets, ~2 GB on disk) is
 generated once and cached under ``--cache`` (default: the system temp folder).
+Two layouts: ``parts`` as the writers leave it, and ``compacted`` (a hard-linked copy
+after ``runstore.compact_run``, the end-of-run step; its own cost is a row).
 
 Each stage runs in a fresh Python process, so its peak RSS (``ru_maxrss``) is its own;
 ``imports`` is the floor every stage starts from (pandas, pyarrow, loadlab). Stages:
 
 - ``read requests`` / ``read metrics`` / ``read scrapes+client``: the tables as the
-  step table reads them (``read_table``; ``read_requests`` where it exists);
+  analyzer reads them (``analyze.tables.read_requests`` / ``read_metrics``, ``read_table``);
 - ``gauge_lag``: reads as above, then :func:`loadlab.analyze.gauge_lag.gauge_lag` over
   the step windows (its own time shown as ``work``);
 - ``step_table``: :func:`loadlab.analyze.steps.step_table` on the folder;
@@ -18,7 +20,7 @@ Each stage runs in a fresh Python process, so its peak RSS (``ru_maxrss``) is it
 The machine is shared: CPU seconds are the steadier figure; the load average is printed.
 
     python benchmarks/bench_analyze.py [--requests 1000000] [--steps 30] [--cache DIR]
-                                       [--stages step_table,analyze_run] [--profile STAGE]
+        [--stages step_table,analyze_run] [--layouts parts,compacted] [--profile STAGE]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import json
 import os
 import pstats
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("imports", "read requests", "read metrics", "read scrapes+client", "gauge_lag",
           "step_table", "analyze_run")
+LAYOUTS = ("parts", "compacted")
 
 
 def run_stage(name: str, run_dir: Path) -> dict[str, float | str]:
@@ -45,22 +49,24 @@ def run_stage(name: str, run_dir: Path) -> dict[str, float | str]:
     import pandas as pd  # noqa: F401  (imports are the floor: count them before the clock)
 
     from loadlab.analyze import steps
-    from loadlab.runstore import CLIENT, METRICS, REQUESTS, SCRAPES, read_manifest, read_table
+    from loadlab.analyze.tables import read_metrics, read_requests
+    from loadlab.runstore import CLIENT, SCRAPES, compact_run, read_manifest, read_table
 
     w0, c0 = time.perf_counter(), time.process_time()
     extra: dict[str, float | str] = {}
-    if name == "read requests":
-        extra["rows"] = len(read_table(run_dir / "requests.parquet", REQUESTS))
+    if name == "compact_run":
+        extra["parts"] = len(compact_run(run_dir))
+    elif name == "read requests":
+        extra["rows"] = len(read_requests(run_dir))
     elif name == "read metrics":
-        extra["rows"] = len(read_table(run_dir / "metrics.parquet", METRICS))
+        extra["rows"] = len(read_metrics(run_dir))
     elif name == "read scrapes+client":
         extra["rows"] = (len(read_table(run_dir / "scrapes.parquet", SCRAPES))
                          + len(read_table(run_dir / "client.parquet", CLIENT)))
     elif name == "gauge_lag":
         from loadlab.analyze.gauge_lag import gauge_lag
 
-        requests = read_table(run_dir / "requests.parquet", REQUESTS)
-        metrics = read_table(run_dir / "metrics.parquet", METRICS)
+        requests, metrics = read_requests(run_dir), read_metrics(run_dir)
         wins = steps.measured_windows(read_manifest(run_dir))
         w1 = time.perf_counter()
         gauge_lag(metrics, requests, wins[["t_start", "t_end"]])
@@ -109,6 +115,23 @@ def folder_figures(run_dir: Path) -> str:
             + f"; {size / 2**30:.2f} GiB on disk")
 
 
+def compacted_copy(run_dir: Path) -> tuple[Path, dict]:
+    """A hard-linked copy of the run folder, compacted by a measured ``compact_run``."""
+    dest = run_dir.with_name(run_dir.name + "-compacted")
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(run_dir, dest, copy_function=os.link)  # compaction unlinks only the copy's names
+    return dest, measure("compact_run", dest)
+
+
+def print_row(layout: str, name: str, r: dict) -> None:
+    if "error" in r or "skipped" in r:
+        print(f"{layout:<10}{name:<22}{'-':>9}{'-':>9}{'-':>10}  {r.get('error') or r.get('skipped')}")
+        return
+    note = next((f"work {r[k]:.2f} s" if k == "work_s" else f"{r[k]} {k}"
+                 for k in ("work_s", "rows", "parts") if k in r), "")
+    print(f"{layout:<10}{name:<22}{r['wall_s']:>9.2f}{r['cpu_s']:>9.2f}{r['peak_mb']:>10.0f}  {note}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=1_000_000)
@@ -116,7 +139,8 @@ def main() -> None:
     ap.add_argument("--endpoints", type=int, default=4)
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "loadlab-bench-analyze")
     ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: " + ", ".join(STAGES))
-    ap.add_argument("--profile", metavar="STAGE", help="run one stage under cProfile and print the top")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS), help="parts (as written), compacted, or both")
+    ap.add_argument("--profile", metavar="STAGE", help="run one stage on the parts under cProfile")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--run", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--profile-child", action="store_true", help=argparse.SUPPRESS)
@@ -139,14 +163,14 @@ def main() -> None:
         return
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    print(f"{'stage':<22}{'wall s':>9}{'cpu s':>9}{'peak MB':>10}  note")
-    for name in stages:
-        r = measure(name, run_dir)
-        if "error" in r or "skipped" in r:
-            print(f"{name:<22}{'-':>9}{'-':>9}{'-':>10}  {r.get('error') or r.get('skipped')}")
-            continue
-        note = f"work {r['work_s']:.2f} s" if "work_s" in r else (f"{r['rows']} rows" if "rows" in r else "")
-        print(f"{name:<22}{r['wall_s']:>9.2f}{r['cpu_s']:>9.2f}{r['peak_mb']:>10.0f}  {note}")
+    print(f"{'layout':<10}{'stage':<22}{'wall s':>9}{'cpu s':>9}{'peak MB':>10}  note")
+    for layout in [x.strip() for x in args.layouts.split(",") if x.strip()]:
+        folder = run_dir
+        if layout == "compacted":
+            folder, result = compacted_copy(run_dir)
+            print_row(layout, "compact_run", result)
+        for name in stages:
+            print_row(layout, name, measure(name, folder))
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
