@@ -137,6 +137,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--endpoints", type=int, default=4)
+    ap.add_argument("--request-flush-s", type=float, default=1.0,
+                    help="seconds of completions per requests part (the Recorder flushes every 1 s)")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "loadlab-bench-analyze")
     ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: " + ", ".join(STAGES))
     ap.add_argument("--layouts", default=",".join(LAYOUTS), help="parts (as written), compacted, or both")
@@ -155,7 +157,8 @@ def main() -> None:
     import loadlab
 
     print(f"loadlab tree: {Path(loadlab.__file__).parent}")
-    spec = HourRun(requests=args.requests, steps=args.steps, endpoints=args.endpoints)
+    spec = HourRun(requests=args.requests, steps=args.steps, endpoints=args.endpoints,
+                   request_flush_s=args.request_flush_s)
     run_dir = ensure(spec, args.cache)
     print(f"run folder: {run_dir}\n  {folder_figures(run_dir)}")
     if args.profile:

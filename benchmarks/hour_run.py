@@ -5,12 +5,13 @@ the shape of the columns, not on a server having really run, so the folder is bu
 from numbers, once, and cached. What makes it realistic:
 
 - requests.parquet: ``n`` rows over ``steps`` closed-loop steps (40, 80, ... 1,200 users
-  over 4 endpoints of 256 sequences each: throughput rises to a knee and flattens), written as the Recorder writes them: rows
-  in order of completion, one part per second of completions (its ``flush_interval_s``
-  is 1 s; at ~280 requests/s the 2,000-row limit is never reached first), dictionary-
-  encoded as ``PartWriter.add`` writes. Output lengths follow the shipped azure-conv
-  profile (mean ~210 tokens), one content chunk per token, so ``chunk_offsets_s`` holds
-  ~2e8 floats for 1M requests, as a streaming client stores them.
+  over 4 endpoints of 256 sequences each: throughput rises to a knee and flattens),
+  written as the Recorder writes them: rows in order of completion, one part per
+  ``request_flush_s`` of completions (the Recorder's ``flush_interval_s``, 1 s; at ~280
+  requests/s its 2,000-row limit is never reached first), dictionary-encoded as
+  ``PartWriter.add`` writes. Output lengths follow the shipped azure-conv profile (mean
+  ~210 tokens), one content chunk per token, so ``chunk_offsets_s`` holds ~2e8 floats
+  for 1M requests, as a streaming client stores them.
 - metrics.parquet: every series of the real vLLM 0.32 page
   (``tests/fixtures/vllm-0.32-cpu/metrics_idle_fresh.txt`` through
   :class:`~loadlab.collect.parse.ExpositionParser`: 39 families, 330 series, histogram
@@ -60,6 +61,7 @@ class HourRun:
     step_users: int = 40       # closed loop: step k runs step_users * (k + 1) users
     seq_cap: int = 256         # per endpoint: running saturates here, waiting grows above
     seed: int = 1
+    request_flush_s: float = 1.0  # the Recorder's flush_interval_s: one requests part per interval
 
     def key(self) -> str:
         return "-".join(f"{v}" for v in asdict(self).values())
@@ -114,8 +116,8 @@ def _requests(spec: HourRun, out: Path, rng: np.random.Generator, progress) -> N
     # so completion is approximated by first token + n * mean gap.
     t_done_approx = t_sent + ttft + n_out * itl
     order = np.argsort(t_done_approx, kind="stable")
-    second = np.floor(t_done_approx[order] - T0).astype(np.int64)
-    cuts = np.flatnonzero(np.diff(second)) + 1
+    interval = np.floor((t_done_approx[order] - T0) / spec.request_flush_s).astype(np.int64)
+    cuts = np.flatnonzero(np.diff(interval)) + 1
     writer = PartWriter(out / "requests.parquet", REQUESTS, writer_id="master")
     bounds = np.concatenate([[0], cuts, [n]])
     for k, (a, b) in enumerate(pairwise(bounds)):
