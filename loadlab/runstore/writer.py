@@ -147,7 +147,7 @@ def read_table(
         return read_schema.empty_table().select(names).to_pandas()
     fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=list(categorical)))
     dataset = ds.dataset([str(p) for p in parts], schema=read_schema, format=fmt)
-    frame = dataset.to_table(columns=names, filter=where).to_pandas(self_destruct=True, split_blocks=True)
+    frame = dataset.to_table(columns=names, filter=where).to_pandas(self_destruct=True)
     for name in set(categorical) & set(names):
         frame[name] = _sorted_categories(frame[name].array)
     return frame

@@ -59,6 +59,15 @@ def test_columns_rows_and_categoricals_match_a_pandas_filter(tmp_path, seed):
                                   check_dtype=False)
 
 
+def test_the_frame_read_can_be_edited(tmp_path):
+    """Also from one part, whose columns Arrow could hand over without a copy (read-only)."""
+    metrics_parts(tmp_path / "m.parquet", np.random.default_rng(4), writers=1, parts=1)
+    for frame in (read_table(tmp_path / "m.parquet", METRICS),
+                  read_table(tmp_path / "m.parquet", METRICS, categorical=["family"])):
+        frame.loc[frame["t"] > 50, "value"] = 0.0
+        assert (frame.loc[frame["t"] > 50, "value"] == 0).all() and (frame["value"] != 0).any()
+
+
 def test_parts_from_before_a_column_was_added_read_as_nulls(tmp_path):
     table = tmp_path / "t.parquet"
     with PartWriter(table, OLD, writer_id="a") as old:
