@@ -8,8 +8,13 @@ connection each), the in-flight count, the record sink and the self-monitor.
 
 :meth:`LoadContext.run_one` is the whole life of one request: take a client,
 send, turn the outcome into a REQUESTS row with run context (step, user, seq,
-targets, lags), hand the row to the sink. A cancellation mid-request (the run
-stopping, Ctrl-C) still produces a row, status ``aborted``, before propagating.
+targets, lags), hand the row to the sink. Every request begun gets exactly one row:
+a cancellation mid-request (the run stopping, Ctrl-C) still produces one, status
+``aborted`` with the times and chunks it got so far, before propagating.
+:meth:`LoadContext.close` cancels whatever is still in flight (closed-loop users
+Locust did not stop yet, open-loop requests of a deep backlog) before the last flush,
+so those rows reach the run folder too; ``sent`` counts requests begun, which the
+master compares with the rows it received.
 
 Self-monitor (:meth:`LoadContext._monitor`): a greenlet sleeps ``LAG_TICK_S`` at a
 time and records how much later than asked it woke (scheduling lag: a busy event
@@ -38,6 +43,7 @@ LAG_TICK_S = 0.05
 SAMPLE_S = 1.0
 FLUSH_S = 0.5
 CLIENT_ERROR_BACKOFF_S = 0.1
+CANCEL_TIMEOUT_S = 10.0   # close(): cancelling in-flight requests is local, this is a backstop
 
 
 @dataclass
@@ -97,6 +103,7 @@ class LoadContext:
         self.released = Event()       # set when users may stop waiting (run over)
         self.started = Event()        # open loop: set once t0 is known
         self._clients: list[StreamingClient] = []
+        self._live: set[gevent.Greenlet] = set()   # greenlets inside run_one
         self.on_row: Callable[[dict[str, Any]], None] | None = None  # e.g. Locust's request event
         self._user_ids = itertools.count()
         self._greenlets = [gevent.spawn(self._monitor), gevent.spawn(self._ticker)]
@@ -125,16 +132,20 @@ class LoadContext:
         """Send one request and record it; returns the row."""
         step = step or self.step
         client = self._client()
+        client.last = None
+        me = gevent.getcurrent()
         self.in_flight += 1
         self.sent += 1
+        self._live.add(me)
         try:
             outcome = client.send(prepared.body, {"X-Request-Id": prepared.request_id})
         except BaseException:
-            if client.last is not None and client.last.timings.t_sent is not None:
+            if client.last is not None:  # cancelled: the row says how far it got
                 self.sink.add_row(self._row(prepared, client.last, user, t_scheduled, step))
             raise
         finally:
             self.in_flight -= 1
+            self._live.discard(me)
         self._clients.append(client)
         row = self._row(prepared, outcome, user, t_scheduled, step)
         self.sink.add_row(row)
@@ -174,8 +185,11 @@ class LoadContext:
         return self.in_flight == 0
 
     def close(self) -> None:
+        """Stop: cancel requests still in flight (each records an ``aborted`` row), flush."""
         self.released.set()
         self.prefetcher.stop()
+        live = [g for g in self._live if g is not gevent.getcurrent()]
+        gevent.killall(live, block=True, timeout=CANCEL_TIMEOUT_S)
         for g in self._greenlets:
             g.kill(block=False)
         self.sink.flush()

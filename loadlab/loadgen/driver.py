@@ -104,7 +104,8 @@ class _Master:
         link.on(READY_MSG, lambda d: self._note(self.ready, d["worker"]))
         link.on(DRAINED_MSG, lambda d: self._note(self.drained, d["worker"]))
         link.on(FAILED_MSG, lambda d: (self.failures.append(d["error"]), self.changed.set()))
-        link.on(DONE_MSG, lambda d: (self.recorder.mark_done(d["worker"], d["rows"]), self.changed.set()))
+        link.on(DONE_MSG, lambda d: (self.recorder.mark_done(d["worker"], d["rows"], d.get("issued")),
+                                     self.changed.set()))
 
     def _note(self, group: set[str], worker: str) -> None:
         group.add(worker)
@@ -202,12 +203,8 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         if scraper is not None:
             scraper.stop()
         recorder.close()
-        lost = {w: n - recorder.rows_by_worker.get(w, 0) for w, n in recorder.done_workers.items()
-                if n != recorder.rows_by_worker.get(w, 0)}
         manifest = update_manifest(out, status=status, error=error, finished=time.time(),
-                                   records={"rows": sum(recorder.rows_by_worker.values()),
-                                            "by_worker": dict(recorder.rows_by_worker),
-                                            "missing_by_worker": lost})
+                                   records=recorder.records_entry())
         try:
             env.runner.quit() if env.runner else None
         finally:

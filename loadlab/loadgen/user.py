@@ -18,7 +18,8 @@ Protocol (message names; data JSON/msgpack-safe):
 - master -> worker: ``ll_config`` (RunSettings), ``ll_step`` ({"index"}),
   ``ll_drain`` ({"deadline_s"}): stop starting requests, report when idle.
 - worker -> master: ``ll_ready`` (or ``ll_failed`` with the reason), ``ll_rows`` / ``ll_client`` (record batches),
-  ``ll_drained``, ``ll_done`` ({"worker", "rows"}) after Locust's ``test_stop``.
+  ``ll_drained``, ``ll_done`` ({"worker", "rows", "issued"}: rows shipped, requests
+  begun) after Locust's ``test_stop``.
 
 :class:`Link` hides whether the other side is a message away (Locust runners) or
 in this process (a local run), so both paths run the same handlers.
@@ -156,7 +157,7 @@ def serve_worker(environment: Any, link: Link, worker: str,
         if ctx is None:
             return
         ctx.close()
-        link.send(DONE_MSG, {"worker": worker, "rows": ctx.sink.rows_sent})
+        link.send(DONE_MSG, {"worker": worker, "rows": ctx.sink.rows_sent, "issued": ctx.sent})
 
     link.on(CONFIG_MSG, on_config)
     link.on(STEP_MSG, on_step)
