@@ -125,13 +125,14 @@ def run(target, model, api, profile, seed, concurrency, geometric, rate, burstin
 
         with launch_target(launch, list(server_args), out_dir, model=model) as launched:
             extra = {"target": {"launch": launched.manifest_entry()}, "server": launched.server_settings()}
-            _run(launched.base_url, model or launched.model, extra, out_dir, stamp, plan, trace, params)
+            _run(launched.base_url, model or launched.model, extra, out_dir, stamp, plan, trace, params,
+                 target_check=launched.exit_reason)
         return
     _run(target, model, {}, out_dir, stamp, plan, trace, params)
 
 
 def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, trace: str | None,
-         o: dict) -> None:
+         o: dict, target_check=None) -> None:
     """Build the settings and drive the run (Locust is imported from here on); ``o``: the CLI params."""
     if o["collect"]:
         import loadlab.collect.scraper  # noqa: F401  (before Locust's monkey-patching, like httpx)
@@ -147,7 +148,8 @@ def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, 
     )
     opts = driver.RunOptions(out=out_dir, workers=o["workers"], remote_workers=o["remote_workers"],
                              master_bind=o["master_bind"], drain_s=o["drain"],
-                             collect_interval_s=o["collect_interval"] if o["collect"] else None)
+                             collect_interval_s=o["collect_interval"] if o["collect"] else None,
+                             target_check=target_check)
     manifest = driver.run_load(settings, plan, opts, extra)
     rec = manifest.get("records", {})
     click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out_dir}")

@@ -16,6 +16,10 @@ Locust did not stop yet, open-loop requests of a deep backlog) before the last f
 so those rows reach the run folder too; ``sent`` counts requests begun, which the
 master compares with the rows it received.
 
+Every finished row also goes through a :class:`~loadlab.loadgen.guards.FailureWatch`;
+when one of its rules trips (target gone, every request refused) the context stops
+sending and calls ``on_stop`` with the reason.
+
 Self-monitor (:meth:`LoadContext._monitor`): a greenlet sleeps ``LAG_TICK_S`` at a
 time and records how much later than asked it woke (scheduling lag: a busy event
 loop delays every timestamp by as much); every ``SAMPLE_S`` it emits a CLIENT row
@@ -35,6 +39,7 @@ import gevent
 from gevent.event import Event
 
 from loadlab.loadgen.client import StreamingClient
+from loadlab.loadgen.guards import FailureWatch
 from loadlab.loadgen.prepare import Prefetcher, Prepared, RequestFactory
 from loadlab.loadgen.shapes import LoadPlan, Step, plan_from_dict
 from loadlab.loadgen.transport import SocketTransport
@@ -105,6 +110,11 @@ class LoadContext:
         self._clients: list[StreamingClient] = []
         self._live: set[gevent.Greenlet] = set()   # greenlets inside run_one
         self.on_row: Callable[[dict[str, Any]], None] | None = None  # e.g. Locust's request event
+        # Told the reason when a FailureWatch rule trips (loadlab run: a message to the
+        # master, which stops the run); without it the watch is off (plain Locust).
+        self.on_stop: Callable[[str], None] | None = None
+        self.stop_reason: str | None = None
+        self._watch = FailureWatch(settings.api_key_env)
         self._user_ids = itertools.count()
         self._greenlets = [gevent.spawn(self._monitor), gevent.spawn(self._ticker)]
 
@@ -151,6 +161,11 @@ class LoadContext:
         self.sink.add_row(row)
         if self.on_row is not None:
             self.on_row(row)
+        reason = self._watch.observe(row)
+        if reason is not None and self.on_stop is not None and self.stop_reason is None:
+            self.stop_reason = reason
+            self.draining = True   # send nothing more; the master stops the run
+            self.on_stop(reason)
         if outcome.status == "client_error":
             # No connection (server down or restarting): pause so a closed-loop user does
             # not spin out thousands of error rows a second; the run itself goes on.

@@ -18,6 +18,7 @@ Protocol (message names; data JSON/msgpack-safe):
 - master -> worker: ``ll_config`` (RunSettings), ``ll_step`` ({"index"}),
   ``ll_drain`` ({"deadline_s"}): stop starting requests, report when idle.
 - worker -> master: ``ll_ready`` (or ``ll_failed`` with the reason), ``ll_rows`` / ``ll_client`` (record batches),
+  ``ll_stop`` ({"worker", "reason"}: a :mod:`~loadlab.loadgen.guards` rule tripped, stop the run),
   ``ll_drained``, ``ll_done`` ({"worker", "rows", "issued"}: rows shipped, requests
   begun) after Locust's ``test_stop``.
 
@@ -41,6 +42,7 @@ from loadlab.loadgen.records import DONE_MSG, BatchSender
 from loadlab.loadgen.shapes import arrivals
 
 CONFIG_MSG, READY_MSG, FAILED_MSG, STEP_MSG = "ll_config", "ll_ready", "ll_failed", "ll_step"
+STOP_MSG = "ll_stop"
 DRAIN_MSG, DRAINED_MSG = "ll_drain", "ll_drained"
 
 
@@ -136,10 +138,12 @@ def serve_worker(environment: Any, link: Link, worker: str,
         sink = sink_factory() if sink_factory else BatchSender(link.send)
         settings = RunSettings(**data["settings"])
         try:
-            environment.loadlab = LoadContext(settings, sink, worker, data["worker_index"])
+            ctx = LoadContext(settings, sink, worker, data["worker_index"])
         except Exception as exc:  # tell the master why, so it stops at once with the reason
             link.send(FAILED_MSG, {"worker": worker, "error": f"{type(exc).__name__}: {exc}"})
             raise
+        ctx.on_stop = lambda reason: link.send(STOP_MSG, {"worker": worker, "reason": reason})
+        environment.loadlab = ctx
         link.send(READY_MSG, {"worker": worker})
 
     def on_step(data: dict) -> None:

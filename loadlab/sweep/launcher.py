@@ -72,6 +72,15 @@ class LaunchedTarget:
     log_path: Path
     startup_s: float
     extra: dict[str, Any] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+
+    def exit_reason(self) -> str | None:
+        """Why the server is gone (its process exited), or None while it runs."""
+        code = self.proc.poll() if self.proc is not None else None
+        if code is None:
+            return None
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return f"the launched {self.kind} server {how} (log {self.log_path})"
 
     def manifest_entry(self) -> dict[str, Any]:
         """The ``target.launch`` block of manifest.json (no secrets)."""
@@ -254,6 +263,7 @@ def launch_target(
             pid=proc.pid,
             log_path=log_path,
             startup_s=time.monotonic() - t0,
+            proc=proc,
         )
     finally:
         _stop(proc, stop_timeout_s)
