@@ -40,9 +40,11 @@ from gevent.event import Event
 
 from loadlab.loadgen.client import StreamingClient
 from loadlab.loadgen.guards import FailureWatch
+from loadlab.loadgen.preflight import api_key
 from loadlab.loadgen.prepare import Prefetcher, Prepared, RequestFactory
 from loadlab.loadgen.shapes import LoadPlan, Step, plan_from_dict
 from loadlab.loadgen.transport import SocketTransport
+from loadlab.workload.fit import FitCounts
 
 LAG_TICK_S = 0.05
 SAMPLE_S = 1.0
@@ -70,6 +72,7 @@ class RunSettings:
     plan: dict
     n_workers: int = 1
     t0: float | None = None           # open loop: unix time of offset 0
+    max_model_len: int | None = None  # the server's context window: lengths are fitted to it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,7 +80,7 @@ class RunSettings:
 
 def auth_headers(api_key_env: str) -> dict[str, str]:
     """``Authorization`` from the named environment variable, if set (never logged)."""
-    key = os.environ.get(api_key_env)
+    key = api_key(api_key_env)
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
@@ -96,6 +99,7 @@ class LoadContext:
             api=settings.api, model=settings.model, seed=settings.seed, base_url=settings.base_url,
             profile=settings.profile, trace=settings.trace, time_scale=settings.time_scale,
             nonce=settings.nonce, calibrate=settings.calibrate, headers=self.headers,
+            max_model_len=settings.max_model_len,
         )
         total = self.factory.total
         seqs = (range(worker_index, total, self.n_workers) if total is not None
@@ -114,6 +118,7 @@ class LoadContext:
         # master, which stops the run); without it the watch is off (plain Locust).
         self.on_stop: Callable[[str], None] | None = None
         self.stop_reason: str | None = None
+        self.fit_counts = FitCounts()
         self._watch = FailureWatch(settings.api_key_env)
         self._user_ids = itertools.count()
         self._greenlets = [gevent.spawn(self._monitor), gevent.spawn(self._ticker)]
@@ -146,6 +151,7 @@ class LoadContext:
         me = gevent.getcurrent()
         self.in_flight += 1
         self.sent += 1
+        self.fit_counts.add(prepared.fitted)
         self._live.add(me)
         try:
             outcome = client.send(prepared.body, {"X-Request-Id": prepared.request_id})
@@ -198,6 +204,10 @@ class LoadContext:
         while self.in_flight and time.monotonic() < end:
             gevent.sleep(0.02)
         return self.in_flight == 0
+
+    def fit_entry(self) -> dict[str, int]:
+        """Requests sent so far that were changed to fit the server's context."""
+        return asdict(self.fit_counts)
 
     def close(self) -> None:
         """Stop: cancel requests still in flight (each records an ``aborted`` row), flush."""

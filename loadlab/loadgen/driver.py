@@ -55,6 +55,7 @@ from locust.env import Environment
 from loadlab import __version__
 from loadlab.errors import RunInterrupted, TargetError
 from loadlab.loadgen.context import RunSettings
+from loadlab.loadgen.preflight import split_address
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
 from loadlab.loadgen.shapes import LoadPlan
 from loadlab.loadgen.user import (
@@ -71,7 +72,6 @@ from loadlab.loadgen.user import (
     locust_link,
     serve_worker,
 )
-from loadlab.loadgen.worker import split_address
 from loadlab.runstore import update_manifest, write_manifest
 
 START_LEAD_S = 0.3
@@ -125,7 +125,8 @@ class _Master:
         link.on(DRAINED_MSG, lambda d: self._note(self.drained, d["worker"]))
         link.on(FAILED_MSG, lambda d: (self.failures.append(d["error"]), self.changed.set()))
         link.on(STOP_MSG, lambda d: self._halt(d["reason"]))
-        link.on(DONE_MSG, lambda d: (self.recorder.mark_done(d["worker"], d["rows"], d.get("issued")),
+        link.on(DONE_MSG, lambda d: (self.recorder.mark_done(d["worker"], d["rows"], d.get("issued"),
+                                                             d.get("fit")),
                                      self.changed.set()))
 
     def _note(self, group: set[str], worker: str) -> None:
@@ -227,7 +228,8 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
             scraper.stop()
         recorder.close()
         manifest = update_manifest(out, status=status, error=error, finished=time.time(),
-                                   stop_reason=master.stop_reason, records=recorder.records_entry())
+                                   stop_reason=master.stop_reason, records=recorder.records_entry(),
+                                   workload={"fit": _fit_entry(settings, recorder.fit_counts)})
         try:
             env.runner.quit() if env.runner else None
         finally:
@@ -308,6 +310,14 @@ def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: di
         "steps": [],
         **extra,
     }
+
+
+def _fit_entry(settings: RunSettings, counts: dict[str, int]) -> dict[str, Any] | None:
+    """The manifest's ``workload.fit`` (loadlab.workload.fit), None when lengths were not fitted."""
+    if not settings.max_model_len:
+        return None
+    return {"max_model_len": settings.max_model_len, "policy": "clip" if settings.trace else "resample",
+            "clipped": counts.get("clipped", 0), "resampled": counts.get("resampled", 0)}
 
 
 def _free_port(host: str) -> int:

@@ -50,6 +50,7 @@ class Recorder:
         self.rows_by_worker: dict[str, int] = defaultdict(int)
         self.done_workers: dict[str, int] = {}
         self.issued_by_worker: dict[str, int] = {}
+        self.fit_counts: dict[str, int] = {}    # summed over workers (workload.fit)
 
     def add_rows(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -71,11 +72,14 @@ class Recorder:
                 self.in_flight[s["worker"]] = s["in_flight"]
         self.client.extend(samples)
 
-    def mark_done(self, worker: str, rows_sent: int, issued: int | None = None) -> None:
+    def mark_done(self, worker: str, rows_sent: int, issued: int | None = None,
+                  fit: dict[str, int] | None = None) -> None:
         with self._lock:
             self.done_workers[worker] = rows_sent
             if issued is not None:
                 self.issued_by_worker[worker] = issued
+            for key, n in (fit or {}).items():
+                self.fit_counts[key] = self.fit_counts.get(key, 0) + n
 
     def missing(self) -> dict[str, int]:
         """Rows short per finished worker: requests begun (else rows shipped) minus rows received."""

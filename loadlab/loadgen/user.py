@@ -19,8 +19,8 @@ Protocol (message names; data JSON/msgpack-safe):
   ``ll_drain`` ({"deadline_s"}): stop starting requests, report when idle.
 - worker -> master: ``ll_ready`` (or ``ll_failed`` with the reason), ``ll_rows`` / ``ll_client`` (record batches),
   ``ll_stop`` ({"worker", "reason"}: a :mod:`~loadlab.loadgen.guards` rule tripped, stop the run),
-  ``ll_drained``, ``ll_done`` ({"worker", "rows", "issued"}: rows shipped, requests
-  begun) after Locust's ``test_stop``.
+  ``ll_drained``, ``ll_done`` ({"worker", "rows", "issued", "fit"}: rows shipped,
+  requests begun, requests fitted to the context) after Locust's ``test_stop``.
 
 :class:`Link` hides whether the other side is a message away (Locust runners) or
 in this process (a local run), so both paths run the same handlers.
@@ -161,7 +161,8 @@ def serve_worker(environment: Any, link: Link, worker: str,
         if ctx is None:
             return
         ctx.close()
-        link.send(DONE_MSG, {"worker": worker, "rows": ctx.sink.rows_sent, "issued": ctx.sent})
+        link.send(DONE_MSG, {"worker": worker, "rows": ctx.sink.rows_sent, "issued": ctx.sent,
+                             "fit": ctx.fit_entry()})
 
     link.on(CONFIG_MSG, on_config)
     link.on(STEP_MSG, on_step)
