@@ -73,6 +73,7 @@ from loadlab.loadgen.user import (
     serve_worker,
 )
 from loadlab.runstore import update_manifest, write_manifest
+from loadlab.runstore.claim import owner_entry
 
 START_LEAD_S = 0.3
 JOIN_TIMEOUT_S = 60.0
@@ -295,6 +296,7 @@ def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: di
     extra = dict(extra)
     return {
         "kind": "run", "point": settings.point, "created": time.time(), "status": "running",
+        "owner": owner_entry(), "stop_reason": None,
         "target": {"base_url": settings.base_url, "model": settings.model, "api": settings.api,
                    **extra.pop("target", {})},
         "plan": plan.describe(),
