@@ -148,9 +148,17 @@ def sim_config(params: dict[str, Any]) -> SimConfig:
     by_hf = {m.hf_name.lower(): name for name, m in MODELS.items()}
     model = str(values.get("model", "")).lower()
     values["model"] = by_hf.get(model, model)
-    if values.get("time_scale", 1.0) <= 0:
-        raise InputError("must be positive", field="--time-scale", fix="pass e.g. 1 or 10")
+    for flag, low, strict in _LOWER_BOUNDS:
+        value = values.get(flag.lstrip("-").replace("-", "_"))
+        if value is not None and (value <= low if strict else value < low):
+            raise InputError(f"must be {'>' if strict else '>='} {low:g}, got {value:g}", field=flag,
+                             fix=f"pass a value {'above' if strict else 'of at least'} {low:g}")
     return SimConfig(**values)
+
+
+# (flag, bound, strict): numbers a simulation cannot run with below the bound.
+_LOWER_BOUNDS = (("--time-scale", 0.0, True), ("--output-len-mean", 0.0, True),
+                 ("--output-len-sigma", 0.0, False), ("--step-jitter", 0.0, False))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
