@@ -15,8 +15,10 @@ Policies (what :class:`ContextFit` does to a request that does not fit):
   seed ``key(seed, FIT_STREAM, k)``. The lengths sent are then the profile's
   distribution conditioned on fitting: what clients of such a server can send. Pure
   in (profile, seed, seq, budget), so every worker and run draws the same. A spare is
-  sent as a lone request (only the profile's common prefix): its prefix group would
-  belong to another seed's pool. ``seq`` and arrival time stay the original's.
+  sent as a lone request (only the profile's common prefix): its session belongs to
+  another seed's layout. ``seq`` and arrival time stay the original's; later turns of
+  the original's session still carry their context (their reuse is then overstated
+  by what this turn would have added).
 - ``clip`` (traces, whose rows are fixed, and a profile request no spare fits):
   prompt cut to ``budget - 1`` tokens (its shared prefix to at most the prompt less
   one), output to ``budget - prompt`` (at least 1).
@@ -108,6 +110,7 @@ class ContextFit:
                 spare = self._spare(k).spec(seq)
                 if fits(spare, self.limit):
                     common = max(0, min(self.profile.common_prefix_tokens, spare.prompt_tokens - 1))
-                    return Fitted(replace(spare, prefix_group=0 if common > 0 else None, prefix_tokens=common,
-                                          arrival_s=spec.arrival_s), "resampled")
+                    lone = replace(spare, prefix_group=0 if common > 0 else None, prefix_tokens=common,
+                                   arrival_s=spec.arrival_s, turn=None, reused_tokens=common if seq > 0 else 0)
+                    return Fitted(lone, "resampled")
         return Fitted(clip(spec, self.limit), "clipped")

@@ -48,3 +48,15 @@ def test_clip_keeps_a_unique_token_after_the_prefix_and_budget_spares_uncalibrat
     cut = clip(RequestSpec(0, 5000, 10, 3, 4990, None), 1000)
     assert (cut.prompt_tokens, cut.output_tokens, cut.prefix_tokens) == (999, 1, 998)
     assert budget(1000, calibrated=True) == 1000 and budget(1000, calibrated=False) == 900
+
+
+def test_session_turns_that_do_not_fit_become_lone_requests() -> None:
+    prof = load_profile("mooncake-conversation")
+    fit = ContextFit(prof.sampler(3), 4096, prof, seed=3)
+    outs = [fit.fitted(seq) for seq in range(300)]
+    assert all(fits(o.spec, 4096) for o in outs)
+    resampled = [o.spec for o in outs if o.how == "resampled"]
+    assert resampled and all(s.turn is None and s.prefix_group in (0, None) for s in resampled)
+    assert all(s.reused_tokens == (s.prefix_tokens if s.seq else 0) for s in resampled)
+    kept = [o.spec for o in outs if o.how is None]
+    assert any(s.turn for s in kept)  # turns that fit keep their session
