@@ -313,7 +313,7 @@ def _scaled(value: float | None, scale: float) -> float | None:
 def _fault_server() -> Iterator[str]:
     """tests/loadgen/fault_server.py: logs each request's first-token write time by X-Request-Id."""
     script = Path(__file__).resolve().parents[1] / "tests" / "loadgen" / "fault_server.py"
-    proc = subprocess.Popen([sys.executable, str(script), "--ttft-ms", "2", "--itl-ms", "0.5"],
+    proc = subprocess.Popen([sys.executable, str(script), "--ttft-ms", "2", "--itl-ms", "0.5", "--model", MODEL],
                             stdout=subprocess.PIPE, text=True)
     try:
         yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[1])}"

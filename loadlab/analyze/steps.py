@@ -2,8 +2,9 @@
 
 For each step window in ``manifest.json`` the measured part starts after the
 step's warm-up cut. Client side (requests.parquet): requests *sent* in the
-measured window, their TTFT/ITL/E2E percentiles, and throughput from the output
-tokens of requests that *finished* in it. Server side (metrics.parquet, direct or
+measured window (by ``t_sent``, else ``t_issued`` for those that never connected),
+their TTFT/ITL/E2E percentiles, and throughput from the output tokens of requests
+that *finished* in it. Server side (metrics.parquet, direct or
 Prometheus, V1 or V0 names): gauge means and maxima of running, waiting and KV
 usage, and counter increases of preemptions and prefix-cache hits. Gauges are
 one-step snapshots that can lag (real-vllm.md), so maxima are shown beside means, and
@@ -78,8 +79,10 @@ def step_table(run_dir: str | Path) -> pd.DataFrame:
 
 
 def _client_stats(requests: pd.DataFrame, w: object) -> dict[str, float]:
-    sent = requests[(requests.step == w.step) & (requests.t_sent >= w.t_start)
-                    & (requests.t_sent < w.t_end)]
+    # A request that never reached the wire (refused, connect timeout) has no t_sent:
+    # binned by when it was issued, so failures count instead of vanishing.
+    t = requests.t_sent.fillna(requests.t_issued)
+    sent = requests[(requests.step == w.step) & (t >= w.t_start) & (t < w.t_end)]
     ok = sent[sent.status == "ok"]
     done = requests[(requests.status == "ok") & (requests.t_done >= w.t_start)
                     & (requests.t_done < w.t_end)]

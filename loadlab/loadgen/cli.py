@@ -25,10 +25,11 @@ from pathlib import Path
 import click
 
 from loadlab.errors import InputError
+from loadlab.runstore.claim import claim_run_dir
 
 
 def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trace: str | None,
-          step_duration: float, warmup: float, burstiness: float | None, time_scale: float,
+          step_duration: float, warmup: float | None, burstiness: float | None, time_scale: float,
           max_in_flight: int):
     from loadlab.loadgen import shapes
 
@@ -37,6 +38,8 @@ def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trac
     if len(chosen) != 1:
         raise InputError(f"give exactly one load plan, got {', '.join(chosen) or 'none'}",
                          field="plan", fix="use one of --concurrency, --geometric, --rate, --trace-replay")
+    if trace is None and warmup is None:
+        warmup = shapes.default_warmup(step_duration)
     if concurrency:
         levels = shapes.parse_levels(concurrency, "--concurrency")
         if any(v != int(v) for v in levels):
@@ -72,17 +75,22 @@ def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trac
 @click.option("--trace-replay", "trace", type=click.Path(), help="Replay a trace's arrivals and lengths.")
 @click.option("--time-scale", type=float, default=1.0, show_default=True, help="Replay: multiply recorded offsets.")
 @click.option("--step-duration", type=float, default=60.0, show_default=True, help="Seconds per step.")
-@click.option("--warmup", type=float, default=10.0, show_default=True, help="Seconds cut from each step's start.")
+@click.option("--warmup", type=float, default=None,
+              help="Seconds cut from each step's start [default: a fifth of the step, at most 10].")
 @click.option("--max-in-flight", type=int, default=10000, show_default=True, help="Open loop: per-worker cap.")
 @click.option("--workers", type=int, default=1, show_default=True, help="Local worker processes (0: in-process).")
 @click.option("--remote-workers", type=int, default=0, show_default=True, help="Workers joining from other machines.")
 @click.option("--master-bind", default="127.0.0.1:0", show_default=True, help="host:port the master listens on.")
 @click.option("--join", "join", help="Run as a worker of the master at host:port (nothing else needed).")
 @click.option("--out", type=click.Path(file_okay=False), help="Run folder (default reports/run-<time>).")
+@click.option("--overwrite", is_flag=True,
+              help="Reuse an --out folder that holds a run: its tables, manifest and server log are removed first.")
 @click.option("--point", default="", help="Sweep point name stored in every row.")
 @click.option("--api-key-env", default="LOADLAB_API_KEY", show_default=True, help="Env var holding the API key.")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Per-request deadline, seconds.")
-@click.option("--drain", type=float, default=30.0, show_default=True, help="Seconds in-flight requests get at the end.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="Per-request deadline, seconds.")
+@click.option("--drain", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds in-flight requests get at the end.")
 @click.option("--collect", is_flag=True, help="Also sample the target's /metrics into the run folder.")
 @click.option("--collect-interval", type=float, default=1.0, show_default=True, help="Seconds between scrapes.")
 @click.option("--launch", type=click.Choice(["sim", "vllm"]),
@@ -90,13 +98,16 @@ def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trac
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Fit prompt text to exact token counts with the server's /tokenize.")
 def run(target, model, api, profile, seed, concurrency, geometric, rate, burstiness, trace, time_scale,
-        step_duration, warmup, max_in_flight, workers, remote_workers, master_bind, join, out, point,
+        step_duration, warmup, max_in_flight, workers, remote_workers, master_bind, join, out, overwrite, point,
         api_key_env, timeout, drain, collect, collect_interval, launch, calibrate, server_args) -> None:
     """Drive a load (steps, Poisson/gamma rate, trace replay) at a server and record every request.
 
     Example: loadlab run --launch sim --concurrency 1,2,4 --step-duration 20 --collect -- --max-num-seqs 4
     """
+    from loadlab.loadgen.preflight import api_key, check_url, split_address
+
     if join:
+        split_address(join, "--join", need_port=True)
         from loadlab.loadgen.worker import join_master
 
         join_master(join)
@@ -104,12 +115,26 @@ def run(target, model, api, profile, seed, concurrency, geometric, rate, burstin
     if server_args and not launch:
         raise InputError(f"unexpected arguments {' '.join(server_args)!r}", field="SERVER_ARGS",
                          fix="server flags go after '--' together with --launch sim|vllm")
+    if launch and target:
+        raise InputError("--target and --launch both name the server", field="--target/--launch",
+                         fix="use --target URL for a running server, or --launch sim|vllm to start one")
     if not launch and (not target or not model):
         raise InputError("--target and --model are required (or --launch sim|vllm)", field="--target/--model",
                          fix="e.g. --target http://127.0.0.1:8000 --model my-model")
+    if target:
+        check_url(target)
     if workers < 0 or remote_workers < 0:
         raise InputError("worker counts must be >= 0", field="--workers/--remote-workers",
                          fix="use --workers 0 for one process, 1 or more for worker processes")
+    if workers or remote_workers:
+        split_address(master_bind, "--master-bind")
+    if collect:
+        from loadlab.collect.scraper import MIN_INTERVAL_S
+
+        if not collect_interval >= MIN_INTERVAL_S:
+            raise InputError(f"must be at least {MIN_INTERVAL_S} s, got {collect_interval:g}",
+                             field="--collect-interval", fix="e.g. --collect-interval 1")
+    api_key(api_key_env)  # a key that cannot be a header: exit 2 now, not a worker failure later
     plan = _plan(concurrency, geometric, rate, trace, step_duration, warmup, burstiness, time_scale,
                  max_in_flight)
     if trace is None:
@@ -117,7 +142,7 @@ def run(target, model, api, profile, seed, concurrency, geometric, rate, burstin
 
         load_profile(profile)  # fail fast, exit 2, before any process starts
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = Path(out) if out else Path("reports") / f"run-{stamp}"
+    out_dir = claim_run_dir(Path(out) if out else Path("reports") / f"run-{stamp}", overwrite)
     params = click.get_current_context().params
     if launch:
         # Imported before Locust patches the process (httpx/httpcore must load unpatched).
@@ -125,29 +150,37 @@ def run(target, model, api, profile, seed, concurrency, geometric, rate, burstin
 
         with launch_target(launch, list(server_args), out_dir, model=model) as launched:
             extra = {"target": {"launch": launched.manifest_entry()}, "server": launched.server_settings()}
-            _run(launched.base_url, model or launched.model, extra, out_dir, stamp, plan, trace, params)
+            _run(launched.base_url, model or launched.model, extra, out_dir, stamp, plan, trace, params,
+                 target_check=launched.exit_reason)
         return
     _run(target, model, {}, out_dir, stamp, plan, trace, params)
 
 
 def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, trace: str | None,
-         o: dict) -> None:
+         o: dict, target_check=None) -> None:
     """Build the settings and drive the run (Locust is imported from here on); ``o``: the CLI params."""
     if o["collect"]:
         import loadlab.collect.scraper  # noqa: F401  (before Locust's monkey-patching, like httpx)
-    from loadlab.loadgen import driver
-    from loadlab.loadgen.context import RunSettings
+    from loadlab.loadgen.preflight import preflight
 
     api, seed, profile, time_scale, timeout = o["api"], o["seed"], o["profile"], o["time_scale"], o["timeout"]
     api_key_env, point, calibrate = o["api_key_env"], o["point"], o["calibrate"]
+    info = preflight(target.rstrip("/"), model, api_key_env)
+    extra = {**extra, "target": {**extra.get("target", {}), "max_model_len": info.max_model_len}}
+
+    from loadlab.loadgen import driver  # Locust (gevent patching) from here on
+    from loadlab.loadgen.context import RunSettings
+
     settings = RunSettings(
         base_url=target.rstrip("/"), model=model, api=api, seed=seed,
         profile=None if trace else profile, trace=trace, time_scale=time_scale, timeout_s=timeout,
         api_key_env=api_key_env, point=point, nonce=f"r{stamp}", calibrate=calibrate, plan=plan.describe(),
+        max_model_len=info.max_model_len,
     )
     opts = driver.RunOptions(out=out_dir, workers=o["workers"], remote_workers=o["remote_workers"],
                              master_bind=o["master_bind"], drain_s=o["drain"],
-                             collect_interval_s=o["collect_interval"] if o["collect"] else None)
+                             collect_interval_s=o["collect_interval"] if o["collect"] else None,
+                             target_check=target_check)
     manifest = driver.run_load(settings, plan, opts, extra)
     rec = manifest.get("records", {})
     click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out_dir}")

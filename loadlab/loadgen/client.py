@@ -47,12 +47,20 @@ _ERROR_TEXT_MAX = 500
 
 @dataclass
 class Timings:
-    """Raw times of one request (unix seconds) and the latencies derived from them."""
+    """Raw times of one request (unix seconds) and the latencies derived from them.
 
+    ``t_issued``: the client began the request (before connecting); ``t_sent``: the
+    request bytes were written (None when no connection was made).
+    """
+
+    t_issued: float | None = None
     t_sent: float | None = None
     t_first_token: float | None = None
     t_done: float | None = None
     chunk_offsets_s: list[float] = field(default_factory=list)
+
+    def mark_sent(self, t: float) -> None:
+        self.t_sent = t
 
     @property
     def ttft_s(self) -> float | None:
@@ -104,6 +112,7 @@ class Outcome:
         """The REQUESTS columns this outcome fills."""
         t = self.timings
         return {
+            "t_issued": t.t_issued,
             "t_sent": t.t_sent,
             "t_first_token": t.t_first_token,
             "t_done": t.t_done,
@@ -155,14 +164,15 @@ class StreamingClient:
         A cancellation arriving mid-request (``GreenletExit``, ``KeyboardInterrupt``)
         marks :attr:`last` as ``aborted`` and propagates; the caller records ``last``.
         """
-        timings = Timings()
+        timings = Timings(t_issued=self.clock())
         outcome = Outcome(timings=timings)
         self.last = outcome
         deadline = time.monotonic() + self.timeout_s
         response = None
         try:
             all_headers = {**self.headers, **headers} if headers else self.headers
-            response = self.transport.open("POST", self.path, all_headers, body, deadline)
+            response = self.transport.open("POST", self.path, all_headers, body, deadline,
+                                           on_sent=timings.mark_sent)
             timings.t_sent = response.sent_at
             outcome.http_status = response.status
             if response.status != 200:

@@ -8,8 +8,17 @@ connection each), the in-flight count, the record sink and the self-monitor.
 
 :meth:`LoadContext.run_one` is the whole life of one request: take a client,
 send, turn the outcome into a REQUESTS row with run context (step, user, seq,
-targets, lags), hand the row to the sink. A cancellation mid-request (the run
-stopping, Ctrl-C) still produces a row, status ``aborted``, before propagating.
+targets, lags), hand the row to the sink. Every request begun gets exactly one row:
+a cancellation mid-request (the run stopping, Ctrl-C) still produces one, status
+``aborted`` with the times and chunks it got so far, before propagating.
+:meth:`LoadContext.close` cancels whatever is still in flight (closed-loop users
+Locust did not stop yet, open-loop requests of a deep backlog) before the last flush,
+so those rows reach the run folder too; ``sent`` counts requests begun, which the
+master compares with the rows it received.
+
+Every finished row also goes through a :class:`~loadlab.loadgen.guards.FailureWatch`;
+when one of its rules trips (target gone, every request refused) the context stops
+sending and calls ``on_stop`` with the reason.
 
 Self-monitor (:meth:`LoadContext._monitor`): a greenlet sleeps ``LAG_TICK_S`` at a
 time and records how much later than asked it woke (scheduling lag: a busy event
@@ -30,14 +39,18 @@ import gevent
 from gevent.event import Event
 
 from loadlab.loadgen.client import StreamingClient
+from loadlab.loadgen.guards import FailureWatch
+from loadlab.loadgen.preflight import api_key
 from loadlab.loadgen.prepare import Prefetcher, Prepared, RequestFactory
 from loadlab.loadgen.shapes import LoadPlan, Step, plan_from_dict
 from loadlab.loadgen.transport import SocketTransport
+from loadlab.workload.fit import FitCounts
 
 LAG_TICK_S = 0.05
 SAMPLE_S = 1.0
 FLUSH_S = 0.5
 CLIENT_ERROR_BACKOFF_S = 0.1
+CANCEL_TIMEOUT_S = 10.0   # close(): cancelling in-flight requests is local, this is a backstop
 
 
 @dataclass
@@ -59,6 +72,7 @@ class RunSettings:
     plan: dict
     n_workers: int = 1
     t0: float | None = None           # open loop: unix time of offset 0
+    max_model_len: int | None = None  # the server's context window: lengths are fitted to it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,7 +80,7 @@ class RunSettings:
 
 def auth_headers(api_key_env: str) -> dict[str, str]:
     """``Authorization`` from the named environment variable, if set (never logged)."""
-    key = os.environ.get(api_key_env)
+    key = api_key(api_key_env)
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
@@ -85,6 +99,7 @@ class LoadContext:
             api=settings.api, model=settings.model, seed=settings.seed, base_url=settings.base_url,
             profile=settings.profile, trace=settings.trace, time_scale=settings.time_scale,
             nonce=settings.nonce, calibrate=settings.calibrate, headers=self.headers,
+            max_model_len=settings.max_model_len,
         )
         total = self.factory.total
         seqs = (range(worker_index, total, self.n_workers) if total is not None
@@ -97,7 +112,14 @@ class LoadContext:
         self.released = Event()       # set when users may stop waiting (run over)
         self.started = Event()        # open loop: set once t0 is known
         self._clients: list[StreamingClient] = []
+        self._live: set[gevent.Greenlet] = set()   # greenlets inside run_one
         self.on_row: Callable[[dict[str, Any]], None] | None = None  # e.g. Locust's request event
+        # Told the reason when a FailureWatch rule trips (loadlab run: a message to the
+        # master, which stops the run); without it the watch is off (plain Locust).
+        self.on_stop: Callable[[str], None] | None = None
+        self.stop_reason: str | None = None
+        self.fit_counts = FitCounts()
+        self._watch = FailureWatch(settings.api_key_env)
         self._user_ids = itertools.count()
         self._greenlets = [gevent.spawn(self._monitor), gevent.spawn(self._ticker)]
 
@@ -125,21 +147,31 @@ class LoadContext:
         """Send one request and record it; returns the row."""
         step = step or self.step
         client = self._client()
+        client.last = None
+        me = gevent.getcurrent()
         self.in_flight += 1
         self.sent += 1
+        self.fit_counts.add(prepared.fitted)
+        self._live.add(me)
         try:
             outcome = client.send(prepared.body, {"X-Request-Id": prepared.request_id})
         except BaseException:
-            if client.last is not None and client.last.timings.t_sent is not None:
+            if client.last is not None:  # cancelled: the row says how far it got
                 self.sink.add_row(self._row(prepared, client.last, user, t_scheduled, step))
             raise
         finally:
             self.in_flight -= 1
+            self._live.discard(me)
         self._clients.append(client)
         row = self._row(prepared, outcome, user, t_scheduled, step)
         self.sink.add_row(row)
         if self.on_row is not None:
             self.on_row(row)
+        reason = self._watch.observe(row)
+        if reason is not None and self.on_stop is not None and self.stop_reason is None:
+            self.stop_reason = reason
+            self.draining = True   # send nothing more; the master stops the run
+            self.on_stop(reason)
         if outcome.status == "client_error":
             # No connection (server down or restarting): pause so a closed-loop user does
             # not spin out thousands of error rows a second; the run itself goes on.
@@ -173,9 +205,16 @@ class LoadContext:
             gevent.sleep(0.02)
         return self.in_flight == 0
 
+    def fit_entry(self) -> dict[str, int]:
+        """Requests sent so far that were changed to fit the server's context."""
+        return asdict(self.fit_counts)
+
     def close(self) -> None:
+        """Stop: cancel requests still in flight (each records an ``aborted`` row), flush."""
         self.released.set()
         self.prefetcher.stop()
+        live = [g for g in self._live if g is not gevent.getcurrent()]
+        gevent.killall(live, block=True, timeout=CANCEL_TIMEOUT_S)
         for g in self._greenlets:
             g.kill(block=False)
         self.sink.flush()

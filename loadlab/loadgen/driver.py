@@ -19,7 +19,12 @@ Steps of :func:`run_load`:
    then ``runner.stop()`` (anything left is recorded ``aborted``), wait for every
    worker's ``ll_done`` and check the row counts, close the tables.
 6. Manifest ``complete``, or ``interrupted`` on SIGINT/SIGTERM (then
-   :class:`~loadlab.errors.RunInterrupted`, exit 130) after the same flushing.
+   :class:`~loadlab.errors.RunInterrupted`, exit 130) after the same flushing, or
+   ``failed`` with ``stop_reason`` when the run stopped early (then
+   :class:`~loadlab.errors.TargetError`, exit 1): a worker's guard tripped
+   (:mod:`loadlab.loadgen.guards`: target unreachable, every request refused) or
+   ``target_check`` (the launched server's process) says the target is gone. Both
+   are checked every 0.2 s of a step; the step's window is kept as far as it ran.
 
 A progress line goes to ``progress`` every ``progress_s`` seconds. With
 ``collect_interval_s`` the master also runs :class:`loadlab.collect.scraper.Scraper`
@@ -50,6 +55,7 @@ from locust.env import Environment
 from loadlab import __version__
 from loadlab.errors import RunInterrupted, TargetError
 from loadlab.loadgen.context import RunSettings
+from loadlab.loadgen.preflight import split_address
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
 from loadlab.loadgen.shapes import LoadPlan
 from loadlab.loadgen.user import (
@@ -59,14 +65,15 @@ from loadlab.loadgen.user import (
     FAILED_MSG,
     READY_MSG,
     STEP_MSG,
+    STOP_MSG,
     Link,
     LLMUser,
     OpenLoopUser,
     locust_link,
     serve_worker,
 )
-from loadlab.loadgen.worker import split_address
 from loadlab.runstore import update_manifest, write_manifest
+from loadlab.runstore.claim import owner_entry
 
 START_LEAD_S = 0.3
 JOIN_TIMEOUT_S = 60.0
@@ -85,18 +92,32 @@ class RunOptions:
     drain_s: float = 30.0
     progress_s: float = 5.0
     collect_interval_s: float | None = None   # sample the target's /metrics meanwhile (loadlab.collect)
+    # Why the target is gone (e.g. the launched server's process exited), or None; polled.
+    target_check: Callable[[], str | None] | None = None
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 class _Master:
     """Master-side bookkeeping: handlers for worker messages, events to wait on."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: Recorder, target_check: Callable[[], str | None] | None = None) -> None:
         self.recorder = recorder
         self.ready: set[str] = set()
         self.drained: set[str] = set()
         self.failures: list[str] = []
         self.changed = Event()
+        self.stop_reason: str | None = None
+        self._target_check = target_check
+
+    def halted(self) -> bool:
+        """True once the run must stop early: a worker's guard tripped, or the target died."""
+        if self.stop_reason is None and self._target_check is not None:
+            self.stop_reason = self._target_check()
+        return self.stop_reason is not None
+
+    def _halt(self, reason: str) -> None:
+        self.stop_reason = self.stop_reason or reason
+        self.changed.set()
 
     def attach(self, link: Link) -> None:
         link.on(ROWS_MSG, self.recorder.add_rows)
@@ -104,7 +125,10 @@ class _Master:
         link.on(READY_MSG, lambda d: self._note(self.ready, d["worker"]))
         link.on(DRAINED_MSG, lambda d: self._note(self.drained, d["worker"]))
         link.on(FAILED_MSG, lambda d: (self.failures.append(d["error"]), self.changed.set()))
-        link.on(DONE_MSG, lambda d: (self.recorder.mark_done(d["worker"], d["rows"]), self.changed.set()))
+        link.on(STOP_MSG, lambda d: self._halt(d["reason"]))
+        link.on(DONE_MSG, lambda d: (self.recorder.mark_done(d["worker"], d["rows"], d.get("issued"),
+                                                             d.get("fit")),
+                                     self.changed.set()))
 
     def _note(self, group: set[str], worker: str) -> None:
         group.add(worker)
@@ -150,7 +174,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         gevent.signal_handler(sig, stop.set)
     user_class = LLMUser if plan.mode == "closed" else OpenLoopUser
     env = Environment(user_classes=[user_class])
-    master = _Master(recorder)
+    master = _Master(recorder, opts.target_check)
     procs: list[subprocess.Popen] = []
     status, error = "complete", None
     try:
@@ -195,6 +219,8 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         master.wait_for(lambda: len(recorder.done_workers) >= len(workers), 15.0)
         if stop.is_set():
             status = "interrupted"
+        elif master.halted():
+            status, error = "failed", master.stop_reason
     except BaseException as exc:  # record why, flush, re-raise
         status, error = ("interrupted", None) if isinstance(exc, KeyboardInterrupt) else ("failed", str(exc))
         raise
@@ -202,24 +228,23 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         if scraper is not None:
             scraper.stop()
         recorder.close()
-        lost = {w: n - recorder.rows_by_worker.get(w, 0) for w, n in recorder.done_workers.items()
-                if n != recorder.rows_by_worker.get(w, 0)}
         manifest = update_manifest(out, status=status, error=error, finished=time.time(),
-                                   records={"rows": sum(recorder.rows_by_worker.values()),
-                                            "by_worker": dict(recorder.rows_by_worker),
-                                            "missing_by_worker": lost})
+                                   stop_reason=master.stop_reason, records=recorder.records_entry(),
+                                   workload={"fit": _fit_entry(settings, recorder.fit_counts)})
         try:
             env.runner.quit() if env.runner else None
         finally:
             _reap(procs)
     if status == "interrupted":
         raise RunInterrupted(f"run interrupted; everything measured is in {out}")
+    if master.stop_reason is not None:
+        raise TargetError(f"run stopped early: {master.stop_reason}; what was measured is in {out}")
     return manifest
 
 
 def _drive(runner: Any, link: Link, master: _Master, recorder: Recorder, plan: LoadPlan,
            n_workers: int, out: Path, stop: Event) -> bool:
-    """Execute the plan's steps; True when interrupted."""
+    """Execute the plan's steps; True when interrupted or halted (no drain then)."""
     windows: list[dict[str, Any]] = []
     t0 = time.time() + START_LEAD_S
     step_start = t0
@@ -234,7 +259,7 @@ def _drive(runner: Any, link: Link, master: _Master, recorder: Recorder, plan: L
         elif step.index == 0:
             link.send(STEP_MSG, {"index": 0, "t0": t0})
             runner.start(n_workers, spawn_rate=1000.0)
-        while time.time() < step_end and not stop.is_set():
+        while time.time() < step_end and not stop.is_set() and not master.halted():
             stop.wait(min(0.2, max(0.0, step_end - time.time())))
         window = {"step": step.index, "concurrency": step.concurrency, "target_rate": step.target_rate,
                   "t_start": step_start, "t_end": min(step_end, time.time()), "warmup_s": step.warmup_s}
@@ -242,7 +267,7 @@ def _drive(runner: Any, link: Link, master: _Master, recorder: Recorder, plan: L
         window.update(recorder.client_summary(window["t_start"], window["t_end"]))
         windows.append(window)
         update_manifest(out, steps=windows)
-        if stop.is_set():
+        if stop.is_set() or master.halted():
             return True
         step_start = step_end
     return False
@@ -271,6 +296,7 @@ def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: di
     extra = dict(extra)
     return {
         "kind": "run", "point": settings.point, "created": time.time(), "status": "running",
+        "owner": owner_entry(), "stop_reason": None,
         "target": {"base_url": settings.base_url, "model": settings.model, "api": settings.api,
                    **extra.pop("target", {})},
         "plan": plan.describe(),
@@ -286,6 +312,14 @@ def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: di
         "steps": [],
         **extra,
     }
+
+
+def _fit_entry(settings: RunSettings, counts: dict[str, int]) -> dict[str, Any] | None:
+    """The manifest's ``workload.fit`` (loadlab.workload.fit), None when lengths were not fitted."""
+    if not settings.max_model_len:
+        return None
+    return {"max_model_len": settings.max_model_len, "policy": "clip" if settings.trace else "resample",
+            "clipped": counts.get("clipped", 0), "resampled": counts.get("resampled", 0)}
 
 
 def _free_port(host: str) -> int:

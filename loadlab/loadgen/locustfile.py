@@ -125,7 +125,7 @@ def _on_init(environment: Any, **_: Any) -> None:
             link = locust_link(runner)
             link.on("ll_rows", recorder.add_rows)
             link.on("ll_client", recorder.add_client)
-            link.on("ll_done", lambda d: recorder.mark_done(d["worker"], d["rows"]))
+            link.on("ll_done", lambda d: recorder.mark_done(d["worker"], d["rows"], d.get("issued")))
         events.quitting.add_listener(lambda **_: recorder.close())
         if isinstance(runner, MasterRunner):
             return
@@ -145,7 +145,8 @@ def _on_init(environment: Any, **_: Any) -> None:
         if ctx is not None:
             ctx.close()
             if isinstance(runner, WorkerRunner):
-                runner.send_message("ll_done", {"worker": worker, "rows": ctx.sink.rows_sent})
+                runner.send_message("ll_done", {"worker": worker, "rows": ctx.sink.rows_sent,
+                                                 "issued": ctx.sent})
             environment.loadlab = None
 
     environment.events.test_start.add_listener(on_test_start)

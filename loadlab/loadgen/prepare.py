@@ -9,7 +9,8 @@ whichever worker sends it (workers take disjoint strides of the seq space:
 
 Bodies always carry ``stream``, ``stream_options.include_usage``, ``max_tokens`` =
 ``min_tokens`` = the target output length and ``ignore_eos``, so output lengths are
-controlled. Prompt text is calibrated through the server's ``POST /tokenize`` when it
+controlled. With the server's ``max_model_len`` known, specs pass through
+:class:`loadlab.workload.fit.ContextFit` first, so no body exceeds the context (a 400). Prompt text is calibrated through the server's ``POST /tokenize`` when it
 has one (``calibrate=True``); target and server-reported counts both land in the
 record. :class:`Prefetcher` builds requests ahead of use in a background greenlet so
 a closed-loop user never pauses between requests to count tokens.
@@ -32,6 +33,7 @@ from loadlab.loadgen.transport import (
     TransportTimeout,
 )
 from loadlab.workload import RequestSpec, load_profile
+from loadlab.workload.fit import ContextFit, Fitted, budget
 from loadlab.workload.prompts import PromptSynth
 from loadlab.workload.traces import read_trace
 
@@ -47,6 +49,7 @@ class Prepared:
     request_id: str
     spec: RequestSpec
     body: bytes
+    fitted: str | None = None   # how the spec was made to fit the context, if it was
 
 
 class SocketTokenCounter:
@@ -110,11 +113,13 @@ class RequestFactory:
 
     def __init__(self, *, api: str, model: str, seed: int, base_url: str, profile: str | None,
                  trace: str | None = None, time_scale: float = 1.0, nonce: str = "",
-                 calibrate: bool = True, headers: Mapping[str, str] | None = None) -> None:
+                 calibrate: bool = True, headers: Mapping[str, str] | None = None,
+                 max_model_len: int | None = None) -> None:
         self.api = api
         self.model = model
         self.seed = seed
         common = 0
+        prof = None
         if trace is not None:
             self.specs: Any = TraceSpecs(trace, time_scale)
         else:
@@ -132,6 +137,9 @@ class RequestFactory:
             if probe is None:  # no /tokenize: estimate, and say so in the manifest
                 counter = None
         self.calibrated = counter is not None
+        # Lengths fitted to the server's context window (loadlab.workload.fit), when known.
+        self.fit = (ContextFit(self.specs, budget(max_model_len, self.calibrated), prof, seed)
+                    if max_model_len else None)
         self.synth = PromptSynth(seed, common_prefix_tokens=common, counter=counter, nonce=nonce)
         # Same text generator without the counter: used when /tokenize fails mid-run
         # (server restarting, overloaded), so the run keeps sending; usage records the truth.
@@ -143,7 +151,8 @@ class RequestFactory:
         return len(self.specs.specs) if isinstance(self.specs, TraceSpecs) else None
 
     def prepare(self, seq: int) -> Prepared:
-        spec = self.specs.spec(seq)
+        fitted = self.fit.fitted(seq) if self.fit is not None else Fitted(self.specs.spec(seq))
+        spec = fitted.spec
         try:
             prompt = self.synth.prompt(spec)
         except Exception:  # noqa: BLE001 - any counting failure: fall back, never stop the run
@@ -160,7 +169,7 @@ class RequestFactory:
             body["messages"] = prompt.messages()
         else:
             body["prompt"] = prompt.text
-        return Prepared(seq, request_id(self.seed, seq), spec, json.dumps(body).encode())
+        return Prepared(seq, request_id(self.seed, seq), spec, json.dumps(body).encode(), fitted.how)
 
 
 class Prefetcher:

@@ -5,8 +5,10 @@ a local run, the Locust master in a distributed one). Workers never write the
 folder: their :class:`BatchSender` ships rows to the master in batches with
 ``runner.send_message`` (``ll_rows`` / ``ll_client``, ordered per worker by ZeroMQ),
 so workers on other machines need no shared filesystem. At a stop each worker
-flushes and then sends ``ll_done`` with the number of rows it shipped; the master
-waits for every ``ll_done`` before it closes the tables, and compares counts.
+flushes and then sends ``ll_done`` with the number of rows it shipped and of
+requests it began; the master waits for every ``ll_done`` before it closes the
+tables, and :meth:`Recorder.missing` compares the counts (every request begun must
+have a row: a shortfall is a lost record, and the manifest says so).
 
 The recorder also keeps the live figures the progress line shows (per step:
 ok / error counts, TTFT median) and the client samples per step that
@@ -47,6 +49,8 @@ class Recorder:
         self.in_flight: dict[str, int] = {}
         self.rows_by_worker: dict[str, int] = defaultdict(int)
         self.done_workers: dict[str, int] = {}
+        self.issued_by_worker: dict[str, int] = {}
+        self.fit_counts: dict[str, int] = {}    # summed over workers (workload.fit)
 
     def add_rows(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -68,9 +72,26 @@ class Recorder:
                 self.in_flight[s["worker"]] = s["in_flight"]
         self.client.extend(samples)
 
-    def mark_done(self, worker: str, rows_sent: int) -> None:
+    def mark_done(self, worker: str, rows_sent: int, issued: int | None = None,
+                  fit: dict[str, int] | None = None) -> None:
         with self._lock:
             self.done_workers[worker] = rows_sent
+            if issued is not None:
+                self.issued_by_worker[worker] = issued
+            for key, n in (fit or {}).items():
+                self.fit_counts[key] = self.fit_counts.get(key, 0) + n
+
+    def missing(self) -> dict[str, int]:
+        """Rows short per finished worker: requests begun (else rows shipped) minus rows received."""
+        with self._lock:
+            expected = {w: max(n, self.issued_by_worker.get(w, n)) for w, n in self.done_workers.items()}
+            return {w: n - self.rows_by_worker.get(w, 0) for w, n in expected.items()
+                    if n != self.rows_by_worker.get(w, 0)}
+
+    def records_entry(self) -> dict[str, Any]:
+        """The manifest's ``records`` block."""
+        return {"rows": sum(self.rows_by_worker.values()), "by_worker": dict(self.rows_by_worker),
+                "issued_by_worker": dict(self.issued_by_worker), "missing_by_worker": self.missing()}
 
     def ttft_p50(self, step: int) -> float | None:
         values = self._ttfts.get(step)

@@ -15,6 +15,10 @@ Kinds (one :class:`Step` per load level; a run is a list of steps, each
 - trace replay (:func:`replay_plan`): one step; request ``i`` is trace row ``i``
   (time order), sent at its recorded offset times ``time_scale``.
 
+Warm-up: when not given, :func:`default_warmup` cuts ``WARMUP_SHARE`` (20%) of each
+step, at most ``WARMUP_MAX_S`` (10 s): a 60 s step keeps its first 10 s out, a 5 s
+step its first second.
+
 ``locustfile.py`` turns a closed-loop plan into a Locust ``LoadTestShape`` for the
 web UI; ``loadlab run`` drives the steps itself (:mod:`loadlab.loadgen.driver`).
 """
@@ -94,6 +98,15 @@ def geometric_levels(text: str) -> list[int]:
     return levels
 
 
+WARMUP_SHARE = 0.2
+WARMUP_MAX_S = 10.0
+
+
+def default_warmup(duration_s: float) -> float:
+    """The warm-up cut when none is given: a fifth of the step, at most 10 s."""
+    return min(WARMUP_SHARE * duration_s, WARMUP_MAX_S)
+
+
 def _check_durations(duration_s: float, warmup_s: float) -> None:
     if duration_s <= 0:
         raise InputError(f"step duration must be > 0 s, got {duration_s}", field="--step-duration")
@@ -119,13 +132,15 @@ def rate_steps(rates: list[float], duration_s: float, warmup_s: float,
     return LoadPlan("rate", steps, burstiness=shape, max_in_flight=max_in_flight)
 
 
-def replay_plan(trace: str, last_offset_s: float, time_scale: float, warmup_s: float,
+def replay_plan(trace: str, last_offset_s: float, time_scale: float, warmup_s: float | None,
                 max_in_flight: int = 10000) -> LoadPlan:
+    """One step over the whole trace; ``warmup_s`` None: :func:`default_warmup` of its length."""
     if time_scale <= 0:
         raise InputError(f"time scale must be > 0, got {time_scale}", field="--time-scale",
                          fix="1 replays in real time, 0.5 twice as fast")
     duration = last_offset_s + 1e-3
-    step = Step(0, duration, min(warmup_s, duration / 2))
+    warmup = default_warmup(duration) if warmup_s is None else min(warmup_s, duration / 2)
+    step = Step(0, duration, warmup)
     return LoadPlan("replay", (step,), time_scale=time_scale, trace=trace, max_in_flight=max_in_flight)
 
 

@@ -82,12 +82,15 @@ class Transport(Protocol):
     """Send one HTTP request; the body is streamed back as raw pieces."""
 
     def open(
-        self, method: str, path: str, headers: dict[str, str], body: bytes, deadline: float
+        self, method: str, path: str, headers: dict[str, str], body: bytes, deadline: float,
+        on_sent: Callable[[float], None] | None = None,
     ) -> StreamResponse:
         """``deadline`` is a ``time.monotonic()`` value; past it, raise TransportTimeout.
 
         Raises ConnectionFailed, TransportTimeout or StreamClosed; ``sent_at`` of the
-        result comes from the clock the transport was built with.
+        result comes from the clock the transport was built with. ``on_sent`` gets that
+        same value the moment the bytes are written, so a request that fails or is
+        cancelled before the headers come back still knows when it was sent.
         """
         ...
 
@@ -118,7 +121,8 @@ class SocketTransport:
         self._clock = clock
 
     def open(
-        self, method: str, path: str, headers: dict[str, str], body: bytes, deadline: float
+        self, method: str, path: str, headers: dict[str, str], body: bytes, deadline: float,
+        on_sent: Callable[[float], None] | None = None,
     ) -> StreamResponse:
         head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self._host_header}"]
         head += [f"{k}: {v}" for k, v in headers.items()]
@@ -128,6 +132,8 @@ class SocketTransport:
             self._drop()
         sock = self._connected(deadline)
         sent_at = self._clock()
+        if on_sent is not None:
+            on_sent(sent_at)
         try:
             sock.sendall(payload)
         except OSError as exc:

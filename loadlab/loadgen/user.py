@@ -18,7 +18,9 @@ Protocol (message names; data JSON/msgpack-safe):
 - master -> worker: ``ll_config`` (RunSettings), ``ll_step`` ({"index"}),
   ``ll_drain`` ({"deadline_s"}): stop starting requests, report when idle.
 - worker -> master: ``ll_ready`` (or ``ll_failed`` with the reason), ``ll_rows`` / ``ll_client`` (record batches),
-  ``ll_drained``, ``ll_done`` ({"worker", "rows"}) after Locust's ``test_stop``.
+  ``ll_stop`` ({"worker", "reason"}: a :mod:`~loadlab.loadgen.guards` rule tripped, stop the run),
+  ``ll_drained``, ``ll_done`` ({"worker", "rows", "issued", "fit"}: rows shipped,
+  requests begun, requests fitted to the context) after Locust's ``test_stop``.
 
 :class:`Link` hides whether the other side is a message away (Locust runners) or
 in this process (a local run), so both paths run the same handlers.
@@ -40,6 +42,7 @@ from loadlab.loadgen.records import DONE_MSG, BatchSender
 from loadlab.loadgen.shapes import arrivals
 
 CONFIG_MSG, READY_MSG, FAILED_MSG, STEP_MSG = "ll_config", "ll_ready", "ll_failed", "ll_step"
+STOP_MSG = "ll_stop"
 DRAIN_MSG, DRAINED_MSG = "ll_drain", "ll_drained"
 
 
@@ -135,10 +138,12 @@ def serve_worker(environment: Any, link: Link, worker: str,
         sink = sink_factory() if sink_factory else BatchSender(link.send)
         settings = RunSettings(**data["settings"])
         try:
-            environment.loadlab = LoadContext(settings, sink, worker, data["worker_index"])
+            ctx = LoadContext(settings, sink, worker, data["worker_index"])
         except Exception as exc:  # tell the master why, so it stops at once with the reason
             link.send(FAILED_MSG, {"worker": worker, "error": f"{type(exc).__name__}: {exc}"})
             raise
+        ctx.on_stop = lambda reason: link.send(STOP_MSG, {"worker": worker, "reason": reason})
+        environment.loadlab = ctx
         link.send(READY_MSG, {"worker": worker})
 
     def on_step(data: dict) -> None:
@@ -156,7 +161,8 @@ def serve_worker(environment: Any, link: Link, worker: str,
         if ctx is None:
             return
         ctx.close()
-        link.send(DONE_MSG, {"worker": worker, "rows": ctx.sink.rows_sent})
+        link.send(DONE_MSG, {"worker": worker, "rows": ctx.sink.rows_sent, "issued": ctx.sent,
+                             "fit": ctx.fit_entry()})
 
     link.on(CONFIG_MSG, on_config)
     link.on(STEP_MSG, on_step)

@@ -10,13 +10,8 @@ from __future__ import annotations
 
 from locust.env import Environment
 
+from loadlab.loadgen.preflight import split_address
 from loadlab.loadgen.user import LLMUser, OpenLoopUser, locust_link, serve_worker
-
-
-def split_address(text: str) -> tuple[str, int]:
-    """``host:port`` -> (host, port); a missing port is 0."""
-    host, _, port = text.rpartition(":")
-    return host or "127.0.0.1", int(port or 0)
 
 
 def join_master(address: str) -> None:

@@ -11,6 +11,8 @@ so a crashed run still says which steps finished. Keys used across stages:
 - ``steps``: [{"step", "concurrency" | "target_rate", "t_start", "t_end", "warmup_s"}]
 - ``workload``: {"profile", "seed", ...}; ``host``: {"hostname", "cpus", "python"}
 - ``versions``: {"loadlab", "locust", "vllm" (if known)}
+- ``owner``: {"pid", "hostname"} of the process writing the folder (see
+  :mod:`loadlab.runstore.claim`); ``stop_reason``: why a run stopped early, or null
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import os
 import threading
 from pathlib import Path
 from typing import Any
+
+from loadlab.errors import InputError
 
 MANIFEST = "manifest.json"
 _lock = threading.Lock()
@@ -36,10 +40,19 @@ def write_manifest(run_dir: str | Path, data: dict[str, Any]) -> Path:
 
 
 def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+    """The manifest ({} when there is none); InputError when it is not a JSON object."""
     path = Path(run_dir) / MANIFEST
     if not path.exists():
         return {}
-    return json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"not valid JSON ({exc})", source=path,
+                         fix="restore it, or rerun: the manifest is written by the run itself") from None
+    if not isinstance(data, dict):
+        raise InputError(f"holds a {type(data).__name__}, not a JSON object", source=path,
+                         fix="restore it, or rerun: the manifest is written by the run itself")
+    return data
 
 
 def update_manifest(run_dir: str | Path, **patch: Any) -> dict[str, Any]:

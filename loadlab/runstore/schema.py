@@ -24,7 +24,8 @@ REQUESTS = pa.schema(
         ("endpoint", pa.string()),         # base URL it was sent to (no credentials)
         ("api", pa.string()),              # "completions" | "chat"
         ("t_scheduled", pa.float64()),     # when the plan wanted it sent (open loop / replay)
-        ("t_sent", pa.float64()),          # just before the request was written
+        ("t_issued", pa.float64()),        # when the client began it (before connecting); always set
+        ("t_sent", pa.float64()),          # just before the request was written; null if never written
         ("t_first_token", pa.float64()),   # first chunk with non-empty content
         ("t_done", pa.float64()),          # last byte / error
         ("send_lag_s", pa.float64()),      # t_sent - t_scheduled

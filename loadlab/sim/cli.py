@@ -148,9 +148,17 @@ def sim_config(params: dict[str, Any]) -> SimConfig:
     by_hf = {m.hf_name.lower(): name for name, m in MODELS.items()}
     model = str(values.get("model", "")).lower()
     values["model"] = by_hf.get(model, model)
-    if values.get("time_scale", 1.0) <= 0:
-        raise InputError("must be positive", field="--time-scale", fix="pass e.g. 1 or 10")
+    for flag, low, strict in _LOWER_BOUNDS:
+        value = values.get(flag.lstrip("-").replace("-", "_"))
+        if value is not None and (value <= low if strict else value < low):
+            raise InputError(f"must be {'>' if strict else '>='} {low:g}, got {value:g}", field=flag,
+                             fix=f"pass a value {'above' if strict else 'of at least'} {low:g}")
     return SimConfig(**values)
+
+
+# (flag, bound, strict): numbers a simulation cannot run with below the bound.
+_LOWER_BOUNDS = (("--time-scale", 0.0, True), ("--output-len-mean", 0.0, True),
+                 ("--output-len-sigma", 0.0, False), ("--step-jitter", 0.0, False))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -214,14 +222,16 @@ REPLAY_OPTIONS: list[Callable] = [
          help="Gamma shape of open-loop gaps (1 = Poisson)."),
     _opt("--step-duration", section=_PLAN, type=float, default=60.0, show_default=True,
          help="Virtual seconds per step."),
-    _opt("--warmup", section=_PLAN, type=float, default=10.0, show_default=True,
-         help="Seconds at the start of each step the analyzer cuts."),
+    _opt("--warmup", section=_PLAN, type=float, default=None,
+         help="Seconds at the start of each step the analyzer cuts [default: a fifth of the step, at most 10]."),
     _opt("--metrics-interval", section=_PLAN, type=float, default=1.0, show_default=True,
          help="Virtual seconds between /metrics samples."),
     _opt("--metrics-names", section=_PLAN, type=click.Choice(["v1", "v0"]), default="v1",
          show_default=True, help="Metric names of vLLM V1 or of the V0 era."),
     _opt("--out", section=_PLAN, type=click.Path(file_okay=False), required=True,
          help="Run folder to write (requests.parquet, metrics.parquet, manifest.json)."),
+    _opt("--overwrite", section=_PLAN, is_flag=True,
+         help="Reuse an --out folder that holds a run: its tables and manifest are removed first."),
 ]
 
 
@@ -229,17 +239,21 @@ REPLAY_OPTIONS: list[Callable] = [
 @with_options(REPLAY_OPTIONS)
 @with_options(ENGINE_OPTIONS)
 def replay(profile: str, concurrency: tuple[int, ...], rate: tuple[float, ...], burstiness: float,
-           step_duration: float, warmup: float, metrics_interval: float, out: str,
+           step_duration: float, warmup: float | None, metrics_interval: float, out: str, overwrite: bool,
            **params: Any) -> None:
     """Run a step load through the simulator in virtual time and write a run folder.
 
     Example: loadlab sim replay --concurrency 1,2,4,8 --step-duration 60 --out runs/sim
     """
+    from loadlab.loadgen.shapes import default_warmup
+    from loadlab.runstore.claim import claim_run_dir
     from loadlab.sim.replay import ReplayPlan, run_replay
 
     cfg = sim_config(params)
+    claim_run_dir(out, overwrite)
     plan = ReplayPlan(concurrencies=concurrency, rates=rate, step_s=step_duration,
-                      warmup_s=warmup, burstiness=burstiness, profile=profile,
+                      warmup_s=default_warmup(step_duration) if warmup is None else warmup,
+                      burstiness=burstiness, profile=profile,
                       seed=cfg.seed, metrics_interval_s=metrics_interval)
     shown = [-1]
 

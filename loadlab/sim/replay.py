@@ -51,6 +51,7 @@ from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.collect.sink import MetricsSink
 from loadlab.errors import InputError
 from loadlab.runstore import REQUESTS, PartWriter, update_manifest, write_manifest
+from loadlab.runstore.claim import owner_entry
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import resolve
@@ -288,7 +289,8 @@ class _Replay:
             "concurrency": self.plan.concurrencies[req.step] if self.plan.concurrencies else None,
             "target_rate": self.plan.rates[req.step] if self.plan.rates else None,
             "request_id": rid, "seq": req.seq, "endpoint": ENDPOINT, "api": "completions",
-            "t_scheduled": epoch + t_sent, "t_sent": epoch + t_sent, "send_lag_s": 0.0,
+            "t_scheduled": epoch + t_sent, "t_issued": epoch + t_sent, "t_sent": epoch + t_sent,
+            "send_lag_s": 0.0,
             "t_first_token": None if first is None else epoch + first,
             "t_done": epoch + t_done, "n_chunks": len(times),
             "prompt_tokens": req.prompt_len, "output_tokens": len(times),
@@ -350,7 +352,7 @@ def run_replay(cfg: SimConfig, plan: ReplayPlan, out_dir: str | Path,
              for k in range(plan.num_steps)]
     flags = replay.resolved.server_flags()
     write_manifest(out, {
-        "kind": "sim-replay", "point": plan.point, "status": "running",
+        "kind": "sim-replay", "point": plan.point, "status": "running", "owner": owner_entry(),
         "created": time.time(), "start_epoch": replay.epoch,
         "target": {"base_url": ENDPOINT, "model": replay.resolved.served_model_name,
                    "api": "completions", "launch": {"kind": "sim-replay", "flags": flags}},

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import HttpVersion11, web
 
 from loadlab import __version__
+from loadlab.errors import InputError
 from loadlab.sim import protocol, tokenizer
 from loadlab.sim.config import SimConfig
 from loadlab.sim.hardware import ResolvedConfig, resolve
@@ -250,7 +251,12 @@ async def start(cfg: SimConfig, host: str, port: int,
                            access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:  # address in use, not this machine's, or a name that does not resolve
+        await runner.cleanup()
+        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc})", field="--host/--port",
+                         fix="give an address of this machine and a free port (--port 0 picks one)") from None
     bound = runner.addresses[0][1]
     shown = f"[{host}]" if ":" in host else host
     return runner, f"http://{shown}:{bound}"

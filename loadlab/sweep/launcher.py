@@ -11,14 +11,21 @@ Kinds:
 
 Steps:
 1. Pick a free loopback port (bind port 0, read it, close) unless ``--port`` is in flags.
-2. Start the argv (never through a shell) in its own process group (``start_new_session``),
-   stdout+stderr appended to ``<run_dir>/<kind>-server.log``.
+2. Start the argv (never through a shell) behind a guardian process
+   (:mod:`loadlab.sweep.guardian`): the server runs in its own process group
+   (vLLM's engine-core children share it), stdout+stderr appended to
+   ``<run_dir>/<kind>-server.log``. The guardian holds a pipe from this process;
+   when this process ends, however it ends (SIGKILL included), the pipe closes and
+   the guardian clears the server's whole group. So no server outlives its launcher.
 3. Poll ``GET /health`` every ``poll_s`` (0.25 s) until 200 or ``startup_timeout_s``
-   (vllm 300 s, sim 60 s); the pause between polls is ``proc.wait(poll_s)``, so a server
-   that dies is noticed at once. Death or deadline -> ``TargetError`` carrying the log tail.
+   (vllm 300 s, sim 60 s); the pause between polls waits on the guardian, which exits
+   when the server does, so a server that dies is noticed at once. Death or deadline ->
+   ``TargetError`` carrying the log tail.
 4. Ask ``GET /v1/models`` for the served model name (falls back to the flags).
-5. On exit (normal, exception, Ctrl-C): SIGTERM to the process group, wait
-   ``stop_timeout_s`` (20 s), then SIGKILL. vLLM's engine-core children share the group.
+5. On exit (normal, exception, Ctrl-C): close the pipe; the guardian sends SIGTERM to
+   the process group, waits ``stop_timeout_s`` (20 s) for all of it, then SIGKILL, and
+   returns once the group is empty. ``LaunchedTarget.exit_reason()`` says whether (and
+   how) the server ended while in use.
 
 The argv and flags are recorded with ``--api-key`` redacted (``manifest_entry``); the
 analyzer needs ``max_num_seqs``, which vLLM's /metrics never exposes, so the flags are
@@ -48,6 +55,7 @@ KINDS = ("sim", "vllm")
 DEFAULT_STARTUP_TIMEOUT_S = {"sim": 60.0, "vllm": 300.0}
 LOG_TAIL_LINES = 40
 REPO_ROOT = Path(__file__).resolve().parents[2]
+GUARDIAN = Path(__file__).with_name("guardian.py")   # run as a script: standard library only
 # Scheduler/cache knobs the analyzer reads from the manifest's ``server`` block; vLLM's
 # /metrics never shows max_num_seqs or the token budget, so the launch flags are the source.
 SERVER_KNOBS = (
@@ -72,6 +80,15 @@ class LaunchedTarget:
     log_path: Path
     startup_s: float
     extra: dict[str, Any] = field(default_factory=dict)
+    proc: GuardedServer | None = field(default=None, repr=False, compare=False)
+
+    def exit_reason(self) -> str | None:
+        """Why the server is gone (its process exited), or None while it runs."""
+        code = self.proc.poll() if self.proc is not None else None
+        if code is None:
+            return None
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return f"the launched {self.kind} server {how} (log {self.log_path})"
 
     def manifest_entry(self) -> dict[str, Any]:
         """The ``target.launch`` block of manifest.json (no secrets)."""
@@ -161,24 +178,54 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _stop(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """SIGTERM the whole process group, then SIGKILL it if it lingers."""
-    if proc.poll() is not None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+class GuardedServer:
+    """A server started behind :mod:`loadlab.sweep.guardian` (see the module docstring)."""
+
+    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str], stop_timeout_s: float) -> None:
+        self.stop_timeout_s = stop_timeout_s
+        self.code: int | None = None
+        with open(log_path, "ab") as log:
+            self.guard = subprocess.Popen(
+                [sys.executable, str(GUARDIAN), "--stop-timeout", str(stop_timeout_s), str(log_path), "--", *argv],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True,
+                text=True)
+        line = self.guard.stdout.readline() if self.guard.stdout else ""
+        if not line.startswith("PID "):
+            self.guard.wait()
+            raise TargetError(f"could not start the server; log {log_path}:\n{log_tail(log_path)}")
+        self.pid = int(line.split()[1])
+
+    def poll(self) -> int | None:
+        """The server's exit status once it has ended (negative: the signal that killed it)."""
+        if self.code is None and self.guard.poll() is not None:
+            for line in (self.guard.stdout.read() if self.guard.stdout else "").splitlines():
+                if line.startswith("EXIT "):
+                    self.code = int(line.split()[1])
+            if self.code is None:  # the guardian itself was killed
+                self.code = self.guard.returncode
+        return self.code
+
+    def wait(self, timeout_s: float) -> int | None:
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=timeout_s)
-            return
+            self.guard.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            continue
-    proc.wait(timeout=timeout_s)
+            return None
+        return self.poll()
+
+    def stop(self) -> None:
+        """Close the guardian's pipe and wait until it has cleared the server's group."""
+        if self.guard.stdin is not None and not self.guard.stdin.closed:
+            self.guard.stdin.close()
+        if self.wait(2 * self.stop_timeout_s + 30) is None:  # a stuck guardian: do its job
+            self.guard.kill()
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.guard.wait()
 
 
-def _wait_healthy(proc: subprocess.Popen[bytes], base_url: str, log_path: Path,
+def _wait_healthy(proc: GuardedServer, base_url: str, log_path: Path,
                   timeout_s: float, poll_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=2.0) as client:
@@ -188,10 +235,7 @@ def _wait_healthy(proc: subprocess.Popen[bytes], base_url: str, log_path: Path,
                     return
             except httpx.HTTPError:
                 pass
-            try:
-                code = proc.wait(timeout=poll_s)
-            except subprocess.TimeoutExpired:
-                code = None
+            code = proc.wait(poll_s)
             if code is not None:
                 raise TargetError(f"server exited with code {code} before it was healthy; "
                                   f"log {log_path}:\n{log_tail(log_path)}")
@@ -237,9 +281,7 @@ def launch_target(
     timeout_s = startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S[kind]
     base_url = f"http://{host}:{port}"
     t0 = time.monotonic()
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=child_env, start_new_session=True)
+    proc = GuardedServer(argv, log_path, child_env, stop_timeout_s)
     try:
         _wait_healthy(proc, base_url, log_path, timeout_s, poll_s)
         api_key = parsed.values.get("api_key")
@@ -254,6 +296,7 @@ def launch_target(
             pid=proc.pid,
             log_path=log_path,
             startup_s=time.monotonic() - t0,
+            proc=proc,
         )
     finally:
-        _stop(proc, stop_timeout_s)
+        proc.stop()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from loadlab.errors import InputError
 from loadlab.workload import list_profiles, load_profile
 from loadlab.workload.model import ProfileModel, Source, Summary, Table, dump_profile
 from loadlab.workload.quantile import QuantileFn
@@ -178,6 +179,9 @@ def build(
     """Turn your own TRACE into a profile (only derived figures are written)."""
     from loadlab.workload.derive import fit_profile
 
+    if out.resolve() == trace.resolve():
+        raise InputError("is the input trace; writing the profile would overwrite it", source=out, field="--out",
+                         fix="give the profile its own path, e.g. profiles/NAME.yaml")
     columns = None
     if input_col or output_col or fmt in ("csv", "jsonl"):
         columns = Columns(

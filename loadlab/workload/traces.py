@@ -102,13 +102,17 @@ def read_trace(
     outputs: list[int] = []
     times: list[float] = []
     blocks: list[list[int]] = []
-    for line, row in rows:
-        inputs.append(_length(row.get(columns.input), p, line, columns.input))
-        outputs.append(_length(row.get(columns.output), p, line, columns.output))
-        if columns.time:
-            times.append(_time(row.get(columns.time), p, line, columns.time, columns.time_unit))
-        if columns.hash_ids and columns.hash_ids in row:
-            blocks.append(_ids(row[columns.hash_ids], p, line, columns.hash_ids))
+    try:
+        for line, row in rows:
+            inputs.append(_length(row.get(columns.input), p, line, columns.input))
+            outputs.append(_length(row.get(columns.output), p, line, columns.output))
+            if columns.time:
+                times.append(_time(row.get(columns.time), p, line, columns.time, columns.time_unit))
+            if columns.hash_ids and columns.hash_ids in row:
+                blocks.append(_ids(row[columns.hash_ids], p, line, columns.hash_ids))
+    except (UnicodeDecodeError, csv.Error) as exc:  # a binary file, or bytes a CSV cannot hold
+        raise InputError(f"not a text trace ({exc})", source=p,
+                         fix="give a CSV or JSON Lines file (UTF-8 text)") from None
     if not inputs:
         raise InputError(
             "the trace has no request rows",

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from runs import fault_server_process
 
 from loadlab.runstore import REQUESTS, read_manifest, read_table
 
@@ -26,18 +27,8 @@ MODEL = "test-model"
 @contextmanager
 def fault_server(pattern: str = "ok", ttft_ms: float = 5.0, itl_ms: float = 2.0) -> Iterator[str]:
     """Start fault_server.py on an ephemeral port; yield its base URL."""
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "fault_server.py"), "--pattern", pattern,
-         "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)],
-        stdout=subprocess.PIPE, text=True,
-    )
-    try:
-        line = proc.stdout.readline()  # blocks until the server prints its port (or dies)
-        assert line.startswith("PORT "), f"fault server failed to start: {line!r}"
-        yield f"http://127.0.0.1:{int(line.split()[1])}"
-    finally:
-        proc.kill()
-        proc.wait()
+    with fault_server_process(pattern, ttft_ms, itl_ms) as (_, url):
+        yield url
 
 
 @pytest.fixture(scope="session")

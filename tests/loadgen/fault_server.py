@@ -8,10 +8,13 @@ in arrival order) behaves as ``pattern[i % len(pattern)]``:
 - ``ok``: streams ``max_tokens`` one-word chunks ``--itl-ms`` apart after ``--ttft-ms``,
   then a usage chunk (prompt tokens = whitespace words) and ``[DONE]``
 - ``400`` / ``429`` / ``500`` / ``503``: that status with vLLM's JSON error body
+- ``401``: vLLM's answer to a missing or wrong API key (``{"error": "Unauthorized"}``)
+- ``html404``: a 404 HTML page, as a web server that is not an OpenAI API sends
 - ``midstream``: two content chunks, then ``data: {"error": ...}``
 - ``hang``: sends headers, then nothing (the client's timeout must fire)
 - ``drop``: two content chunks, then closes the connection
 
+``GET /v1/models`` lists ``--model`` (default ``m``) with ``--max-model-len``, unprotected.
 ``GET /metrics`` exposes ``vllm:request_success_total`` (completed ``ok`` streams) and
 ``GET /debug/first_token`` the server-side first-token unix time per request id.
 """
@@ -34,7 +37,8 @@ def _chunk(api: str, text: str) -> bytes:
     return b"data: " + json.dumps({"id": "x", "choices": [choice]}).encode() + b"\n\n"
 
 
-def make_app(pattern: list[str], ttft_s: float, itl_s: float) -> web.Application:
+def make_app(pattern: list[str], ttft_s: float, itl_s: float, model: str = "m",
+             max_model_len: int = 100_000) -> web.Application:
     state = {"n": 0, "success": 0, "first_token": {}}
 
     async def generate(request: web.Request) -> web.StreamResponse:
@@ -42,6 +46,11 @@ def make_app(pattern: list[str], ttft_s: float, itl_s: float) -> web.Application
         state["n"] += 1
         body = await request.json()
         api = "chat" if request.path.endswith("chat/completions") else "completions"
+        if kind == "401":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        if kind == "html404":
+            page = "<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n<body>Not Found</body></html>"
+            return web.Response(text=page, status=404, content_type="text/html")
         if kind.isdigit():
             err = {"message": f"injected {kind}", "type": "BadRequestError", "code": int(kind)}
             return web.json_response({"error": err}, status=int(kind))
@@ -87,7 +96,12 @@ def make_app(pattern: list[str], ttft_s: float, itl_s: float) -> web.Application
         body = await request.json()
         return web.json_response({"count": len(body.get("prompt", "").split())})
 
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": model, "object": "model", "owned_by": "vllm", "max_model_len": max_model_len}]})
+
     app = web.Application()
+    app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", generate)
     app.router.add_post("/v1/chat/completions", generate)
     app.router.add_post("/tokenize", tokenize)
@@ -98,7 +112,8 @@ def make_app(pattern: list[str], ttft_s: float, itl_s: float) -> web.Application
 
 
 async def _main(args: argparse.Namespace) -> None:
-    app = make_app(args.pattern.split(","), args.ttft_ms / 1000, args.itl_ms / 1000)
+    app = make_app(args.pattern.split(","), args.ttft_ms / 1000, args.itl_ms / 1000, args.model,
+                   args.max_model_len)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -113,4 +128,6 @@ if __name__ == "__main__":
     parser.add_argument("--pattern", default="ok")
     parser.add_argument("--ttft-ms", type=float, default=5.0)
     parser.add_argument("--itl-ms", type=float, default=2.0)
+    parser.add_argument("--model", default="m")
+    parser.add_argument("--max-model-len", type=int, default=100_000)
     asyncio.run(_main(parser.parse_args()))

@@ -24,8 +24,10 @@ class ScriptedTransport:
     def clock(self) -> float:
         return self.now
 
-    def open(self, method, path, headers, body, deadline) -> StreamResponse:
+    def open(self, method, path, headers, body, deadline, on_sent=None) -> StreamResponse:
         self.sent.append((path, headers, body))
+        if on_sent is not None:
+            on_sent(self.now)
 
         def gen() -> Iterator[bytes]:
             for t, piece in self.pieces:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,31 +35,6 @@ def test_every_failure_is_a_record_and_the_run_goes_on(fault, cli, load, tiny_pr
     ok = df[df.status == "ok"]
     delay = ok.t_first_token - ok.request_id.map(server_first).astype(float)
     assert delay.median() < 0.002 and (delay > 0).all(), delay.describe()
-
-
-def test_connection_refused_run_records_client_errors(cli, load, tiny_profile, tmp_path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = tmp_path / "refused"
-    res = cli("--target", f"http://127.0.0.1:{port}", "--model", "m", "--profile", str(tiny_profile),
-              "--concurrency", "2", "--step-duration", "1", "--warmup", "0", "--workers", "0",
-              "--no-calibrate", "--out", str(out))
-    assert res.returncode == 0, res.stderr
-    df, manifest = load(out)
-    assert manifest["status"] == "complete"
-    assert set(df.status) == {"client_error"} and df.error.str.contains("cannot connect").all()
-    assert 2 <= len(df) <= 2 * (1 / 0.1) + 4  # users back off 0.1 s after a failed connect
-
-
-def test_unreachable_target_with_calibration_exits_1_naming_tokenize(cli, tiny_profile, tmp_path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    res = cli("--target", f"http://127.0.0.1:{port}", "--model", "m", "--profile", str(tiny_profile),
-              "--concurrency", "1", "--step-duration", "1", "--warmup", "0", "--workers", "0",
-              "--out", str(tmp_path / "x"))
-    assert res.returncode == 1 and "/tokenize" in res.stderr
 
 
 @pytest.mark.parametrize("content,needle", [
