@@ -18,7 +18,8 @@ from pathlib import Path
 
 import click
 
-from loadlab.analyze.steps import format_step_table, step_table
+from loadlab.analyze.display import format_step_table
+from loadlab.analyze.steps import step_table
 
 DEMO_PROFILE = "azure-conv"
 LIVE_FLAGS = ["--model", "llama-3.1-8b", "--gpu", "h100", "--max-num-seqs", "12", "--seed", "0"]

@@ -1,25 +1,33 @@
-"""``loadlab analyze RUN``: print the per-step table of a run folder."""
+"""``loadlab analyze RUN``: write analysis.json and print the step table and the verdict."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
-from loadlab.analyze.steps import format_step_table, step_table
+from loadlab.analyze.analysis import write_analysis
+from loadlab.analyze.display import format_details, format_step_table
 
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records instead.")
-def analyze(run_dir: Path, as_json: bool) -> None:
-    """Per-step table of RUN_DIR: client latency and throughput beside the server's
-    running / waiting / KV usage / preemptions in the same windows (warm-up cut).
-
-    Knee detection and cause diagnosis build on this table in a later release.
+@click.option("--json", "as_json", is_flag=True, help="Print analysis.json instead of the text.")
+@click.option("--slo", default=None, metavar="NAME=VALUE,...",
+              help="SLO targets, e.g. ttft_p99_ms=500,itl_p99_ms=50 (ttft|itl|e2e, pNN, ms|s).")
+def analyze(run_dir: Path, as_json: bool, slo: str | None) -> None:
+    """Analyse RUN_DIR: the per-step table (client latency beside the server's running,
+    waiting and KV usage, warm-up cut), the knee with its confidence, the stall's cause
+    with its evidence and knob, and the capacity check. Writes RUN_DIR/analysis.json.
     """
-    table = step_table(run_dir)
+    path = write_analysis(run_dir, slo=slo)
+    analysis = json.loads(path.read_text())
     if as_json:
-        click.echo(table.to_json(orient="records", indent=2))
-    else:
-        click.echo(format_step_table(table))
+        click.echo(json.dumps(analysis, indent=2))
+        return
+    click.echo(format_step_table(analysis["steps"]))
+    click.echo("")
+    click.echo(format_details(analysis))
+    click.echo(f"\n{analysis['verdict']}")
+    click.echo(f"(written to {path})")
