@@ -80,7 +80,32 @@ class EngineLog:
             self.fill.append(total / (math.ceil(total / block_size) * block_size))
 
 
-SCENARIOS: dict[str, Scenario] = {}
+def _profile(name: str) -> str:
+    return str(PROFILES / f"{name}.yaml")
+
+
+# One scenario per cause the simulator can produce; each names the limit built to bind.
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    # a roomy pool, 8 sequences: the cap binds from 12 users
+    Scenario("seq_cap", SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=8),
+             (2, 4, 6, 8, 12, 16, 24), "azure-conv"),
+    # ~2.7k-token translations in a 1,200-block pool: KV runs out near 8-12 users
+    Scenario("kv_exhausted", SimConfig(model="llama-3.1-8b", gpu="h100", max_num_seqs=256,
+                                       num_gpu_blocks_override=1200, max_model_len=4096),
+             (1, 2, 4, 6, 8, 12, 16, 24), "bwb"),
+    # 3k-token prompts through a 512-token budget: prefill chunks fill every step
+    Scenario("token_budget", SimConfig(model="llama-3.1-8b", gpu="h100", max_num_seqs=256,
+                                       max_num_batched_tokens=512, max_model_len=4096),
+             (1, 2, 4, 6, 8, 12, 16), _profile("long-prompt")),
+    # ~100-token requests in 256-token blocks, 23 usable: the pool is full of air
+    Scenario("dashboard_caliber", SimConfig(model="llama-3.1-8b", gpu="h100", max_num_seqs=256,
+                                            block_size=256, num_gpu_blocks_override=24,
+                                            max_model_len=1024),
+             (8, 12, 16, 24, 32, 48), _profile("short-chat"), step_s=40.0, warmup_s=10.0),
+    # nothing binds up to 16 users
+    Scenario("none", SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=64),
+             (1, 2, 4, 8, 16), "azure-conv"),
+)}
 
 
 def run_scenario(sc: Scenario, out: Path, seed: int = 0, metrics_interval_s: float = 1.0,
