@@ -76,30 +76,15 @@ def write_analysis(run_dir: str | Path, slo: str | None = None) -> Path:
 
 def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any],
            cap: dict[str, Any]) -> dict[str, Any]:
-    server = run.manifest.get("server") or {}
     stalled = table[(table["state"] == "stalled")]
     if knee.found:
         stalled = stalled[stalled["level"].astype(float) >= float(knee.upper)]
     else:
         stalled = stalled.iloc[0:0]
-    fill = stalled["token_fill"].to_numpy(dtype=float)
-    sig = causes.signals(stalled, server, config, fill, knee.psi)
-    candidates = causes.signatures(sig) + [causes.frontend_starved(table)]
     limited = [int(s) for s, st in zip(table["step"], table["state"]) if st == "client_limited"]
-    candidates.append(causes.Candidate(
-        "client_limited", 1.0 if knee.client_limited_before else 0.5 * bool(limited),
-        [{"what": "client-limited step", "value": 1, "step": s} for s in limited]))
-    name = causes.choose(candidates, knee.found, knee.client_limited_before, not run.metrics.empty)
-    chosen = next((c for c in candidates if c.name == name), None)
-    ranked = sorted(candidates, key=lambda c: -c.score)
-    facts = {"cap": sig.cap, "cap_inferred": sig.cap_inferred, "budget": sig.budget,
-             "kv_max": _max(sig.kv_max), "running_max": _max(sig.running_max),
-             "waiting_excess": _excess(sig), "preemptions": _sum(sig.preemptions),
-             "token_fill": _min(sig.fill), "tokens_per_step": _max(sig.tokens_per_step)}
-    return {"name": name, "evidence": chosen.evidence if chosen else [],
-            "knob": causes.knob(name, sig, cap), "facts": facts,
-            "ranked": [{"name": c.name, "score": round(c.score, 3)} for c in ranked],
-            "notes": sig.notes}
+    return causes.assess(stalled, table, run.manifest.get("server") or {}, config, cap,
+                         causes.Verdict(knee.found, knee.client_limited_before, limited,
+                                        not run.metrics.empty, knee.psi))
 
 
 def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:
@@ -167,23 +152,3 @@ def _plain(v: Any) -> Any:
             return None
         return int(f) if f.is_integer() and abs(f) < 2**53 else round(f, 6)
     return v
-
-
-def _max(x: np.ndarray) -> float | None:
-    return None if x.size == 0 or np.all(np.isnan(x)) else round(float(np.nanmax(x)), 4)
-
-
-def _min(x: np.ndarray) -> float | None:
-    return None if x.size == 0 or np.all(np.isnan(x)) else round(float(np.nanmin(x)), 4)
-
-
-def _sum(x: np.ndarray) -> float | None:
-    return None if x.size == 0 or np.all(np.isnan(x)) else float(np.nansum(x))
-
-
-def _excess(sig: causes.Signals) -> float | None:
-    """Mean of waiting - (c - cap) over the stalled steps: 0 when waiting = c - cap."""
-    if not sig.cap or not len(sig.levels):
-        return None
-    diff = sig.waiting - (np.asarray(sig.levels) - sig.cap)
-    return None if np.all(np.isnan(diff)) else round(float(np.nanmean(diff)), 2)

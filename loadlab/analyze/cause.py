@@ -63,6 +63,17 @@ class Signals:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What the knee said, as the cause choice needs it."""
+
+    knee_found: bool
+    client_before: bool
+    client_limited_steps: list[int]
+    server_metrics: bool
+    psi: float | None = None
+
+
 @dataclass
 class Candidate:
     name: str
@@ -89,6 +100,47 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
             sig.cap, sig.cap_inferred = int(runs[0]), True
             sig.notes.append(f"max_num_seqs not known: inferred {int(runs[0])} from the running plateau")
     return sig
+
+
+def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
+           config: dict[str, Any], capacity: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+    """The ``cause`` block of analysis.json: scores, choice, evidence, facts and knob.
+
+    ``stalled``: the knee's stalled steps (step-table rows with ``token_fill``);
+    ``table``: every step (for frontend_starved). ``notes`` says what was inferred.
+    """
+    fill = stalled["token_fill"].to_numpy(dtype=float) if "token_fill" in stalled else \
+        np.full(len(stalled), np.nan)
+    sig = signals(stalled, server, config, fill, verdict.psi)
+    candidates = signatures(sig) + [frontend_starved(table)]
+    limited = verdict.client_limited_steps
+    candidates.append(Candidate(
+        "client_limited", 1.0 if verdict.client_before else 0.5 * bool(limited),
+        [{"what": "client-limited step", "value": 1, "step": s} for s in limited]))
+    name = choose(candidates, verdict.knee_found, verdict.client_before, verdict.server_metrics)
+    chosen = next((c for c in candidates if c.name == name), None)
+    ranked = sorted(candidates, key=lambda c: -c.score)
+    return {"name": name, "evidence": chosen.evidence if chosen else [],
+            "knob": knob(name, sig, capacity), "facts": facts(sig),
+            "ranked": [{"name": c.name, "score": round(c.score, 3)} for c in ranked],
+            "notes": sig.notes}
+
+
+def facts(sig: Signals) -> dict[str, Any]:
+    """The headline figures of the stalled steps, for the verdict's words."""
+    excess = None
+    if sig.cap and sig.levels:
+        diff = sig.waiting - (np.asarray(sig.levels) - sig.cap)
+        excess = None if np.all(np.isnan(diff)) else round(float(np.nanmean(diff)), 2)
+    return {"cap": sig.cap, "cap_inferred": sig.cap_inferred, "budget": sig.budget,
+            "kv_max": _agg(np.nanmax, sig.kv_max), "running_max": _agg(np.nanmax, sig.running_max),
+            "waiting_excess": excess, "preemptions": _agg(np.nansum, sig.preemptions),
+            "token_fill": _agg(np.nanmin, sig.fill),
+            "tokens_per_step": _agg(np.nanmax, sig.tokens_per_step)}
+
+
+def _agg(fn: Any, x: np.ndarray) -> float | None:
+    return None if x.size == 0 or np.all(np.isnan(x)) else round(float(fn(x)), 4)
 
 
 def tokens_per_step(rows: pd.DataFrame) -> np.ndarray:
