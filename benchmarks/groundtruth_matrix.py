@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "analyze"))
 
-from groundtruth import SCENARIOS, run_scenario  # noqa: E402
-from test_groundtruth import within_one_step  # noqa: E402
+from groundtruth import SCENARIOS, run_scenario
+from test_groundtruth import within_one_step
 
-from loadlab.analyze.analysis import analyze_run  # noqa: E402
+from loadlab.analyze.analysis import analyze_run
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import pandas as pd
 def test_demo_quick_shows_the_sequence_cap_picture(tmp_path):
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "loadlab", "demo", "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=400)
+                          check=False, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Live run" in proc.stdout and "--max-num-seqs 48" in proc.stdout
     # it ends with a verdict per run: the live one and each what-if point

@@ -9,7 +9,8 @@ stalled steps that show the signature (0..1):
 - ``seq_cap``: running max reached the cap and KV max stayed below KV_FULL (0.9). The
   cap is ``server.max_num_seqs`` from the manifest, else inferred: running max equal in
   every stalled step and within 1.5 of the hinge's psi (score x 0.9 when inferred).
-- ``kv_exhausted``: KV max >= KV_FULL with running below the cap (or preemptions).
+- ``kv_exhausted``: KV max >= KV_FULL with running below the cap (or preemptions); an
+  inferred cap does not count against it (a full pool makes a running plateau too).
 - ``dashboard_caliber``: a KV-exhausted step whose token-level usage (client lengths x
   running / pool tokens) is below CALIBER (half) of the block-level gauge: block
   rounding, not tokens, fills the pool. Takes the KV score; kv_exhausted keeps 0.6 of it.
@@ -95,10 +96,10 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         prefix_caching=_bool(config.get("enable_prefix_caching", server.get("enable_prefix_caching"))))
     sig.cap = _int(server.get("max_num_seqs"))
     runs = sig.running_max[~np.isnan(sig.running_max)]
-    if sig.cap is None and len(runs) and np.ptp(runs) == 0 and runs[0] > 0:
-        if psi is None or abs(psi - runs[0]) <= 1.5:
-            sig.cap, sig.cap_inferred = int(runs[0]), True
-            sig.notes.append(f"max_num_seqs not known: inferred {int(runs[0])} from the running plateau")
+    plateau = len(runs) > 0 and np.ptp(runs) == 0 and runs[0] > 0
+    if sig.cap is None and plateau and (psi is None or abs(psi - runs[0]) <= 1.5):
+        sig.cap, sig.cap_inferred = int(runs[0]), True
+        sig.notes.append(f"max_num_seqs not known: inferred {int(runs[0])} from the running plateau")
     return sig
 
 
@@ -155,7 +156,8 @@ def signatures(sig: Signals) -> list[Candidate]:
     if n == 0:
         return []
     cap = sig.cap
-    below_cap = (sig.running_max < cap) if cap else np.ones(n, dtype=bool)
+    # An inferred cap is only a running plateau, which a full pool makes too.
+    below_cap = (sig.running_max < cap) if cap and not sig.cap_inferred else np.ones(n, dtype=bool)
     kv_ok = sig.kv_max < KV_FULL
     kv_full = sig.kv_max >= KV_FULL
     out: list[Candidate] = []

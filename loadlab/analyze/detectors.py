@@ -7,8 +7,8 @@ inputs are missing). Parameters (module constants):
   QUEUE_SHARE (0.5) and the mean queue time is at least QUEUE_MIN_STEPS (2) engine steps
   (mean ITL): an arrival otherwise waits up to one step for the step in progress.
 - ``occupancy`` (waiting gauge): P(waiting >= 1) over the step's snapshots >= OCCUPANCY (0.5).
-- ``little`` (Little's law): time-mean waiting count = queue-time sum / window (a
-  counter, immune to gauge lag; else the gauge mean) >= max(LITTLE_MIN (0.5),
+- ``little`` (Little's law): time-mean waiting count (the larger of queue-time sum /
+  window, a counter immune to gauge lag, and the gauge's mean) >= max(LITTLE_MIN (0.5),
   LITTLE_FRACTION (5%) of the client's in-flight count).
 - ``hinge`` (closed loop, across steps): least squares of waiting = max(0, c - psi) over
   psi (grid of 0.05); a step votes stalled when c - psi >= HINGE_MARGIN (0.5). psi

@@ -72,7 +72,8 @@ def cause_text(cause: dict[str, Any]) -> str:
         flag = "the inferred max_num_seqs" if f.get("cap_inferred") else "--max-num-seqs"
         excess = f.get("waiting_excess")
         wait = (f"waiting = c - {cap}" if excess is not None and abs(excess) <= 1
-                else f"waiting about c - {cap} {excess:+.1f}" if excess is not None else "requests waiting")
+                else f"waiting near c - {cap} (mean gap {excess:+.1f})" if excess is not None
+                else "requests waiting")
         return f"sequence cap — running held at {cap} = {flag} while KV usage stayed <= {kv_txt} and {wait}"
     if name == "kv_exhausted":
         return (f"KV cache exhausted — usage reached {kv_txt} with running at most "

@@ -3,8 +3,8 @@ and keeps doing so at every higher level, with how sure we are.
 
 Steps:
 
-1. Waiting level per step: the time-mean waiting count from the queue-time histogram
-   (``waiting_little``), else the waiting gauge's mean.
+1. Waiting level per step: the larger of the time-mean waiting count from the
+   queue-time histogram (``waiting_little``, Little's law) and the waiting gauge's mean.
 2. Client-limited steps are set aside: the manifest's ``client_limited`` (load
    generator), or, closed loop, a client in-flight count below CLIENT_INFLIGHT (0.8) of
    the users, or, open loop, requests sent below 0.9 of the offered rate. They are
@@ -86,10 +86,12 @@ def client_limited(table: pd.DataFrame, closed: bool) -> list[bool]:
 
 
 def waiting_level(table: pd.DataFrame) -> np.ndarray:
-    """Time-mean waiting count per step: Little's law on the queue histogram, else the gauge."""
+    """Time-mean waiting count per step: the larger of Little's law on the queue histogram
+    and the gauge's mean (a lagging gauge reads low, never high; vLLM's queue time starts
+    only when its engine core has the request)."""
     little = det._get(table, "waiting_little")
     gauge = det._get(table, "waiting_mean")
-    return np.where(np.isnan(little), gauge, little)
+    return np.fmax(little, gauge)
 
 
 def step_states(votes: pd.DataFrame, limited: list[bool]) -> list[str]:

@@ -34,8 +34,13 @@ import pandas as pd
 
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
 from loadlab.analyze.tables import chunk_span_s, read_metrics, read_requests
-from loadlab.analyze.windows import (coverage_windows, counter_windows, gauge_windows,
-                                     histogram_windows, resolve_family)
+from loadlab.analyze.windows import (
+    counter_windows,
+    coverage_windows,
+    gauge_windows,
+    histogram_windows,
+    resolve_family,
+)
 from loadlab.errors import InputError
 from loadlab.runstore import read_manifest, read_table
 from loadlab.runstore.schema import SCRAPES

@@ -45,7 +45,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-
 from loadlab import __version__
 from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.collect.sink import MetricsSink

@@ -127,7 +127,7 @@ def test_lagging_gauges_do_not_change_the_verdict(seq_cap, tmp_path):
 
 def test_client_limited_steps_are_not_blamed_on_the_server(seq_cap, tmp_path):
     """Steps the load generator marked client-limited (manifest) leave no knee."""
-    run, truth = seq_cap
+    run, _ = seq_cap
     limited = copy_run(run, tmp_path / "limited")
     manifest = read_manifest(limited)
     for s in manifest["steps"]:
@@ -218,7 +218,7 @@ def test_corrupted_manifest_exits_2_naming_the_file(seq_cap, tmp_path):
         analyze_run(broken)
     assert "manifest.json" in str(exc.value)
     proc = subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(broken)],
-                          capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "manifest.json" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -226,7 +226,7 @@ def test_corrupted_manifest_exits_2_naming_the_file(seq_cap, tmp_path):
 def test_cli_prints_table_and_verdict_and_json(seq_cap):
     run, truth = seq_cap
     proc = subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(run)],
-                          capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "TTFT p50 ms" in lines[0] and "state" in lines[0]
@@ -234,7 +234,7 @@ def test_cli_prints_table_and_verdict_and_json(seq_cap):
     assert f"knee between {truth.lower} and {truth.upper} concurrent" in verdict
     assert "cause: sequence cap" in verdict
     proc = subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(run), "--json"],
-                          capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=120)
     data = json.loads(proc.stdout)
     assert data["schema"] == 1 and data["cause"]["name"] == "seq_cap"
     assert json.loads((run / "analysis.json").read_text())["verdict"] == data["verdict"]
