@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def write_analysis(run_dir: str | Path, slo: str | None = None) -> Path:
     """Write ``<run_dir>/analysis.json`` (atomically) and return its path."""
     data = analyze_run(run_dir, slo=slo)
     path = Path(run_dir) / ANALYSIS
-    tmp = path.with_name(f".{ANALYSIS}.tmp")
+    tmp = path.with_name(f".{ANALYSIS}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
     tmp.replace(path)
     return path
@@ -84,7 +85,7 @@ def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any]
     limited = [int(s) for s, st in zip(table["step"], table["state"]) if st == "client_limited"]
     return causes.assess(stalled, table, run.manifest.get("server") or {}, config, cap,
                          causes.Verdict(knee.found, knee.client_limited_before, limited,
-                                        not run.metrics.empty, knee.psi))
+                                        not run.metrics.empty, knee.psi, run.closed_loop))
 
 
 def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:

@@ -73,6 +73,7 @@ class Verdict:
     client_limited_steps: list[int]
     server_metrics: bool
     psi: float | None = None
+    closed_loop: bool = True
 
 
 @dataclass
@@ -122,15 +123,16 @@ def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
     chosen = next((c for c in candidates if c.name == name), None)
     ranked = sorted(candidates, key=lambda c: -c.score)
     return {"name": name, "evidence": chosen.evidence if chosen else [],
-            "knob": knob(name, sig, capacity), "facts": facts(sig),
+            "knob": knob(name, sig, capacity), "facts": facts(sig, verdict.closed_loop),
             "ranked": [{"name": c.name, "score": round(c.score, 3)} for c in ranked],
             "notes": sig.notes}
 
 
-def facts(sig: Signals) -> dict[str, Any]:
-    """The headline figures of the stalled steps, for the verdict's words."""
+def facts(sig: Signals, closed_loop: bool = True) -> dict[str, Any]:
+    """The headline figures of the stalled steps, for the verdict's words (``waiting_excess``
+    = mean of waiting - (c - cap): closed loop only)."""
     excess = None
-    if sig.cap and sig.levels:
+    if sig.cap and sig.levels and closed_loop:
         diff = sig.waiting - (np.asarray(sig.levels) - sig.cap)
         excess = None if np.all(np.isnan(diff)) else round(float(np.nanmean(diff)), 2)
     return {"cap": sig.cap, "cap_inferred": sig.cap_inferred, "budget": sig.budget,

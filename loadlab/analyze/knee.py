@@ -7,8 +7,9 @@ Steps:
    queue-time histogram (``waiting_little``, Little's law) and the waiting gauge's mean.
 2. Client-limited steps are set aside: the manifest's ``client_limited`` (load
    generator), or, closed loop, a client in-flight count below CLIENT_INFLIGHT (0.8) of
-   the users, or, open loop, requests sent below 0.9 of the offered rate. They are
-   never blamed on the server.
+   the users, or, open loop, a send lag p99 above SEND_LAG_S (1 s) or requests sent
+   below 0.9 of the offered rate and 3 Poisson sigmas under it. They are never blamed
+   on the server.
 3. Detector votes per step (:mod:`loadlab.analyze.detectors`); a step is stalled when
    more detectors say so than not (a tie goes to the counter-based ``queue``/``little``).
 4. Knee: over the judged steps in level order, the first from which every later one is
@@ -41,6 +42,7 @@ from loadlab.analyze.windows import resolve_family
 
 CLIENT_INFLIGHT = 0.8
 CLIENT_SEND = 0.9
+SEND_LAG_S = 1.0
 BOOTSTRAP_N = 200
 HIGH_AGREEMENT, MEDIUM_AGREEMENT = 0.9, 0.7
 HIGH_DETECTORS = 0.6
@@ -80,9 +82,19 @@ def client_limited(table: pd.DataFrame, closed: bool) -> list[bool]:
             ratio = _div(getattr(row, "inflight", np.nan), row.level)
             out.append(bool(ratio < CLIENT_INFLIGHT))
         else:
-            ratio = _div(getattr(row, "send_rps", np.nan), row.level)
-            out.append(bool(ratio < CLIENT_SEND))
+            out.append(_behind_schedule(row))
     return out
+
+
+def _behind_schedule(row: Any) -> bool:
+    """Open loop: sends late by more than SEND_LAG_S (p99), or a send count short of the
+    offered rate beyond Poisson noise (below 0.9 x expected and 3 sigma under it)."""
+    lag = getattr(row, "send_lag_p99_s", np.nan)
+    if lag is not None and not _isnan(lag) and lag > SEND_LAG_S:
+        return True
+    expected = float(row.level) * float(row.t_end - row.t_start)
+    sent = float(getattr(row, "n_sent", np.nan))
+    return bool(sent < CLIENT_SEND * expected and sent < expected - 3 * np.sqrt(expected))
 
 
 def waiting_level(table: pd.DataFrame) -> np.ndarray:

@@ -165,7 +165,8 @@ def _client_manifest(table: pd.DataFrame, steps: list[dict]) -> None:
     """Copy the load generator's per-step keys (a1) where the manifest has them."""
     by_step = {s.get("step"): s for s in steps}
     for key in CLIENT_KEYS:
-        table[key] = [_num(by_step.get(s, {}).get(key)) for s in table["step"]]
+        values = [_num(by_step.get(s, {}).get(key)) for s in table["step"]]
+        table[key] = np.where(np.isnan(values), table[key], values) if key in table else values
     flags = [by_step.get(s, {}).get("client_limited") for s in table["step"]]
     table["client_limited_manifest"] = [None if f is None else bool(f) for f in flags]
     table["client_limited_reasons"] = [list(by_step.get(s, {}).get("client_limited_reasons") or [])
@@ -195,6 +196,7 @@ def _client_stats(requests: pd.DataFrame, w: Any) -> dict[str, float]:
         "n_aborted": aborted,
         "n_err": int(len(sent) - len(ok) - aborted),
         "send_rps": len(sent) / length,
+        "send_lag_p99_s": _pct(sent.send_lag_s, 99),
         "rps": len(done) / length,
         "out_tok_s": float(done.output_tokens.fillna(0).sum()) / length,
         "ttft_p50_ms": _pct(ok.ttft_s, 50) * 1e3,

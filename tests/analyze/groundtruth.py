@@ -41,10 +41,11 @@ CALIBER_FILL = 0.5
 class Scenario:
     name: str
     cfg: SimConfig
-    levels: tuple[int, ...]
+    levels: tuple[float, ...]       # users per step, or requests/s with open_loop
     profile: str
     step_s: float = 60.0
     warmup_s: float = 15.0
+    open_loop: bool = False
 
 
 @dataclass
@@ -102,6 +103,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                                             block_size=256, num_gpu_blocks_override=24,
                                             max_model_len=1024),
              (8, 12, 16, 24, 32, 48), _profile("short-chat"), step_s=40.0, warmup_s=10.0),
+    # open loop: Poisson arrivals past what 8 sequences serve (~5 requests/s)
+    Scenario("seq_cap_open", SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=8),
+             (1.0, 2.0, 3.0, 4.0, 6.0, 8.0), "azure-conv", open_loop=True),
     # nothing binds up to 16 users
     Scenario("none", SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=64),
              (1, 2, 4, 8, 16), "azure-conv"),
@@ -118,9 +122,9 @@ def run_scenario(sc: Scenario, out: Path, seed: int = 0, metrics_interval_s: flo
         log(o)
         log.block_fill(o, resolved.block_size)
 
-    plan = ReplayPlan(concurrencies=sc.levels, step_s=sc.step_s, warmup_s=sc.warmup_s,
-                      profile=sc.profile, seed=seed, metrics_interval_s=metrics_interval_s,
-                      start_epoch=1.7e9)
+    levels = {"rates": sc.levels} if sc.open_loop else {"concurrencies": sc.levels}
+    plan = ReplayPlan(**levels, step_s=sc.step_s, warmup_s=sc.warmup_s, profile=sc.profile,
+                      seed=seed, metrics_interval_s=metrics_interval_s, start_epoch=1.7e9)
     run_replay(cfg, plan, out, observer=observe)
     return truth(log, sc, resolved.max_num_seqs, resolved.max_num_batched_tokens)
 

@@ -8,8 +8,8 @@ modest; servers are shared through the ``vllm_server`` factory (one start per fl
 - ``--max-num-seqs 4``, steps 1-16: knee (4, 6] or (4, 8], cause seq_cap, the same
   verdict in three repeated runs.
 - a 64-block pool with 700-token requests: kv_exhausted.
-- the client pinned to the core vLLM's worker busy-polls, at the lowest priority: the
-  load generator falls short of its users, and the verdict is client_limited, not a knee.
+- the client at the lowest priority on a core a busy loop keeps at 100%: the load
+  generator falls short of its users, and the verdict is client_limited, not a knee.
 """
 
 from __future__ import annotations
@@ -61,6 +61,25 @@ def test_seq_cap_verdict_is_the_same_in_three_runs(vllm_server, tmp_path_factory
     assert len(set(verdicts)) == 1, verdicts
 
 
+@pytest.mark.skipif(not shutil.which("taskset") or (os.cpu_count() or 1) < 2,
+                    reason="needs taskset and 2 CPUs")
+def test_starved_client_is_client_limited_not_a_knee(vllm_server, tmp_path_factory):
+    """The client at the lowest priority on a core a busy loop keeps at 100%."""
+    target = vllm_server(**SEQ_CAP)
+    hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
+    try:
+        run = load(target, tmp_path_factory.mktemp("starved"), "tiny-short", [2, 4, 8], step_s=5.0,
+                   warmup_s=1.5, prefix=["taskset", "-c", "0", "nice", "-n", "19"])
+    finally:
+        hog.kill()
+        hog.wait()
+    a = analyze_run(run)
+    print(f"\n{a['verdict']}")
+    states = [s["state"] for s in a["steps"]]
+    assert "client_limited" in states, a["steps"]
+    assert not a["knee"]["found"] and a["cause"]["name"] == "client_limited", a["verdict"]
+
+
 def test_small_pool_with_long_requests_is_kv_exhausted(vllm_server, tmp_path_factory):
     target = vllm_server(**KV)
     run = load(target, tmp_path_factory.mktemp("kv"), "tiny-long", [1, 2, 4, 8], step_s=8.0,
@@ -70,16 +89,3 @@ def test_small_pool_with_long_requests_is_kv_exhausted(vllm_server, tmp_path_fac
     assert a["knee"]["found"], a["verdict"]
     assert a["cause"]["name"] == "kv_exhausted", (a["cause"]["ranked"], a["verdict"])
     assert a["cause"]["facts"]["kv_max"] >= 0.9
-
-
-@pytest.mark.skipif(not shutil.which("taskset") or (os.cpu_count() or 1) < 2,
-                    reason="needs taskset and 2 CPUs")
-def test_starved_client_is_client_limited_not_a_knee(vllm_server, tmp_path_factory):
-    target = vllm_server(**SEQ_CAP)
-    run = load(target, tmp_path_factory.mktemp("starved"), "tiny-short", [2, 4, 8], step_s=5.0,
-               warmup_s=1.5, prefix=["taskset", "-c", "0", "nice", "-n", "19"])
-    a = analyze_run(run)
-    print(f"\n{a['verdict']}")
-    states = [s["state"] for s in a["steps"]]
-    assert "client_limited" in states, a["steps"]
-    assert not a["knee"]["found"] and a["cause"]["name"] == "client_limited", a["verdict"]
