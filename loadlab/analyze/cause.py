@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.detectors import column
+
 KV_FULL = 0.9
 CALIBER = 0.5
 BUDGET_FILL = 0.8
@@ -88,11 +90,11 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
     """Collect the stalled steps' figures and the cap/budget (flags, else inferred)."""
     sig = Signals(
         steps=[int(s) for s in rows["step"]], levels=rows["level"].astype(float).tolist(),
-        running_max=_arr(rows, "running_max"), kv_max=_arr(rows, "kv_max"),
-        preemptions=_arr(rows, "preemptions"),
-        waiting=np.where(np.isnan(_arr(rows, "waiting_little")), _arr(rows, "waiting_mean"),
-                         _arr(rows, "waiting_little")),
-        tokens_per_step=tokens_per_step(rows), fill=fill, hit_rate=_arr(rows, "prefix_hit_rate"),
+        running_max=column(rows, "running_max"), kv_max=column(rows, "kv_max"),
+        preemptions=column(rows, "preemptions"),
+        waiting=np.where(np.isnan(column(rows, "waiting_little")), column(rows, "waiting_mean"),
+                         column(rows, "waiting_little")),
+        tokens_per_step=tokens_per_step(rows), fill=fill, hit_rate=column(rows, "prefix_hit_rate"),
         budget=_int(server.get("max_num_batched_tokens")),
         prefix_caching=_bool(config.get("enable_prefix_caching", server.get("enable_prefix_caching"))))
     sig.cap = _int(server.get("max_num_seqs"))
@@ -148,8 +150,8 @@ def _agg(fn: Any, x: np.ndarray) -> float | None:
 
 def tokens_per_step(rows: pd.DataFrame) -> np.ndarray:
     """(prompt tokens computed + generated) per second x mean engine step (server ITL)."""
-    prompt = _arr(rows, "prompt_tok_rate") - np.nan_to_num(_arr(rows, "cached_tok_rate"))
-    return (prompt + _arr(rows, "gen_tok_rate")) * _arr(rows, "server_itl_mean_ms") / 1e3
+    prompt = column(rows, "prompt_tok_rate") - np.nan_to_num(column(rows, "cached_tok_rate"))
+    return (prompt + column(rows, "gen_tok_rate")) * column(rows, "server_itl_mean_ms") / 1e3
 
 
 def signatures(sig: Signals) -> list[Candidate]:
@@ -208,8 +210,8 @@ def _budget_fill(sig: Signals) -> np.ndarray:
 
 def frontend_starved(table: pd.DataFrame) -> Candidate:
     """Client TTFT far above vLLM's own while streams arrive whole (the ``bursts`` column)."""
-    server, client = _arr(table, "server_ttft_mean_ms"), _arr(table, "ttft_mean_ms")
-    bursts = _arr(table, "burst_share")
+    server, client = column(table, "server_ttft_mean_ms"), column(table, "ttft_mean_ms")
+    bursts = column(table, "burst_share")
     known = ~(np.isnan(server) | np.isnan(client))
     if not known.any():
         return Candidate("frontend_starved", 0.0, [])
@@ -247,12 +249,6 @@ def _ev(sig: Signals, series: list[tuple[str, np.ndarray]],
             if not np.isnan(v):
                 ev.append({"what": what, "value": round(float(v), 4), "step": s})
     return ev
-
-
-def _arr(rows: pd.DataFrame, col: str) -> np.ndarray:
-    if col not in rows:
-        return np.full(len(rows), np.nan)
-    return pd.to_numeric(rows[col], errors="coerce").to_numpy(dtype=float)
 
 
 def _int(v: Any) -> int | None:

@@ -143,10 +143,10 @@ def step_votes(table: pd.DataFrame, closed: bool, waiting: np.ndarray, hinge: Hi
     """One row per step, one column per detector (True / False / None)."""
     step_ms = _first(table, "server_itl_mean_ms", "itl_p50_ms")
     votes: dict[str, list[bool | None]] = {
-        "queue": [queue_vote(q, t, s) for q, t, s in zip(_get(table, "server_queue_mean_ms"),
-                                                         _get(table, "server_ttft_mean_ms"), step_ms)],
-        "occupancy": [occupancy_vote(o) for o in _get(table, "waiting_occupancy")],
-        "little": [little_vote(w, i) for w, i in zip(waiting, _get(table, "inflight"))],
+        "queue": [queue_vote(q, t, s) for q, t, s in zip(column(table, "server_queue_mean_ms"),
+                                                         column(table, "server_ttft_mean_ms"), step_ms)],
+        "occupancy": [occupancy_vote(o) for o in column(table, "waiting_occupancy")],
+        "little": [little_vote(w, i) for w, i in zip(waiting, column(table, "inflight"))],
     }
     levels = table["level"].to_numpy(dtype=float)
     if closed:
@@ -156,9 +156,9 @@ def step_votes(table: pd.DataFrame, closed: bool, waiting: np.ndarray, hinge: Hi
         window = (table["t_end"] - table["t_start"]).to_numpy(dtype=float)
         votes["growth"] = [None if g is None else _grows(g, span, infl)
                            for g, span, infl in zip(growth or [None] * len(table), window,
-                                                    _get(table, "inflight"))]
+                                                    column(table, "inflight"))]
         votes["achieved"] = [None if np.isnan(r) or np.isnan(c) else bool(r < ACHIEVED * c)
-                             for r, c in zip(_get(table, "rps"), levels)]
+                             for r, c in zip(column(table, "rps"), levels)]
     server = any(v is not None for name in ("queue", "occupancy", "little") for v in votes[name])
     if not server and closed:
         votes["ttft_jump"] = ttft_jump(table)
@@ -166,8 +166,8 @@ def step_votes(table: pd.DataFrame, closed: bool, waiting: np.ndarray, hinge: Hi
 
 
 def ttft_jump(table: pd.DataFrame) -> list[bool | None]:
-    ttft = _get(table, "ttft_p50_ms")
-    itl = _get(table, "itl_p50_ms")
+    ttft = column(table, "ttft_p50_ms")
+    itl = column(table, "itl_p50_ms")
     if np.all(np.isnan(ttft)):
         return [None] * len(table)
     base = np.nanmin(ttft)
@@ -211,7 +211,8 @@ def _grows(fit: Slope, span: float, inflight: float) -> bool:
     return bool(fit.low > 0 and rise >= max(1.0, 0.1 * np.nan_to_num(inflight)))
 
 
-def _get(table: pd.DataFrame, col: str) -> np.ndarray:
+def column(table: pd.DataFrame, col: str) -> np.ndarray:
+    """A numeric column as floats (NaN where absent or not a number)."""
     if col not in table:
         return np.full(len(table), np.nan)
     return pd.to_numeric(table[col], errors="coerce").to_numpy(dtype=float)
@@ -220,6 +221,6 @@ def _get(table: pd.DataFrame, col: str) -> np.ndarray:
 def _first(table: pd.DataFrame, *cols: str) -> np.ndarray:
     out = np.full(len(table), np.nan)
     for col in reversed(cols):
-        x = _get(table, col)
+        x = column(table, col)
         out = np.where(np.isnan(x), out, x)
     return out

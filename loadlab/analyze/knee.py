@@ -101,8 +101,8 @@ def waiting_level(table: pd.DataFrame) -> np.ndarray:
     """Time-mean waiting count per step: the larger of Little's law on the queue histogram
     and the gauge's mean (a lagging gauge reads low, never high; vLLM's queue time starts
     only when its engine core has the request)."""
-    little = det._get(table, "waiting_little")
-    gauge = det._get(table, "waiting_mean")
+    little = det.column(table, "waiting_little")
+    gauge = det.column(table, "waiting_mean")
     return np.fmax(little, gauge)
 
 
@@ -185,7 +185,7 @@ def _detector_report(votes: pd.DataFrame, levels: list[float], states: list[str]
                         "upper": _plain(upper)}
     if hinge is not None and "hinge" in report:
         report["hinge"].update(psi=round(hinge.psi, 2), r2=round(hinge.r2, 3))
-    plateau = det.two_segment(table["level"].to_numpy(dtype=float), det._get(table, "out_tok_s"))
+    plateau = det.two_segment(table["level"].to_numpy(dtype=float), det.column(table, "out_tok_s"))
     report["throughput_plateau"] = {"cross_check": True, "level": _plain(plateau.level),
                                     "gain": round(plateau.gain, 3)}
     trend = det.ttft_trend(run.requests, table) if not run.requests.empty else [None] * len(table)
@@ -203,7 +203,7 @@ def _confidence(knee: Knee, run: RunData, table: pd.DataFrame, votes: pd.DataFra
             and knee.detectors[n]["upper"] == _plain(knee.upper)]
     share = len(same) / len(voting) if voting else 0.0
     reasons.append(f"detectors agreeing: {', '.join(same) or 'none'} of {', '.join(voting) or 'none'}")
-    coverage = det._get(table, "coverage")
+    coverage = det.column(table, "coverage")
     worst = float(np.nanmin(coverage)) if not np.all(np.isnan(coverage)) else float("nan")
     server = not np.isnan(worst)
     if server:
@@ -230,9 +230,9 @@ def _confidence(knee: Knee, run: RunData, table: pd.DataFrame, votes: pd.DataFra
 
 def littles_residual(table: pd.DataFrame) -> np.ndarray:
     """|L - lambda W| / L per step: client in-flight vs send rate x mean E2E."""
-    L = det._get(table, "inflight")
-    lam = det._get(table, "send_rps")
-    W = det._get(table, "e2e_mean_s")
+    L = det.column(table, "inflight")
+    lam = det.column(table, "send_rps")
+    W = det.column(table, "e2e_mean_s")
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(L > 0, np.abs(L - lam * W) / L, np.nan)
 
@@ -302,7 +302,7 @@ def _step_pieces(run: RunData, table: pd.DataFrame) -> _Pieces:
 
 def _resample(table: pd.DataFrame, pieces: _Pieces, rng: np.random.Generator) -> pd.DataFrame:
     """The columns the detectors read, recomputed from resampled pieces (one assign)."""
-    cols = {c: det._get(table, c).copy() for c in
+    cols = {c: det.column(table, c).copy() for c in
             ("server_queue_mean_ms", "server_ttft_mean_ms", "server_itl_mean_ms", "waiting_little",
              "waiting_occupancy", "waiting_mean", "ttft_p50_ms")}
     length = (table["t_end"] - table["t_start"]).to_numpy(dtype=float)
