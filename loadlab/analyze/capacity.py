@@ -47,8 +47,8 @@ def pool_config(metrics: pd.DataFrame, manifest: dict[str, Any]) -> dict[str, An
 def capacity(config: dict[str, Any], requests: pd.DataFrame, v0: bool,
              measured: float | None) -> dict[str, Any]:
     """The capacity block of analysis.json (None where the pool or the lengths are unknown)."""
-    blocks = _int(config.get("num_gpu_blocks"))
-    size = _int(config.get("block_size"))
+    blocks = as_int(config.get("num_gpu_blocks"))
+    size = as_int(config.get("block_size"))
     ok = requests[requests["status"] == "ok"] if not requests.empty else requests
     lengths = (ok["prompt_tokens"].fillna(ok["target_prompt_tokens"]).astype(float)
                + ok["output_tokens"].fillna(0).astype(float)).dropna() if len(ok) else pd.Series([])
@@ -78,7 +78,7 @@ def token_fill(table: pd.DataFrame, config: dict[str, Any]) -> np.ndarray:
     Token-level usage = running requests (counter-based when available) x their mean
     tokens held (prompt + half the output, mid-decode on average) / pool tokens.
     """
-    blocks, size = _int(config.get("num_gpu_blocks")), _int(config.get("block_size"))
+    blocks, size = as_int(config.get("num_gpu_blocks")), as_int(config.get("block_size"))
     n = len(table)
     if not blocks or not size or "kv_mean" not in table:
         return np.full(n, np.nan)
@@ -90,7 +90,8 @@ def token_fill(table: pd.DataFrame, config: dict[str, Any]) -> np.ndarray:
         return (tokens / table["kv_mean"].astype(float)).to_numpy(dtype=float)
 
 
-def _int(v: Any) -> int | None:
+def as_int(v: Any) -> int | None:
+    """An int from a flag or label value (``"64"``, 64.0), None when absent or not a number."""
     try:
         return int(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else None
     except (TypeError, ValueError):

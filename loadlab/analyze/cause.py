@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.capacity import as_int
 from loadlab.analyze.detectors import column
 
 KV_FULL = 0.9
@@ -95,9 +96,9 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         waiting=np.where(np.isnan(column(rows, "waiting_little")), column(rows, "waiting_mean"),
                          column(rows, "waiting_little")),
         tokens_per_step=tokens_per_step(rows), fill=fill, hit_rate=column(rows, "prefix_hit_rate"),
-        budget=_int(server.get("max_num_batched_tokens")),
+        budget=as_int(server.get("max_num_batched_tokens")),
         prefix_caching=_bool(config.get("enable_prefix_caching", server.get("enable_prefix_caching"))))
-    sig.cap = _int(server.get("max_num_seqs"))
+    sig.cap = as_int(server.get("max_num_seqs"))
     runs = sig.running_max[~np.isnan(sig.running_max)]
     plateau = len(runs) > 0 and np.ptp(runs) == 0 and runs[0] > 0
     if sig.cap is None and plateau and (psi is None or abs(psi - runs[0]) <= 1.5):
@@ -249,13 +250,6 @@ def _ev(sig: Signals, series: list[tuple[str, np.ndarray]],
             if not np.isnan(v):
                 ev.append({"what": what, "value": round(float(v), 4), "step": s})
     return ev
-
-
-def _int(v: Any) -> int | None:
-    try:
-        return int(v) if v is not None else None
-    except (TypeError, ValueError):
-        return None
 
 
 def _bool(v: Any) -> bool | None:
