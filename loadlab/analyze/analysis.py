@@ -107,11 +107,6 @@ def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:
         w.append(f"no request succeeded ({len(req)} failed: "
                  f"{', '.join(f'{k} {v}' for k, v in req['status'].value_counts().items())}): "
                  "latency figures and the knee are unavailable")
-    else:
-        ok = req[req["status"] == "ok"]
-        missing = int(ok["chunk_offsets_s"].isna().sum())
-        if missing:
-            w.append(f"{missing} successful requests have no chunk offsets: left out of the bursts share")
     if m.get("kind") == "sweep":
         w.append("this is a sweep folder: analyse each point's folder")
     if run.metrics.empty:

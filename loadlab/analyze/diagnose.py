@@ -35,11 +35,12 @@ from loadlab.analyze.capacity import capacity, pool_config, token_fill
 from loadlab.analyze.display import cause_text
 from loadlab.analyze.knee import step_states, waiting_level
 from loadlab.analyze.steps import RunData, build_step_table
+from loadlab.analyze.tables import read_metrics
 from loadlab.analyze.windows import histogram_windows, resolve_family
 from loadlab.collect import catalog
 from loadlab.collect.scraper import DEFAULT_API_KEY_ENV, Scraper
 from loadlab.errors import InputError
-from loadlab.runstore import METRICS, read_manifest, read_table
+from loadlab.runstore import read_manifest, read_table
 from loadlab.runstore.schema import REQUESTS, SCRAPES
 
 
@@ -51,7 +52,7 @@ def sample(url: str, duration_s: float, interval_s: float, api_key_env: str) -> 
         with Scraper([url], out, interval_s=interval_s, api_key_env=api_key_env):
             time.sleep(duration_s)  # the scraper's threads sample meanwhile
         t1 = time.time()
-        metrics = read_table(out / "metrics.parquet", METRICS)
+        metrics = read_metrics(out)
         scrapes = read_table(out / "scrapes.parquet", SCRAPES)
         manifest = read_manifest(out)
     if metrics.empty:

@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze import detectors as det
-from loadlab.analyze.samples import increments, snapshots
+from loadlab.analyze.samples import increments
 from loadlab.analyze.steps import RunData, binned
-from loadlab.analyze.windows import resolve_family
+from loadlab.analyze.windows import resolve_family, snapshots
 
 CLIENT_INFLIGHT = 0.8
 CLIENT_SEND = 0.9

@@ -1,14 +1,11 @@
-"""Raw per-scrape samples of one metric, for resampling (the knee's bootstrap).
+"""Per-scrape-interval increments of one counter-like sample, for resampling (the knee's
+bootstrap): :mod:`loadlab.analyze.windows` sums a window in one figure, a bootstrap
+needs the pieces (gauges: :func:`windows.snapshots`).
 
-:mod:`loadlab.analyze.windows` sums a window in one figure; a bootstrap needs the pieces.
-
-- :func:`snapshots`: a gauge's value per (endpoint, scrape time), its series summed
-  (several engines -> one figure).
-- :func:`increments`: a counter-like sample's increase over each scrape interval, per
-  (endpoint, scrape time at the interval's end), its series summed; a decrease is a
-  reset and counts the new value, as in :func:`windows.counter_windows`.
-
-Both return a DataFrame with columns ``endpoint``, ``t``, ``value`` sorted by time.
+:func:`increments`: the sample's increase over each scrape interval, per (endpoint,
+scrape time at the interval's end), its series summed; a decrease is a reset and counts
+the new value, as in :func:`windows.counter_windows`. Columns ``endpoint``, ``t``,
+``value``, sorted by time.
 """
 
 from __future__ import annotations
@@ -19,15 +16,6 @@ import pandas as pd
 COLUMNS = ["endpoint", "t", "value"]
 
 
-def snapshots(metrics: pd.DataFrame, family: str, metric: str | None = None) -> pd.DataFrame:
-    """Per scrape, the family's series summed."""
-    data = metrics[(metrics["family"] == family) & (metrics["metric"] == (metric or family))]
-    if data.empty:
-        return pd.DataFrame(columns=COLUMNS)
-    return (data.groupby(["endpoint", "t"], sort=True)["value"].sum().reset_index()
-            .sort_values("t", kind="stable").reset_index(drop=True))
-
-
 def increments(metrics: pd.DataFrame, family: str, metric: str) -> pd.DataFrame:
     """Per scrape interval, the increase of ``metric`` summed over its series."""
     data = metrics[(metrics["family"] == family) & (metrics["metric"] == metric)]
@@ -35,11 +23,13 @@ def increments(metrics: pd.DataFrame, family: str, metric: str) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     data = data.sort_values(["endpoint", "labels", "t"], kind="stable")
     v = data["value"].to_numpy(dtype=float)
-    same = ((data["endpoint"].to_numpy() == np.roll(data["endpoint"].to_numpy(), 1))
-            & (data["labels"].to_numpy() == np.roll(data["labels"].to_numpy(), 1)))
+    endpoint = data["endpoint"].astype(str).to_numpy()
+    labels = data["labels"].astype(str).to_numpy()
+    same = (endpoint == np.roll(endpoint, 1)) & (labels == np.roll(labels, 1))
     same[0] = False
     d = v - np.roll(v, 1)
     d = np.where(d < 0, v, d)
-    frame = data[["endpoint", "t"]].assign(value=d)[same]
+    frame = pd.DataFrame({"endpoint": data["endpoint"].astype(str).to_numpy(),
+                          "t": data["t"].to_numpy(dtype=float), "value": d})[same]
     return (frame.groupby(["endpoint", "t"], sort=True)["value"].sum().reset_index()
             .sort_values("t", kind="stable").reset_index(drop=True))
