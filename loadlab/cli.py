@@ -22,7 +22,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("loadlab.sim.cli:sim", "The built-in vLLM V1 scheduling simulator: serve it, or replay a workload in virtual time."),
     "run": ("loadlab.loadgen.cli:run", "Drive a load (steps, Poisson/gamma rate, trace replay) at a server and record every request."),
     "profile": ("loadlab.workload.cli:profile", "Workload profiles: list, show their quantiles, build one from your own trace."),
-    "analyze": ("loadlab.analyze.cli:analyze", "Per-step table of a run folder: client latency beside the server's queue and KV usage."),
+    "analyze": ("loadlab.analyze.cli:analyze", "Analyse a run folder: per-step table, the knee, the stall's cause and its knob (analysis.json)."),
+    "diagnose": ("loadlab.analyze.diagnose:diagnose", "Read a live server's /metrics for a few seconds and name why it stalls now."),
     "collect": ("loadlab.collect.cli:collect", "Sample a server's /metrics (or read them from Prometheus) into a run folder."),
 }
 

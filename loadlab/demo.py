@@ -4,21 +4,25 @@
    small ``--max-num-seqs`` so the knee falls inside a short run; drive closed-loop
    steps with Locust users drawing lengths from a real-trace profile while the
    collector samples ``/metrics``; print the per-step table. The table shows the
-   "KV cache low yet requests waiting" picture once users exceed the cap.
+   "KV cache low yet requests waiting" picture once users exceed the cap, and the
+   analyzer's verdict: where the knee is, why, and the knob.
 2. What-if, in virtual time (seconds): the same workload replayed against two
-   ``--max-num-seqs`` settings, showing which way the knob moves the stall.
+   ``--max-num-seqs`` settings, each with its table and verdict, showing which way the
+   knob moves the stall.
 
 Everything lands in one run folder per part under ``--out``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import click
 
-from loadlab.analyze.steps import format_step_table, step_table
+from loadlab.analyze.analysis import write_analysis
+from loadlab.analyze.display import format_step_table
 
 DEMO_PROFILE = "azure-conv"
 LIVE_FLAGS = ["--model", "llama-3.1-8b", "--gpu", "h100", "--max-num-seqs", "12", "--seed", "0"]
@@ -41,14 +45,26 @@ def demo(out: Path | None, step_duration: float, quick: bool) -> None:
     live_dir = out / "live"
     _live(live_dir, step_duration)
     click.echo(f"\nLive run ({' -> '.join(map(str, LIVE_LEVELS))} users, max_num_seqs=12), {live_dir}:")
-    click.echo(format_step_table(step_table(live_dir)))
+    verdicts = {"live": _analysed(live_dir)}
     click.echo("\nWhat-if in virtual time: the same traffic at two --max-num-seqs settings")
     for seqs in WHATIF_SEQS:
         run_dir = out / f"whatif-max-num-seqs-{seqs}"
         _whatif(run_dir, seqs)
         click.echo(f"\n--max-num-seqs {seqs}  ({run_dir})")
-        click.echo(format_step_table(step_table(run_dir)))
-    click.echo(f"\nRun folders under {out}; re-print any with `loadlab analyze DIR`.")
+        verdicts[f"what-if --max-num-seqs {seqs}"] = _analysed(run_dir)
+    click.echo("\nVerdicts:")
+    for name, line in verdicts.items():
+        click.echo(f"  {name}: {line}")
+    click.echo(f"\nRun folders under {out}, each with analysis.json; re-print any with "
+               "`loadlab analyze DIR`.")
+
+
+def _analysed(run_dir: Path) -> str:
+    """Print a run's step table and verdict (analysis.json written); return the verdict."""
+    analysis = json.loads(write_analysis(run_dir).read_text())
+    click.echo(format_step_table(analysis["steps"]))
+    click.echo(analysis["verdict"])
+    return analysis["verdict"]
 
 
 def _live(run_dir: Path, step_duration: float) -> None:

@@ -1,6 +1,6 @@
-"""``loadlab analyze RUN``: print the per-step table of a run folder.
+"""``loadlab analyze RUN``: write analysis.json and print the step table and the verdict.
 
-Before the table: a manifest that is not JSON, or whose step windows lack their
+Before analysing: a manifest that is not JSON, or whose step windows lack their
 numbers, is an input error (exit 2, one line naming the file and field); a part file
 that cannot be read is one too (naming the file); a run whose manifest still says
 ``running`` while its writer is gone gets a warning line (it was cut off, the figures
@@ -9,12 +9,14 @@ cover what was recorded).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import click
 
-from loadlab.analyze.steps import format_step_table, step_table
+from loadlab.analyze.analysis import write_analysis
+from loadlab.analyze.display import format_details, format_step_table
 from loadlab.errors import InputError
 from loadlab.runstore import read_manifest
 from loadlab.runstore.claim import unfinished_note
@@ -39,12 +41,13 @@ def check_manifest(run_dir: Path) -> dict[str, Any]:
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON records instead.")
-def analyze(run_dir: Path, as_json: bool) -> None:
-    """Per-step table of RUN_DIR: client latency and throughput beside the server's
-    running / waiting / KV usage / preemptions in the same windows (warm-up cut).
-
-    Knee detection and cause diagnosis build on this table in a later release.
+@click.option("--json", "as_json", is_flag=True, help="Print analysis.json instead of the text.")
+@click.option("--slo", default=None, metavar="NAME=VALUE,...",
+              help="SLO targets, e.g. ttft_p99_ms=500,itl_p99_ms=50 (ttft|itl|e2e, pNN, ms|s).")
+def analyze(run_dir: Path, as_json: bool, slo: str | None) -> None:
+    """Analyse RUN_DIR: the per-step table (client latency beside the server's running,
+    waiting and KV usage, warm-up cut), the knee with its confidence, the stall's cause
+    with its evidence and knob, and the capacity check. Writes RUN_DIR/analysis.json.
     """
     import pyarrow as pa
 
@@ -52,11 +55,16 @@ def analyze(run_dir: Path, as_json: bool) -> None:
     if note:
         click.echo(f"warning: {note}", err=True)
     try:
-        table = step_table(run_dir)
+        path = write_analysis(run_dir, slo=slo)
     except pa.ArrowException as exc:
         raise InputError(f"a table part cannot be read ({exc})", source=run_dir,
                          fix="move the damaged part file out of its table folder and rerun") from None
+    analysis = json.loads(path.read_text())
     if as_json:
-        click.echo(table.to_json(orient="records", indent=2))
-    else:
-        click.echo(format_step_table(table))
+        click.echo(json.dumps(analysis, indent=2))
+        return
+    click.echo(format_step_table(analysis["steps"]))
+    click.echo("")
+    click.echo(format_details(analysis))
+    click.echo(f"\n{analysis['verdict']}")
+    click.echo(f"(written to {path})")

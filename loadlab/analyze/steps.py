@@ -1,33 +1,88 @@
 """The per-step table: what the client and the server showed at each load level.
 
 For each step window in ``manifest.json`` the measured part starts after the
-step's warm-up cut. Client side (requests.parquet): requests *sent* in the
-measured window (by ``t_sent``, else ``t_issued`` for those that never connected),
-their TTFT/ITL/E2E percentiles, and throughput from the output tokens of requests
-that *finished* in it. Server side (metrics.parquet, direct or
-Prometheus, V1 or V0 names): gauge means and maxima of running, waiting and KV
-usage, and counter increases of preemptions and prefix-cache hits. Gauges are
-one-step snapshots that can lag (real-vllm.md), so maxima are shown beside means, and
-beside them the running count read from counters, the share of stale zero readings and
-the client's own in-flight count (:mod:`loadlab.analyze.gauge_lag`).
+step's warm-up cut. Client side (requests.parquet): requests begun in the
+measured window (binned by ``t_sent``, else ``t_issued`` for a request that never
+got on the wire), their TTFT/ITL/E2E percentiles, and throughput from the output
+tokens of requests that *finished* in it; the load generator's own figures for
+the step (``client_limited``, ``achieved_ratio``, send and loop lag) are copied
+from the manifest when it has them. Server side (metrics.parquet, direct or
+Prometheus, V1 or V0 names): gauge means, p95 and maxima of running, waiting and
+KV usage, the waiting queue's occupancy P(waiting >= 1), counter increases
+(preemptions, prefix-cache hits, prompt and generated tokens per second), and
+from histogram deltas the server's own mean TTFT, queue time and inter-token
+latency. ``queue_share`` = queue-time sum / TTFT sum over the window, and
+``waiting_little`` = queue-time sum / window length: by Little's law the
+time-mean number of requests waiting, read from a counter, so a lagging gauge
+cannot hide it. Beside the gauges, the running count read from counters, the
+share of stale zero readings and the client's own in-flight count
+(:mod:`loadlab.analyze.gauge_lag`), and the share of expected scrapes that came
+back (``coverage``).
 
-This is the raw material for knee detection and diagnosis; it names no cause.
+This module computes; :mod:`loadlab.analyze.display` renders. It names no cause.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
 from loadlab.analyze.tables import chunk_span_s, read_metrics, read_requests
-from loadlab.analyze.windows import counter_windows, gauge_windows, resolve_family
+from loadlab.analyze.windows import (
+    counter_windows,
+    coverage_windows,
+    gauge_windows,
+    histogram_windows,
+    resolve_family,
+)
 from loadlab.errors import InputError
-from loadlab.runstore import read_manifest
+from loadlab.runstore import read_manifest, read_table
+from loadlab.runstore.schema import SCRAPES
 
 GAUGES = {"running": "running", "waiting": "waiting", "kv": "kv_usage"}
+# Manifest step keys of the load generator copied into the table as they are.
+CLIENT_KEYS = ("achieved_ratio", "achieved_rate", "inflight_mean", "send_lag_p99_s",
+               "loop_lag_max_s", "client_cpu_max_worker")
+
+
+@dataclass
+class RunData:
+    """One run folder, read once: manifest and the three tables (empty when absent)."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    requests: pd.DataFrame
+    metrics: pd.DataFrame
+    scrapes: pd.DataFrame
+
+    @property
+    def closed_loop(self) -> bool:
+        return not any(s.get("target_rate") is not None for s in self.manifest.get("steps") or [])
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run folder; InputError (exit 2) names the file when the manifest is missing or bad."""
+    run_dir = Path(run_dir)
+    path = run_dir / "manifest.json"
+    try:
+        manifest = read_manifest(run_dir)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"manifest.json is not valid JSON ({exc})", source=path,
+                         fix="restore it from the run, or re-run the load") from None
+    if not manifest:
+        raise InputError("no manifest.json here", source=run_dir,
+                         fix="point at a run folder written by `loadlab run` or `loadlab sim replay`")
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("steps", []), list):
+        raise InputError("manifest.json has no list of steps", source=path, field="steps",
+                         fix="restore it from the run, or re-run the load")
+    return RunData(run_dir, manifest, read_requests(run_dir), read_metrics(run_dir),
+                   read_table(run_dir / "scrapes.parquet", SCRAPES))
 
 
 def measured_windows(manifest: dict) -> pd.DataFrame:
@@ -35,9 +90,14 @@ def measured_windows(manifest: dict) -> pd.DataFrame:
     steps = manifest.get("steps") or []
     rows = []
     for s in steps:
-        start = float(s["t_start"]) + float(s.get("warmup_s") or 0.0)
-        end = float(s["t_end"])
-        rows.append({"step": int(s["step"]), "concurrency": s.get("concurrency"),
+        try:
+            start = float(s["t_start"]) + float(s.get("warmup_s") or 0.0)
+            end = float(s["t_end"]) if s.get("t_end") is not None else start
+            step = int(s["step"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"step entry {s!r} lacks a usable {exc}", source="manifest.json",
+                             field="steps", fix="restore the manifest from the run") from None
+        rows.append({"step": step, "concurrency": s.get("concurrency"),
                      "target_rate": s.get("target_rate"), "client_cpu_cores": s.get("client_cpu_cores"),
                      "t_start": start, "t_end": max(end, start)})
     return pd.DataFrame(rows, columns=["step", "concurrency", "target_rate", "client_cpu_cores",
@@ -46,57 +106,108 @@ def measured_windows(manifest: dict) -> pd.DataFrame:
 
 def step_table(run_dir: str | Path) -> pd.DataFrame:
     """One row per step of the run folder; NaN where a source had no data."""
-    run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
-    if not manifest:
-        raise InputError("no manifest.json here", source=run_dir,
-                         fix="point at a run folder written by `loadlab run` or `loadlab sim replay`")
-    wins = measured_windows(manifest)
-    requests = read_requests(run_dir)
-    metrics = read_metrics(run_dir)
+    return build_step_table(load_run(run_dir))
+
+
+def build_step_table(run: RunData) -> pd.DataFrame:
+    """The per-step table of an already loaded run (see the module docstring)."""
+    wins = measured_windows(run.manifest)
     table = wins.copy()
-    client = [_client_stats(requests, w) for w in wins.itertuples(index=False)]
+    table["level"] = table["concurrency"].where(table["concurrency"].notna(), table["target_rate"])
+    client = [_client_stats(run.requests, w) for w in wins.itertuples(index=False)]
     table = pd.concat([table, pd.DataFrame(client, index=table.index)], axis=1)
+    _client_manifest(table, run.manifest.get("steps") or [])
+    metrics = run.metrics
     if not metrics.empty and not wins.empty:
         span = wins[["t_start", "t_end"]]
-        for name, role in GAUGES.items():
-            family = resolve_family(metrics, role)
-            stats = gauge_windows(metrics, family, span, by=()) if family else None
-            table[f"{name}_mean"] = _col(stats, "mean", len(wins))
-            table[f"{name}_max"] = _col(stats, "max", len(wins))
-        table["preemptions"] = _counter(metrics, "preemptions", span, len(wins))
-        hits = _counter(metrics, "prefix_hits", span, len(wins))
-        queries = _counter(metrics, "prefix_queries", span, len(wins))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            table["prefix_hit_rate"] = np.where(queries > 0, hits / queries, np.nan)
-        lag = gauge_lag(metrics, requests, span)
-        table["running_itl"] = lag["running_itl"].to_numpy()
-        table["gauge_stale"] = lag["stale_share"].to_numpy()
-        table["inflight"] = lag["inflight_client"].to_numpy()
+        _server_columns(table, metrics, run.requests, span)
+        interval = (run.manifest.get("metrics") or {}).get("interval_s")
+        table["coverage"] = _coverage(run.scrapes, metrics, span, interval)
     else:
-        table["inflight"] = client_inflight(requests, wins)
+        table["inflight"] = client_inflight(binned(run.requests), wins)
     return table
 
 
-def _client_stats(requests: pd.DataFrame, w: object) -> dict[str, float]:
-    # A request that never reached the wire (refused, connect timeout) has no t_sent:
-    # binned by when it was issued, so failures count instead of vanishing.
-    t = requests.t_sent.fillna(requests.t_issued)
-    sent = requests[(requests.step == w.step) & (t >= w.t_start) & (t < w.t_end)]
+def _server_columns(table: pd.DataFrame, metrics: pd.DataFrame, requests: pd.DataFrame,
+                    span: pd.DataFrame) -> None:
+    n = len(span)
+    for name, role in GAUGES.items():
+        family = resolve_family(metrics, role)
+        stats = gauge_windows(metrics, family, span, by=()) if family else None
+        for stat in ("mean", "p95", "max"):
+            table[f"{name}_{stat}"] = _col(stats, stat, n)
+        if name == "waiting":
+            table["waiting_occupancy"] = _col(stats, "occupancy", n)
+    table["preemptions"] = _counter(metrics, "preemptions", span, "delta")
+    hits = _counter(metrics, "prefix_hits", span, "delta")
+    queries = _counter(metrics, "prefix_queries", span, "delta")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table["prefix_hit_rate"] = np.where(queries > 0, hits / queries, np.nan)
+    table["prompt_tok_rate"] = _counter(metrics, "prompt_tokens", span, "rate_per_s")
+    table["gen_tok_rate"] = _counter(metrics, "generation_tokens", span, "rate_per_s")
+    table["cached_tok_rate"] = _counter(metrics, "prompt_tokens_cached", span, "rate_per_s")
+    length = (span["t_end"] - span["t_start"]).to_numpy(dtype=float)
+    hist = {role: _histogram(metrics, role, span) for role in ("ttft", "queue_time", "itl")}
+    table["server_ttft_mean_ms"] = hist["ttft"]["mean"] * 1e3
+    table["server_queue_mean_ms"] = hist["queue_time"]["mean"] * 1e3
+    table["server_itl_mean_ms"] = hist["itl"]["mean"] * 1e3
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ttft_sum = hist["ttft"]["sum"]
+        table["queue_share"] = np.where(ttft_sum > 0, hist["queue_time"]["sum"] / ttft_sum, np.nan)
+        table["waiting_little"] = np.where(length > 0, hist["queue_time"]["sum"] / length, np.nan)
+    lag = gauge_lag(metrics, binned(requests), span)
+    table["running_itl"] = lag["running_itl"].to_numpy()
+    table["gauge_stale"] = lag["stale_share"].to_numpy()
+    table["inflight"] = lag["inflight_client"].to_numpy()
+
+
+def _client_manifest(table: pd.DataFrame, steps: list[dict]) -> None:
+    """Copy the load generator's per-step keys (a1) where the manifest has them."""
+    by_step = {s.get("step"): s for s in steps}
+    for key in CLIENT_KEYS:
+        values = [_num(by_step.get(s, {}).get(key)) for s in table["step"]]
+        table[key] = np.where(np.isnan(values), table[key], values) if key in table else values
+    flags = [by_step.get(s, {}).get("client_limited") for s in table["step"]]
+    table["client_limited_manifest"] = [None if f is None else bool(f) for f in flags]
+    table["client_limited_reasons"] = [list(by_step.get(s, {}).get("client_limited_reasons") or [])
+                                       for s in table["step"]]
+
+
+def binned(requests: pd.DataFrame) -> pd.DataFrame:
+    """Requests with ``t_sent`` filled from ``t_issued`` where the request never went out."""
+    if "t_issued" in requests and requests["t_sent"].isna().any():
+        requests = requests.assign(t_sent=requests["t_sent"].fillna(requests["t_issued"]))
+    return requests
+
+
+def _client_stats(requests: pd.DataFrame, w: Any) -> dict[str, float]:
+    t_bin = requests["t_sent"]
+    if "t_issued" in requests:
+        t_bin = t_bin.fillna(requests["t_issued"])
+    sent = requests[(requests.step == w.step) & (t_bin >= w.t_start) & (t_bin < w.t_end)]
     ok = sent[sent.status == "ok"]
     done = requests[(requests.status == "ok") & (requests.t_done >= w.t_start)
                     & (requests.t_done < w.t_end)]
     length = max(w.t_end - w.t_start, 1e-9)
+    aborted = int((sent.status == "aborted").sum())
     return {
+        "n_sent": len(sent),
         "n_ok": len(ok),
-        "n_aborted": int((sent.status == "aborted").sum()),
-        "n_err": int(len(sent) - len(ok) - (sent.status == "aborted").sum()),
+        "n_aborted": aborted,
+        "n_err": int(len(sent) - len(ok) - aborted),
+        "send_rps": len(sent) / length,
+        "send_lag_p99_s": _pct(sent.send_lag_s, 99),
         "rps": len(done) / length,
         "out_tok_s": float(done.output_tokens.fillna(0).sum()) / length,
         "ttft_p50_ms": _pct(ok.ttft_s, 50) * 1e3,
         "ttft_p99_ms": _pct(ok.ttft_s, 99) * 1e3,
+        "ttft_mean_ms": _mean(ok.ttft_s) * 1e3,
         "itl_p50_ms": _pct(ok.itl_p50_s, 50) * 1e3,
+        "itl_p99_ms": _pct(ok.itl_p99_s, 99) * 1e3,
         "e2e_p50_s": _pct(ok.e2e_s, 50),
+        "e2e_mean_s": _mean(ok.e2e_s),
+        "prompt_tokens_mean": _mean(ok.prompt_tokens),
+        "output_tokens_mean": _mean(ok.output_tokens),
         "burst_share": burst_share(ok),
     }
 
@@ -112,9 +223,45 @@ def burst_share(ok: pd.DataFrame, within_s: float = 0.002) -> float:
     return float((spans < within_s).mean()) if len(spans) else float("nan")
 
 
+def _coverage(scrapes: pd.DataFrame, metrics: pd.DataFrame, span: pd.DataFrame,
+              interval_s: float | None) -> np.ndarray:
+    """Share of the expected scrapes per step that came back (mean over endpoints)."""
+    if not interval_s:
+        times = np.sort(metrics["t"].unique())
+        interval_s = float(np.median(np.diff(times))) if len(times) > 2 else None
+    if not interval_s:
+        return np.full(len(span), np.nan)
+    if scrapes.empty:  # sim replay and Prometheus reads: the samples present are the scrapes
+        scrapes = (metrics[["t", "endpoint"]].drop_duplicates()
+                   .assign(ok=True, error=None))
+    cov = coverage_windows(scrapes, span, float(interval_s), by=())
+    return cov["coverage"].to_numpy(dtype=float)
+
+
+def _histogram(metrics: pd.DataFrame, role: str, span: pd.DataFrame) -> dict[str, np.ndarray]:
+    family = resolve_family(metrics, role)
+    n = len(span)
+    if family is None:
+        return {k: np.full(n, np.nan) for k in ("mean", "sum", "count")}
+    stats = histogram_windows(metrics, family, span, quantiles=())
+    return {k: _col(stats, k, n) for k in ("mean", "sum", "count")}
+
+
 def _pct(values: pd.Series, q: float) -> float:
     x = values.dropna().to_numpy(dtype=float)
     return float(np.percentile(x, q)) if len(x) else float("nan")
+
+
+def _mean(values: pd.Series) -> float:
+    x = values.dropna().to_numpy(dtype=float)
+    return float(x.mean()) if len(x) else float("nan")
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _col(stats: pd.DataFrame | None, column: str, n: int) -> np.ndarray:
@@ -123,40 +270,8 @@ def _col(stats: pd.DataFrame | None, column: str, n: int) -> np.ndarray:
     return stats[column].to_numpy(dtype=float)
 
 
-def _counter(metrics: pd.DataFrame, role: str, span: pd.DataFrame, n: int) -> np.ndarray:
+def _counter(metrics: pd.DataFrame, role: str, span: pd.DataFrame, column: str) -> np.ndarray:
     family = resolve_family(metrics, role)
     if family is None:
-        return np.full(n, np.nan)
-    return _col(counter_windows(metrics, family, span), "delta", n)
-
-
-COLUMNS = [  # (column, header, format)
-    ("step", "step", "{:.0f}"), ("concurrency", "users", "{:.0f}"), ("target_rate", "rate", "{:.1f}"),
-    ("n_ok", "ok", "{:.0f}"), ("n_err", "err", "{:.0f}"),
-    ("n_aborted", "aborted", "{:.0f}"), ("out_tok_s", "out tok/s", "{:.0f}"),
-    ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}"), ("ttft_p99_ms", "TTFT p99 ms", "{:.0f}"),
-    ("itl_p50_ms", "ITL p50 ms", "{:.1f}"), ("burst_share", "bursts", "{:.2f}"),
-    ("running_mean", "running", "{:.1f}"),
-    ("running_max", "run max", "{:.0f}"), ("running_itl", "run (ITL)", "{:.1f}"),
-    ("gauge_stale", "stale 0s", "{:.2f}"), ("inflight", "in flight", "{:.1f}"),
-    ("waiting_mean", "waiting", "{:.1f}"),
-    ("waiting_max", "wait max", "{:.0f}"), ("kv_mean", "KV use", "{:.2f}"), ("kv_max", "KV max", "{:.2f}"),
-    ("preemptions", "preempt", "{:.0f}"), ("prefix_hit_rate", "prefix hit", "{:.2f}"),
-    ("client_cpu_cores", "client cpu", "{:.2f}"),
-]
-
-
-def format_step_table(table: pd.DataFrame) -> str:
-    """Plain-text table for a terminal; columns with no data at all are left out."""
-    cols = [c for c in COLUMNS if c[0] in table and table[c[0]].notna().any()]
-    cells = [[h for _, h, _ in cols]]
-    for row in table.itertuples(index=False):
-        cells.append([_fmt(getattr(row, c), f) for c, _, f in cols])
-    widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
-    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in cells)
-
-
-def _fmt(value: object, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return "-"
-    return fmt.format(float(value))
+        return np.full(len(span), np.nan)
+    return _col(counter_windows(metrics, family, span), column, len(span))

@@ -45,7 +45,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-
 from loadlab import __version__
 from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.collect.sink import MetricsSink
@@ -149,11 +148,12 @@ class _Replay:
     """One replay's clock, event heap, engine, metrics and writers (no class-level state)."""
 
     def __init__(self, cfg: SimConfig, plan: ReplayPlan, out_dir: Path,
-                 progress: Callable[[float, float], None] | None) -> None:
+                 progress: Callable[[float, float], None] | None,
+                 observer: Callable[[StepOutput], None] | None = None) -> None:
         self.plan = plan
         self.resolved = resolve(cfg)
         self.metrics = EngineMetrics(self.resolved, names=cfg.metrics_names)
-        self.engine = Engine(self.resolved, StepTimeModel(self.resolved).step_time)
+        self.engine = Engine(self.resolved, StepTimeModel(self.resolved).step_time, observer)
         profile = load_profile(plan.profile)
         self.sampler = profile.sampler(plan.seed)
         self.common = profile.common_prefix_tokens
@@ -335,16 +335,19 @@ def gc_relaxed(gen0_threshold: int = 50_000) -> Iterator[None]:
 
 
 def run_replay(cfg: SimConfig, plan: ReplayPlan, out_dir: str | Path,
-               progress: Callable[[float, float], None] | None = None) -> ReplaySummary:
+               progress: Callable[[float, float], None] | None = None,
+               observer: Callable[[StepOutput], None] | None = None) -> ReplaySummary:
     """Run ``plan`` through the simulator of ``cfg`` in virtual time; write a run folder.
 
-    ``progress(virtual_s, total_s)`` is called at every metrics sample. The garbage
+    ``progress(virtual_s, total_s)`` is called at every metrics sample; ``observer(out)``
+    with every engine step's StepOutput (the engine's own state: ground truth for tests
+    of the analyzer, which sees only the run folder). The garbage
     collector runs less often meanwhile (:func:`gc_relaxed`). Raises
     InputError for a bad plan or an impossible configuration (before writing anything).
     """
     plan.validate()
     out = Path(out_dir)
-    replay = _Replay(cfg, plan, out, progress)
+    replay = _Replay(cfg, plan, out, progress, observer)
     steps = [{"step": k, "t_start": replay.epoch + k * plan.step_s,
               "t_end": replay.epoch + (k + 1) * plan.step_s, "warmup_s": plan.warmup_s,
               **({"concurrency": plan.concurrencies[k]} if plan.concurrencies

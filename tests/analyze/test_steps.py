@@ -7,7 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from loadlab.analyze.steps import burst_share, format_step_table, step_table
+from loadlab.analyze.display import format_step_table
+from loadlab.analyze.steps import burst_share, step_table
 from loadlab.errors import InputError
 from loadlab.sim.config import SimConfig
 from loadlab.sim.replay import ReplayPlan, run_replay

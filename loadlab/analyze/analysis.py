@@ -1,0 +1,150 @@
+"""``analysis.json``: the analyzer's verdict on one run folder, read by the report,
+``loadlab compare`` and CI jobs (contract: DESIGN.md "Data contracts", ``schema`` 1).
+
+:func:`analyze_run` reads the run folder once (:func:`loadlab.analyze.steps.load_run`),
+builds the per-step table, finds the knee (:mod:`~loadlab.analyze.knee`), names the
+cause (:mod:`~loadlab.analyze.cause`), checks capacity (:mod:`~loadlab.analyze.capacity`)
+and the SLOs (:mod:`~loadlab.analyze.slo`), and lists in ``warnings`` what it could not
+use. Everything is plain JSON: NaN becomes null. ``verdict`` is the one-line answer
+(:func:`loadlab.analyze.display.verdict_line`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loadlab.analyze import cause as causes
+from loadlab.analyze.capacity import capacity, pool_config, token_fill
+from loadlab.analyze.display import verdict_line
+from loadlab.analyze.knee import Knee, find_knee
+from loadlab.analyze.slo import evaluate, parse_slo
+from loadlab.analyze.steps import RunData, build_step_table, load_run
+from loadlab.collect import catalog
+
+SCHEMA = 1
+ANALYSIS = "analysis.json"
+STALE_WARN = 0.2
+COVERAGE_WARN = 0.9
+
+
+def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """The analysis.json content of ``run_dir`` (see the module docstring)."""
+    run = load_run(run_dir)
+    table = build_step_table(run)
+    targets = parse_slo(slo)
+    warnings = _warnings(run, table)
+    knee = find_knee(run, table, seed=seed)
+    table["state"] = knee.states
+    config = pool_config(run.metrics, run.manifest)
+    v0 = catalog.engine_generation(run.metrics["family"].unique()) == "v0" if not run.metrics.empty else False
+    measured = knee.upper if knee.found else None
+    cap = capacity(config, run.requests, v0, _plain(measured))
+    table["token_fill"] = token_fill(table, config)
+    cause = _cause(run, table, knee, config, cap)
+    slo_block = evaluate(targets, run.requests, table)
+    out = {
+        "schema": SCHEMA,
+        "run": {"dir": str(run.run_dir), "kind": run.manifest.get("kind"),
+                "status": run.manifest.get("status"), "point": run.manifest.get("point"),
+                "unit": knee.unit, "server_metrics": not run.metrics.empty},
+        "steps": _records(table),
+        "knee": knee.as_dict(),
+        "slo": slo_block,
+        "cause": cause,
+        "capacity": cap,
+        "warnings": warnings + (cause.pop("notes") or []),
+    }
+    out["verdict"] = verdict_line(out)
+    return out
+
+
+def write_analysis(run_dir: str | Path, slo: str | None = None) -> Path:
+    """Write ``<run_dir>/analysis.json`` (atomically) and return its path."""
+    data = analyze_run(run_dir, slo=slo)
+    path = Path(run_dir) / ANALYSIS
+    tmp = path.with_name(f".{ANALYSIS}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any],
+           cap: dict[str, Any]) -> dict[str, Any]:
+    stalled = table[(table["state"] == "stalled")]
+    if knee.found:
+        stalled = stalled[stalled["level"].astype(float) >= float(knee.upper)]
+    else:
+        stalled = stalled.iloc[0:0]
+    limited = [int(s) for s, st in zip(table["step"], table["state"]) if st == "client_limited"]
+    return causes.assess(stalled, table, run.manifest.get("server") or {}, config, cap,
+                         causes.Verdict(knee.found, knee.client_limited_before, limited,
+                                        not run.metrics.empty, knee.psi, run.closed_loop))
+
+
+def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:
+    w: list[str] = []
+    m, req = run.manifest, run.requests
+    status = m.get("status")
+    if status not in (None, "complete"):
+        w.append(f"run status is {status!r}{': ' + str(m.get('error')) if m.get('error') else ''}; "
+                 "analysed what was recorded")
+    if m.get("stop_reason"):
+        w.append(f"the run stopped early: {m['stop_reason']}")
+    if len(table) == 0:
+        w.append("manifest.json lists no load steps: nothing to judge")
+    elif len(table) == 1:
+        w.append("one load step only: a knee needs at least two levels to bracket")
+    if req.empty:
+        w.append("requests.parquet is missing or empty: no client-side figures")
+    elif not (req["status"] == "ok").any():
+        w.append(f"no request succeeded ({len(req)} failed: "
+                 f"{', '.join(f'{k} {v}' for k, v in req['status'].value_counts().items())}): "
+                 "latency figures and the knee are unavailable")
+    if m.get("kind") == "sweep":
+        w.append("this is a sweep folder: analyse each point's folder")
+    if run.metrics.empty:
+        w.append("no server metrics (metrics.parquet): client-only verdict, cause unknown; "
+                 "rerun with --collect")
+    else:
+        gen = catalog.engine_generation(run.metrics["family"].unique())
+        if gen == "v0" or any(catalog.BY_FAMILY.get(f) and catalog.BY_FAMILY[f].era == "renamed"
+                              for f in run.metrics["family"].unique()):
+            w.append("V0-era metric names found (gpu_cache_usage_perc, ...): read as their V1 roles")
+        for col, what in (("waiting_occupancy", "waiting gauge"), ("server_queue_mean_ms", "queue-time histogram")):
+            if col not in table or table[col].isna().all():
+                w.append(f"no {what} in metrics.parquet: its detector did not vote")
+        for row in table.itertuples(index=False):
+            cov = getattr(row, "coverage", np.nan)
+            if not np.isnan(cov) and cov < COVERAGE_WARN:
+                w.append(f"step {row.step}: only {cov:.0%} of the expected scrapes came back (scrape gap)")
+            stale = getattr(row, "gauge_stale", np.nan)
+            if not np.isnan(stale) and stale > STALE_WARN:
+                w.append(f"step {row.step}: the running gauge read 0 while tokens flowed in "
+                         f"{stale:.0%} of snapshots (lagging gauges): the verdict uses counters and maxima")
+    return w
+
+
+def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{k: _plain(v) for k, v in row.items()} for row in table.to_dict("records")]
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        if math.isnan(f) or math.isinf(f):
+            return None
+        return int(f) if f.is_integer() and abs(f) < 2**53 else round(f, 6)
+    return v

@@ -1,0 +1,133 @@
+"""Text for a terminal: the per-step table, the one-line verdict and its details.
+
+Everything here reads the analysis (the ``analysis.json`` dict, or a step table
+DataFrame for the table alone) and computes nothing new, so the console and the HTML
+report show the same words.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+COLUMNS = [  # (column, header, format)
+    ("step", "step", "{:.0f}"), ("concurrency", "users", "{:.0f}"), ("target_rate", "rate", "{:.1f}"),
+    ("state", "state", "{}"),
+    ("n_ok", "ok", "{:.0f}"), ("n_err", "err", "{:.0f}"),
+    ("n_aborted", "aborted", "{:.0f}"), ("out_tok_s", "out tok/s", "{:.0f}"),
+    ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}"), ("ttft_p99_ms", "TTFT p99 ms", "{:.0f}"),
+    ("itl_p50_ms", "ITL p50 ms", "{:.1f}"), ("burst_share", "bursts", "{:.2f}"),
+    ("queue_share", "queue/TTFT", "{:.2f}"),
+    ("running_mean", "running", "{:.1f}"),
+    ("running_max", "run max", "{:.0f}"), ("running_itl", "run (ITL)", "{:.1f}"),
+    ("gauge_stale", "stale 0s", "{:.2f}"), ("inflight", "in flight", "{:.1f}"),
+    ("waiting_mean", "waiting", "{:.1f}"), ("waiting_little", "wait (Q)", "{:.1f}"),
+    ("waiting_max", "wait max", "{:.0f}"), ("waiting_occupancy", "P(wait)", "{:.2f}"),
+    ("kv_mean", "KV use", "{:.2f}"), ("kv_max", "KV max", "{:.2f}"),
+    ("preemptions", "preempt", "{:.0f}"), ("prefix_hit_rate", "prefix hit", "{:.2f}"),
+    ("client_cpu_cores", "client cpu", "{:.2f}"), ("goodput_rps", "goodput/s", "{:.2f}"),
+]
+UNITS = {"concurrency": "concurrent", "rate": "requests/s"}
+
+
+def format_step_table(steps: pd.DataFrame | Iterable[dict[str, Any]]) -> str:
+    """Plain-text table for a terminal; columns with no data at all are left out."""
+    table = steps if isinstance(steps, pd.DataFrame) else pd.DataFrame(list(steps))
+    cols = [c for c in COLUMNS if c[0] in table and table[c[0]].notna().any()]
+    cells = [[h for _, h, _ in cols]]
+    for row in table.to_dict("records"):
+        cells.append([_fmt(row.get(c), f) for c, _, f in cols])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in cells)
+
+
+def verdict_line(analysis: dict[str, Any]) -> str:
+    """One line: where the knee is, how sure, the cause with its numbers, and the knob."""
+    knee, cause = analysis["knee"], analysis["cause"]
+    unit = UNITS.get(knee.get("unit"), "")
+    conf = knee.get("confidence")
+    if cause["name"] == "client_limited" and not knee["found"]:
+        where = "no knee: the load generator could not apply the load"
+        where += f" (judged up to {_n(knee['lower'])} {unit})" if knee.get("lower") is not None else ""
+    elif not knee["found"]:
+        where = (f"never stalled up to {_n(knee['lower'])} {unit} ({conf})"
+                 if knee.get("lower") is not None else "no load step could be judged")
+    elif knee.get("lower") is None:
+        where = f"stalled at the first step, {_n(knee['upper'])} {unit} ({conf})"
+    else:
+        where = f"knee between {_n(knee['lower'])} and {_n(knee['upper'])} {unit} ({conf})"
+    return f"{where}; cause: {cause_text(cause)}; {cause['knob']}"
+
+
+def cause_text(cause: dict[str, Any]) -> str:
+    """The cause's name in words with the figures that show it."""
+    f = cause.get("facts") or {}
+    name = cause["name"]
+    cap, kv = f.get("cap"), f.get("kv_max")
+    kv_txt = f"{kv:.1%}" if kv is not None else "?"
+    if name == "seq_cap":
+        flag = "the inferred max_num_seqs" if f.get("cap_inferred") else "--max-num-seqs"
+        excess = f.get("waiting_excess")
+        wait = (f"waiting = c - {cap}" if excess is not None and abs(excess) <= 1
+                else f"waiting near c - {cap} (mean gap {excess:+.1f})" if excess is not None
+                else "requests waiting")
+        return f"sequence cap — running held at {cap} = {flag} while KV usage stayed <= {kv_txt} and {wait}"
+    if name == "kv_exhausted":
+        return (f"KV cache exhausted — usage reached {kv_txt} with running at most "
+                f"{_n(f.get('running_max'))} and {_n(f.get('preemptions'))} preemptions")
+    if name == "dashboard_caliber":
+        fill = f.get("token_fill")
+        return (f"dashboard caliber — the block-level KV pool is full ({kv_txt}) while the tokens "
+                f"held fill only {fill:.0%} of it" if fill is not None else
+                f"dashboard caliber — block-level KV usage {kv_txt}")
+    if name == "token_budget":
+        budget = f.get("budget")
+        tps = f.get("tokens_per_step")
+        against = f" of --max-num-batched-tokens {budget}" if budget else ""
+        return (f"token budget — {_n(tps, 0)} tokens per engine step{against}, running below the "
+                f"cap, KV at most {kv_txt}")
+    return {
+        "prefix_held": f"prefix blocks held — shared prefixes hold blocks (KV {kv_txt}) while running is below the cap",
+        "frontend_starved": "front end starved — vLLM's own TTFT is fine, the client's is not, streams arrive whole",
+        "client_limited": "client limited — the load generator, not the server, fell short",
+        "none": "none",
+        "unknown": "unknown — no stall signature matched (or no server metrics)",
+    }.get(name, name)
+
+
+def format_details(analysis: dict[str, Any]) -> str:
+    """Confidence reasons, ranked causes, capacity, SLOs and warnings, a line each."""
+    knee, cause, cap = analysis["knee"], analysis["cause"], analysis["capacity"]
+    lines = [f"confidence {knee['confidence']}: " + "; ".join(knee.get("reasons") or [])]
+    lines.append("causes ranked: " + ", ".join(f"{c['name']} {c['score']:.2f}" for c in cause["ranked"]))
+    if cap.get("formula_max_concurrency") is not None:
+        lo, hi = cap["practical_range"]
+        lines.append(f"capacity: {cap['usable_blocks']:.0f} usable blocks / {cap['blocks_per_request']:.1f} "
+                     f"per request = {cap['formula_max_concurrency']:.0f} concurrent (practice {lo:.0f}-{hi:.0f})"
+                     + (f"; vLLM's kv_cache_max_concurrency {cap['vllm_kv_cache_max_concurrency']:g}"
+                        if cap.get("vllm_kv_cache_max_concurrency") is not None else "")
+                     + (f"; measured knee {_n(cap['measured_knee'])}" if cap.get("measured_knee") is not None else ""))
+    slo = analysis.get("slo") or {}
+    if slo.get("targets"):
+        targets = ", ".join(f"{k}={v:g}" for k, v in slo["targets"].items())
+        lines.append(f"SLO {targets}: highest level meeting them {_n(slo.get('max_level_meeting'))}")
+    lines += [f"warning: {w}" for w in analysis.get("warnings") or []]
+    return "\n".join(lines)
+
+
+def _n(v: Any, digits: int = 2) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "?"
+    f = float(v)
+    return str(int(f)) if f.is_integer() else f"{f:.{digits}f}"
+
+
+def _fmt(value: object, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if fmt == "{}":
+        return str(value)
+    return fmt.format(float(value))

@@ -1,0 +1,351 @@
+"""The knee: the lowest load level from which a persistent waiting queue dominates TTFT
+and keeps doing so at every higher level, with how sure we are.
+
+Steps:
+
+1. Waiting level per step: the larger of the time-mean waiting count from the
+   queue-time histogram (``waiting_little``, Little's law) and the waiting gauge's mean.
+2. Client-limited steps are set aside: the manifest's ``client_limited`` (load
+   generator), or, closed loop, a client in-flight count below CLIENT_INFLIGHT (0.8) of
+   the users, or, open loop, a send lag p99 above SEND_LAG_S (1 s) or requests sent
+   below 0.9 of the offered rate and 3 Poisson sigmas under it. They are never blamed
+   on the server.
+3. Detector votes per step (:mod:`loadlab.analyze.detectors`); a step is stalled when
+   more detectors say so than not (a tie goes to the counter-based ``queue``/``little``).
+4. Knee: over the judged steps in level order, the first from which every later one is
+   stalled: ``upper``; the judged step before it: ``lower``. Nothing stalled: "never
+   stalled up to" the highest level (``found`` False, ``lower`` = that level). The first
+   step stalled: ``lower`` None. A client-limited step at or below where the knee would
+   be leaves ``found`` False: the client, not the server, stopped the load.
+5. Confidence: BOOTSTRAP_N (200) resamples of each step's scrape intervals (histogram
+   increments and gauge snapshots, seeded) and of its requests (client-only runs), the
+   knee recomputed each time; *agreement* = share giving the same bracket. Also the
+   share of detectors whose own knee equals the verdict, the worst scrape coverage and
+   the Little's-law residual |L - lambda W| / L per step (client in-flight vs send rate x
+   mean E2E; large when steps are short against latency). High: agreement >= 0.9,
+   detector agreement >= 0.6, coverage >= 0.9, residual <= 0.25 and server metrics
+   present; medium: agreement >= 0.7 and coverage >= 0.5; else low.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loadlab.analyze import detectors as det
+from loadlab.analyze.samples import increments
+from loadlab.analyze.steps import RunData, binned
+from loadlab.analyze.windows import resolve_family, snapshots
+
+CLIENT_INFLIGHT = 0.8
+CLIENT_SEND = 0.9
+SEND_LAG_S = 1.0
+BOOTSTRAP_N = 200
+HIGH_AGREEMENT, MEDIUM_AGREEMENT = 0.9, 0.7
+HIGH_DETECTORS = 0.6
+HIGH_COVERAGE, MEDIUM_COVERAGE = 0.9, 0.5
+HIGH_RESIDUAL = 0.25
+
+
+@dataclass
+class Knee:
+    found: bool
+    unit: str
+    lower: float | None
+    upper: float | None
+    confidence: str = "low"
+    reasons: list[str] = field(default_factory=list)
+    detectors: dict[str, Any] = field(default_factory=dict)
+    states: list[str] = field(default_factory=list)   # per step: ok | stalled | client_limited | unjudged
+    client_limited_before: bool = False
+    psi: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"found": self.found, "unit": self.unit, "lower": _plain(self.lower),
+                "upper": _plain(self.upper), "confidence": self.confidence,
+                "reasons": list(self.reasons), "detectors": self.detectors,
+                "psi": self.psi, "client_limited_before_knee": self.client_limited_before}
+
+
+def client_limited(table: pd.DataFrame, closed: bool) -> list[bool]:
+    """Per step: did the load generator fail to apply the load (never the server's fault)?"""
+    out = []
+    for row in table.itertuples(index=False):
+        flagged = getattr(row, "client_limited_manifest", None)
+        if flagged is not None and not _isnan(flagged):
+            out.append(bool(flagged))
+            continue
+        if closed:
+            ratio = _div(getattr(row, "inflight", np.nan), row.level)
+            out.append(bool(ratio < CLIENT_INFLIGHT))
+        else:
+            out.append(_behind_schedule(row))
+    return out
+
+
+def _behind_schedule(row: Any) -> bool:
+    """Open loop: sends late by more than SEND_LAG_S (p99), or a send count short of the
+    offered rate beyond Poisson noise (below 0.9 x expected and 3 sigma under it)."""
+    lag = getattr(row, "send_lag_p99_s", np.nan)
+    if lag is not None and not _isnan(lag) and lag > SEND_LAG_S:
+        return True
+    expected = float(row.level) * float(row.t_end - row.t_start)
+    sent = float(getattr(row, "n_sent", np.nan))
+    return bool(sent < CLIENT_SEND * expected and sent < expected - 3 * np.sqrt(expected))
+
+
+def waiting_level(table: pd.DataFrame) -> np.ndarray:
+    """Time-mean waiting count per step: the larger of Little's law on the queue histogram
+    and the gauge's mean (a lagging gauge reads low, never high; vLLM's queue time starts
+    only when its engine core has the request)."""
+    little = det.column(table, "waiting_little")
+    gauge = det.column(table, "waiting_mean")
+    return np.fmax(little, gauge)
+
+
+def step_states(votes: pd.DataFrame, limited: list[bool]) -> list[str]:
+    states = []
+    for row, lim in zip(votes.to_dict("records"), limited):
+        if lim:
+            states.append("client_limited")
+            continue
+        known = {k: v for k, v in row.items() if v is not None and not _isnan(v)}
+        yes = sum(bool(v) for v in known.values())
+        no = len(known) - yes
+        if not known:
+            states.append("unjudged")
+        elif yes > no or (yes == no and (known.get("queue") or known.get("little"))):
+            states.append("stalled")
+        else:
+            states.append("ok")
+    return states
+
+
+def bracket(levels: list[float], states: list[str]) -> tuple[bool, float | None, float | None, bool]:
+    """(found, lower, upper, client_limited_before) from the per-step states (see step 4)."""
+    order = sorted(range(len(levels)), key=lambda i: levels[i])
+    judged = [i for i in order if states[i] in ("ok", "stalled")]
+    upper_pos = next((p for p in range(len(judged))
+                      if all(states[j] == "stalled" for j in judged[p:])), None)
+    if upper_pos is None:
+        limited = any(states[i] == "client_limited" for i in order)
+        top = levels[judged[-1]] if judged else None
+        return False, top, None, limited
+    upper_i = judged[upper_pos]
+    limited = any(states[i] == "client_limited" and levels[i] <= levels[upper_i] for i in order)
+    lower = levels[judged[upper_pos - 1]] if upper_pos > 0 else None
+    if limited:
+        return False, lower, None, True
+    return True, lower, levels[upper_i], False
+
+
+def find_knee(run: RunData, table: pd.DataFrame, seed: int = 0) -> Knee:
+    closed = run.closed_loop
+    levels = table["level"].astype(float).tolist()
+    limited = client_limited(table, closed)
+    waiting = waiting_level(table)
+    growth = None if closed else det.inflight_slopes(binned(run.requests), table)
+    votes = _votes(table, closed, waiting, limited, growth)
+    states = step_states(votes, limited)
+    found, lower, upper, limited_before = bracket(levels, states)
+    knee = Knee(found, "concurrency" if closed else "rate", lower, upper, states=states,
+                client_limited_before=limited_before)
+    hinge = _hinge(table, waiting, limited) if closed else None
+    knee.psi = None if hinge is None else round(hinge.psi, 2)
+    knee.detectors = _detector_report(votes, levels, states, hinge, table, run)
+    _confidence(knee, run, table, votes, limited, growth, seed)
+    return knee
+
+
+def _votes(table: pd.DataFrame, closed: bool, waiting: np.ndarray, limited: list[bool],
+           growth: list[det.Slope | None] | None) -> pd.DataFrame:
+    return det.step_votes(table, closed, waiting, _hinge(table, waiting, limited) if closed else None,
+                          growth)
+
+
+def _hinge(table: pd.DataFrame, waiting: np.ndarray, limited: list[bool]) -> det.HingeFit | None:
+    keep = ~np.asarray(limited, dtype=bool)
+    return det.hinge_fit(table["level"].to_numpy(dtype=float)[keep], waiting[keep])
+
+
+def _detector_report(votes: pd.DataFrame, levels: list[float], states: list[str],
+                     hinge: det.HingeFit | None, table: pd.DataFrame, run: RunData) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+    for name in votes.columns:
+        col = votes[name].tolist()
+        if all(v is None for v in col):
+            continue
+        own = [("client_limited" if s == "client_limited" else "unjudged" if v is None
+                else "stalled" if v else "ok") for v, s in zip(col, states)]
+        found, lower, upper, _ = bracket(levels, own)
+        report[name] = {"per_step": [v for v in col], "found": found, "lower": _plain(lower),
+                        "upper": _plain(upper)}
+    if hinge is not None and "hinge" in report:
+        report["hinge"].update(psi=round(hinge.psi, 2), r2=round(hinge.r2, 3))
+    plateau = det.two_segment(table["level"].to_numpy(dtype=float), det.column(table, "out_tok_s"))
+    report["throughput_plateau"] = {"cross_check": True, "level": _plain(plateau.level),
+                                    "gain": round(plateau.gain, 3)}
+    trend = det.ttft_trend(run.requests, table) if not run.requests.empty else [None] * len(table)
+    report["ttft_trend"] = {"cross_check": True, "per_step": trend}
+    return report
+
+
+def _confidence(knee: Knee, run: RunData, table: pd.DataFrame, votes: pd.DataFrame,
+                limited: list[bool], growth: list[det.Slope | None] | None, seed: int) -> None:
+    reasons: list[str] = []
+    agreement = _bootstrap(knee, run, table, limited, growth, seed)
+    reasons.append(f"bootstrap: {agreement:.0%} of {BOOTSTRAP_N} resamples give the same bracket")
+    voting = [n for n, d in knee.detectors.items() if not d.get("cross_check")]
+    same = [n for n in voting if knee.detectors[n]["found"] == knee.found
+            and knee.detectors[n]["upper"] == _plain(knee.upper)]
+    share = len(same) / len(voting) if voting else 0.0
+    reasons.append(f"detectors agreeing: {', '.join(same) or 'none'} of {', '.join(voting) or 'none'}")
+    coverage = det.column(table, "coverage")
+    worst = float(np.nanmin(coverage)) if not np.all(np.isnan(coverage)) else float("nan")
+    server = not np.isnan(worst)
+    if server:
+        reasons.append(f"scrape coverage >= {worst:.0%} in every step")
+    else:
+        reasons.append("no server metrics: client-side verdict only")
+    resid = littles_residual(table)
+    worst_resid = float(np.nanmax(resid)) if not np.all(np.isnan(resid)) else float("nan")
+    if not np.isnan(worst_resid):
+        reasons.append(f"Little's-law residual <= {worst_resid:.0%} per step")
+    plateau = knee.detectors["throughput_plateau"]["level"]
+    if plateau is not None and knee.found and plateau < knee.upper:
+        reasons.append(f"throughput plateaus from {_fmt(plateau)}, before the queue: not the knee")
+    if (server and agreement >= HIGH_AGREEMENT and share >= HIGH_DETECTORS and worst >= HIGH_COVERAGE
+            and not worst_resid > HIGH_RESIDUAL):
+        knee.confidence = "high"
+    elif agreement >= MEDIUM_AGREEMENT and (not server or worst >= MEDIUM_COVERAGE):
+        knee.confidence = "medium"
+    else:
+        knee.confidence = "low"
+    knee.reasons = reasons
+    table["littles_residual"] = resid
+
+
+def littles_residual(table: pd.DataFrame) -> np.ndarray:
+    """|L - lambda W| / L per step: client in-flight vs send rate x mean E2E."""
+    L = det.column(table, "inflight")
+    lam = det.column(table, "send_rps")
+    W = det.column(table, "e2e_mean_s")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(L > 0, np.abs(L - lam * W) / L, np.nan)
+
+
+def _bootstrap(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool],
+               growth: list[det.Slope | None] | None, seed: int) -> float:
+    """Share of resamples whose knee bracket equals the point estimate's."""
+    rng = np.random.default_rng(seed)
+    pieces = _step_pieces(run, table)
+    closed = run.closed_loop
+    levels = table["level"].astype(float).tolist()
+    target = (knee.found, _plain(knee.lower), _plain(knee.upper))
+    hits = 0
+    for _ in range(BOOTSTRAP_N):
+        resampled = _resample(table, pieces, rng)
+        waiting = waiting_level(resampled)
+        votes = _votes(resampled, closed, waiting, limited, growth)
+        found, lower, upper, _ = bracket(levels, step_states(votes, limited))
+        hits += (found, _plain(lower), _plain(upper)) == target
+    return hits / BOOTSTRAP_N
+
+
+HIST_KEYS = ("q_sum", "q_count", "t_sum", "t_count", "i_sum", "i_count")
+
+
+@dataclass
+class _Pieces:
+    """Per step: scrape-interval increments of the queue/TTFT/ITL histograms (one row per
+    interval, columns HIST_KEYS), waiting-gauge snapshots and client TTFTs."""
+
+    hist: list[np.ndarray]
+    waiting: list[np.ndarray]
+    ttft: list[np.ndarray]
+    present: set[str]
+
+
+def _step_pieces(run: RunData, table: pd.DataFrame) -> _Pieces:
+    m = run.metrics
+    series: dict[str, pd.Series] = {}
+    if not m.empty:
+        for role, key in (("queue_time", "q"), ("ttft", "t"), ("itl", "i")):
+            family = resolve_family(m, role)
+            if family:
+                for kind in ("sum", "count"):
+                    inc = increments(m, family, f"{family}_{kind}")
+                    series[f"{key}_{kind}"] = inc.set_index(["endpoint", "t"])["value"]
+    hist_all = pd.DataFrame(series).fillna(0.0).reset_index() if series else pd.DataFrame()
+    for key in HIST_KEYS:
+        if len(hist_all) and key not in hist_all:
+            hist_all[key] = np.nan
+    family = resolve_family(m, "waiting") if not m.empty else None
+    snaps = snapshots(m, family) if family else pd.DataFrame(columns=["t", "value"])
+    ok = run.requests[run.requests["status"] == "ok"] if not run.requests.empty else run.requests
+    hist, waiting, ttft = [], [], []
+    for w in table.itertuples(index=False):
+        if len(hist_all):
+            inside = hist_all[(hist_all.t > w.t_start) & (hist_all.t <= w.t_end)]
+            hist.append(inside[list(HIST_KEYS)].to_numpy(dtype=float))
+        else:
+            hist.append(np.empty((0, len(HIST_KEYS))))
+        inside = snaps[(snaps.t >= w.t_start) & (snaps.t < w.t_end)]
+        waiting.append(inside["value"].to_numpy(dtype=float))
+        sel = ok[(ok.step == w.step) & (ok.t_sent >= w.t_start) & (ok.t_sent < w.t_end)] if len(ok) else ok
+        ttft.append(sel["ttft_s"].dropna().to_numpy(dtype=float) if len(sel) else np.array([]))
+    return _Pieces(hist, waiting, ttft, set(series))
+
+
+def _resample(table: pd.DataFrame, pieces: _Pieces, rng: np.random.Generator) -> pd.DataFrame:
+    """The columns the detectors read, recomputed from resampled pieces (one assign)."""
+    cols = {c: det.column(table, c).copy() for c in
+            ("server_queue_mean_ms", "server_ttft_mean_ms", "server_itl_mean_ms", "waiting_little",
+             "waiting_occupancy", "waiting_mean", "ttft_p50_ms")}
+    length = (table["t_end"] - table["t_start"]).to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for i in range(len(table)):
+            h = pieces.hist[i]
+            if len(h):
+                tot = h[rng.integers(0, len(h), len(h))].sum(axis=0)
+                for col, (s_i, c_i) in (("server_queue_mean_ms", (0, 1)), ("server_ttft_mean_ms", (2, 3)),
+                                        ("server_itl_mean_ms", (4, 5))):
+                    if not np.isnan(cols[col][i]):
+                        cols[col][i] = tot[s_i] / tot[c_i] * 1e3 if tot[c_i] > 0 else np.nan
+                if not np.isnan(cols["waiting_little"][i]) and length[i] > 0:
+                    cols["waiting_little"][i] = tot[0] / length[i]
+            w = pieces.waiting[i]
+            if len(w) and not np.isnan(cols["waiting_occupancy"][i]):
+                r = w[rng.integers(0, len(w), len(w))]
+                cols["waiting_occupancy"][i] = float((r >= 1).mean())
+                cols["waiting_mean"][i] = float(r.mean())
+            t = pieces.ttft[i]
+            if len(t):
+                cols["ttft_p50_ms"][i] = float(np.median(t[rng.integers(0, len(t), len(t))])) * 1e3
+    return table.assign(**cols)
+
+
+def _div(a: float, b: float) -> float:
+    try:
+        return float(a) / float(b) if float(b) > 0 else float("nan")
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _isnan(v: Any) -> bool:
+    return isinstance(v, float) and np.isnan(v)
+
+
+def _plain(v: Any) -> Any:
+    """A level as JSON wants it: int when whole, None for missing."""
+    if v is None or _isnan(v):
+        return None
+    f = float(v)
+    return int(f) if f.is_integer() else f
+
+
+def _fmt(v: Any) -> str:
+    return str(_plain(v))
