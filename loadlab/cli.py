@@ -74,7 +74,8 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: turn loadlab's own errors into messages and exit codes."""
     try:
-        cli.main(args=argv, prog_name="loadlab", standalone_mode=False)
+        # standalone_mode=False returns a command's ctx.exit(n) / Exit(n) code instead of exiting
+        code = cli.main(args=argv, prog_name="loadlab", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    if type(code) is int and code:  # a bool or another return value is no exit code
+        sys.exit(code)
 
 
 if __name__ == "__main__":
