@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("loadlab.analyze.cli:analyze", "Analyse a run folder: per-step table, the knee, the stall's cause and its knob (analysis.json)."),
     "diagnose": ("loadlab.analyze.diagnose:diagnose", "Read a live server's /metrics for a few seconds and name why it stalls now."),
     "collect": ("loadlab.collect.cli:collect", "Sample a server's /metrics (or read them from Prometheus) into a run folder."),
+    "report": ("loadlab.report.cli:report", "Write the self-contained HTML report of a run or sweep folder."),
 }
 
 

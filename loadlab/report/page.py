@@ -1,0 +1,162 @@
+"""Render a run or sweep folder into one self-contained HTML file.
+
+The page is a jinja2 template with autoescape on (every string from a run folder
+is data: a point name, a flag value or an error text holding ``<script>`` shows as
+text). plotly.js is inlined once; each chart is the JSON of a plotly figure in one
+``application/json`` block, drawn by a few lines of script. A Content-Security-Policy
+forbids every network fetch, so the file behaves the same opened from disk, offline.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import plotly.graph_objects as go
+import yaml
+from plotly.offline import get_plotlyjs
+
+from loadlab import __version__
+from loadlab.report import figures, summary
+from loadlab.report.ab import ArmComparison, compare_arms
+from loadlab.report.inputs import Point, RunSet, load
+from loadlab.report.series import timeline
+
+REPORT = "report.html"
+_ENV = jinja2.Environment(loader=jinja2.PackageLoader("loadlab.report", "templates"),
+                          autoescape=True, undefined=jinja2.StrictUndefined,
+                          trim_blocks=True, lstrip_blocks=True)
+
+
+@dataclass
+class PointView:
+    """Everything the template shows for one point."""
+
+    row: summary.VerdictRow
+    point: Point
+    sentence: str
+    evidence: list[str]
+    ranked: list[str]
+    warnings: list[str]
+    client_limited: list[str]
+    step_headers: list[str]
+    step_rows: list[dict[str, Any]]
+    capacity: list[tuple[str, str]]
+    manifest: list[tuple[str, list[tuple[str, str]]]]
+    figures: list[str] = field(default_factory=list)   # ids of the charts drawn for it
+
+
+@dataclass
+class ArmView:
+    comparison: ArmComparison
+    figure: str
+
+
+def write_report(root: str | Path, out: str | Path | None = None) -> Path:
+    """Write the report of a run or sweep folder (default ``<root>/report.html``); return its path."""
+    runset = load(root)
+    path = Path(out) if out else runset.root / REPORT
+    html = render(runset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def render(runset: RunSet) -> str:
+    """The report page of ``runset`` as one HTML string."""
+    charts: dict[str, go.Figure] = {}
+    views = [_point_view(row, p, charts) for row, p in zip(summary.verdict_rows(runset), runset.points)]
+    analysed = [p for p in runset.points if p.analysis and not p.steps.empty]
+    if runset.kind == "sweep" and len(analysed) > 1:
+        charts["comparison-chart"] = figures.overlay(analysed)
+    arms = []
+    for k, arm in enumerate(_arms(runset)):
+        charts[f"ab-chart-{k + 1}"] = figures.ab_deltas(arm)
+        arms.append(ArmView(comparison=arm, figure=f"ab-chart-{k + 1}"))
+    return _ENV.get_template("report.html.j2").render(
+        title=_title(runset), runset=runset, kpis=summary.kpis(runset),
+        rows=[v.row for v in views], views=views, arms=arms,
+        has_comparison="comparison-chart" in charts, header=_header(runset),
+        scenario=yaml.safe_dump(json.loads(json.dumps(runset.manifest["scenario"], default=str)),
+                                sort_keys=False) if runset.manifest.get("scenario") else "",
+        level=summary.level, num=summary.num, pct=summary.pct, share=summary.share, version=__version__,
+        generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        plotly_js=get_plotlyjs(), figures_json=_figures_json(charts))
+
+
+def _point_view(row: summary.VerdictRow, p: Point, charts: dict[str, go.Figure]) -> PointView:
+    cause = p.section("cause")
+    headers, rows = summary.step_table(p)
+    view = PointView(
+        row=row, point=p, sentence=summary.knee_sentence(p),
+        evidence=[_evidence(e, p) for e in cause.get("evidence") or []],
+        ranked=[f"{summary.cause_label(r.get('name'))} ({summary.num(r.get('score'), 2)})"
+                for r in cause.get("ranked") or [] if isinstance(r, dict)],
+        warnings=[str(w) for w in (p.analysis or {}).get("warnings") or []],
+        client_limited=summary.client_limited_notes(p), step_headers=headers, step_rows=rows,
+        capacity=summary.capacity_rows(p),
+        manifest=summary.manifest_sections(p))
+    if p.analysis and not p.steps.empty:
+        _add(charts, view, f"{row.anchor}-load", figures.load_curves(p))
+    if p.run_dir is not None and p.manifest:
+        tl = timeline(p.run_dir, p.manifest)
+        if not tl.empty:
+            _add(charts, view, f"{row.anchor}-timeline", figures.timeline(p, tl))
+    capacity = figures.capacity(p) if p.analysis else None
+    if capacity is not None:
+        _add(charts, view, f"{row.anchor}-capacity", capacity)
+    return view
+
+
+def _add(charts: dict[str, go.Figure], view: PointView, chart_id: str, fig: go.Figure) -> None:
+    charts[chart_id] = fig
+    view.figures.append(chart_id)
+
+
+def _arms(runset: RunSet) -> list[ArmComparison]:
+    """Each analysed point against the baseline (the first point of an A/B without one)."""
+    name = runset.baseline or (runset.points[0].name if runset.mode == "ab" and runset.points else None)
+    base = runset.point(name) if name else None
+    if base is None or not base.analysis or base.run_dir is None:
+        return []
+    return [compare_arms(base, p) for p in runset.points
+            if p is not base and p.analysis and p.run_dir is not None and p.unit == base.unit]
+
+
+def _evidence(e: Any, p: Point) -> str:
+    if not isinstance(e, dict):
+        return str(e)
+    value = e.get("value")
+    text = f"{e.get('what')}: {summary.num(value, 2) if isinstance(value, float) else value}"
+    return text + (f" (step {e['step']})" if e.get("step") is not None else "")
+
+
+def _title(runset: RunSet) -> str:
+    scenario = runset.manifest.get("scenario") or {}
+    return str(scenario.get("name") or runset.root.resolve().name)
+
+
+def _header(runset: RunSet) -> list[tuple[str, str]]:
+    """Facts under the title: kind, status, model, GPU, when."""
+    first = next((p.manifest for p in runset.points if p.manifest), runset.manifest)
+    target, server = first.get("target") or {}, first.get("server") or {}
+    facts = [("kind", "sweep" if runset.kind == "sweep" else str(first.get("kind") or "run")),
+             ("status", runset.status if runset.kind == "sweep" else runset.points[0].status),
+             ("model", target.get("model") or server.get("model")), ("GPU", server.get("gpu")),
+             ("workload", (first.get("workload") or {}).get("profile")),
+             ("started", summary.when(runset.manifest.get("created")))]
+    if runset.kind == "sweep":
+        facts.insert(1, ("mode", runset.mode))
+    return [(k, str(v)) for k, v in facts if v]
+
+
+def _figures_json(charts: dict[str, go.Figure]) -> str:
+    """One JSON object {chart id: figure}; '<' escaped so no text can close the script block."""
+    body = ",".join(f"{json.dumps(key)}:{fig.to_json()}" for key, fig in charts.items())
+    return ("{" + body + "}").replace("<", "\\u003c")
