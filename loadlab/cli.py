@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "diagnose": ("loadlab.analyze.diagnose:diagnose", "Read a live server's /metrics for a few seconds and name why it stalls now."),
     "collect": ("loadlab.collect.cli:collect", "Sample a server's /metrics (or read them from Prometheus) into a run folder."),
     "report": ("loadlab.report.cli:report", "Write the self-contained HTML report of a run or sweep folder."),
+    "compare": ("loadlab.report.cli:compare", "Compare two runs' knees and SLO-limited levels; non-zero exit on a regression (CI gate)."),
 }
 
 

@@ -1,4 +1,4 @@
-"""``loadlab report RUN``."""
+"""``loadlab report RUN`` and ``loadlab compare BASE NEW``."""
 
 from __future__ import annotations
 
@@ -22,3 +22,28 @@ def report(run_dir: Path, out: Path | None) -> None:
 
     click.echo(str(write_report(run_dir, out)))
 
+
+@click.command()
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--margin", default="10%", show_default=True,
+              help="How far a knee or SLO-limited level may drop before it counts: 10% or 0.1.")
+@click.option("--json", "json_out", metavar="FILE",
+              help="Also write the JSON summary to FILE ('-': print only the JSON, on stdout).")
+def compare(base: Path, new: Path, margin: str, json_out: str | None) -> None:
+    """Compare NEW against BASE (run or sweep folders, points matched by name) and fail on a drop.
+
+    Per point: the knee (its upper bound, or the highest level tried when none was found)
+    and the SLO-limited level (when BASE set SLOs). Exit codes: 0 no regression; 1 the knee
+    or the SLO-limited level of some point dropped by more than --margin (or the point is
+    missing or failed in NEW); 2 bad input (no run folder, no analysis, mismatched load).
+    """
+    from loadlab.report.compare import compare as run_compare
+    from loadlab.report.compare import format_text, parse_margin, write_json
+
+    result = run_compare(base, new, parse_margin(margin))
+    if json_out != "-":
+        click.echo(format_text(result))
+    if json_out:
+        write_json(result, json_out)
+    raise click.exceptions.Exit(result.exit_code)
