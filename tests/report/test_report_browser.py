@@ -1,0 +1,82 @@
+"""The HTML report in a real headless Chromium: it renders offline, every section is there."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from report_folders import replay, write_verdict
+
+from loadlab.report.page import write_report
+
+
+def _check_renders(opened, screenshot: Path) -> None:
+    page = opened.page
+    assert opened.console_errors == []
+    assert [u for u in opened.requests if not u.startswith("file://")] == []
+    drawn = page.eval_on_selector_all(".chart", "els => els.filter(e => e.querySelector('.main-svg')).length")
+    assert drawn == int(page.get_attribute("body", "data-charts")) > 0
+    page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 50_000
+
+
+def test_sweep_report_renders_every_section(ab_sweep, open_page, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "loadlab", "report", str(ab_sweep)],
+                         capture_output=True, text=True, check=True)
+    path = Path(out.stdout.strip())
+    assert path == ab_sweep / "report.html"
+    opened = open_page(path)
+    _check_renders(opened, tmp_path / "sweep-report.png")
+    page = opened.page
+    sections = ["verdict", "comparison", "ab", "scenario"]
+    for k in (1, 2, 3):
+        sections += [f"point-{k}", f"point-{k}-load", f"point-{k}-timeline", f"point-{k}-capacity",
+                     f"point-{k}-manifest", f"point-{k}-steps"]
+    sections += ["point-4", "point-4-manifest"]
+    missing = [s for s in sections if not page.is_visible(f"#{s}")]
+    assert missing == []
+    rows = page.inner_text("table.verdict")
+    assert "(8, 16]" in rows and "(16, 32]" in rows and "none up to 32" in rows
+    assert "CUDA out of memory" in page.inner_text("#point-4")
+    assert "failed" in page.inner_text("#point-4 .badge").lower()
+    # the A/B section compares both arms with the baseline, level by level
+    assert page.locator("#ab .arm").count() == 2
+    assert "max_num_seqs=8" in page.inner_text("#ab h3")
+    # stalled steps are flagged in the per-step table, from the knee's upper bound on
+    assert page.locator("#point-1-steps + .scroll tr.stalled").count() == 2
+
+
+def test_single_run_report_leads_with_its_verdict(tmp_path, open_page):
+    run = replay(tmp_path / "run", levels=(2, 4, 8, 16), max_num_seqs=4)
+    write_verdict(run, lower=4, upper=8, slo_level=4, knob="raise --max-num-seqs (the pool fits ~700)")
+    path = write_report(run)
+    opened = open_page(path)
+    _check_renders(opened, tmp_path / "run-report.png")
+    page = opened.page
+    for section in ("verdict", "point-1", "point-1-load", "point-1-timeline", "point-1-manifest"):
+        assert page.is_visible(f"#{section}")
+    assert not page.is_visible("#ab") and not page.is_visible("#comparison")
+    headline = page.inner_text("#verdict .verdict-box")
+    assert "Knee between 4 and 8 concurrent users" in headline and "Sequence cap" in headline
+    kpis = page.inner_text("#verdict .kpis")
+    assert "(4, 8]" in kpis and "tok/s" in kpis
+
+
+def test_partial_sweep_with_a_broken_point_still_reports(ab_sweep, tmp_path, open_page):
+    root = tmp_path / "partial"
+    shutil.copytree(ab_sweep, root)
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["status"] = "interrupted"
+    manifest["points"][1]["status"] = "running"
+    (root / "seqs-16" / "analysis.json").write_text("{not json")
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    opened = open_page(write_report(root))
+    _check_renders(opened, tmp_path / "partial-report.png")
+    page = opened.page
+    assert "interrupted" in page.inner_text(".banner.warn")
+    assert "not valid JSON" in page.inner_text("#point-2")
+    assert page.is_visible("#point-1-load") and page.is_visible("#point-3-load")
+    assert page.is_visible("#point-2-timeline")     # the raw data still shows over time
