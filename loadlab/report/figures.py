@@ -44,12 +44,13 @@ from loadlab.report.plotkit import (
     value_axis,
 )
 from loadlab.report.series import Timeline
-from loadlab.report.summary import level, level_axis, max_level
+from loadlab.report.summary import level, level_axis, max_level, stalled_step_numbers
 
 PERCENTILE_COLORS = {"ttft": {50: "#38bdf8", 90: "#6366f1", 95: "#8b5cf6", 99: "#9333ea"},
                      "itl": {50: "#34d399", 90: "#10b981", 95: "#059669", 99: "#047857"}}
 KNEE_FILL = "rgba(220,38,38,0.10)"
 _PCT = re.compile(r"^(ttft|itl)_p(\d+)_ms$")
+_TARGET = re.compile(r"^(ttft|itl)_p(\d+(?:\.\d+)?)_(ms|s)$")    # SLO names: ttft_p99_ms, itl_p90_s
 
 
 def load_curves(point: Point) -> go.Figure:
@@ -81,9 +82,9 @@ def load_curves(point: Point) -> go.Figure:
 def timeline(point: Point, tl: Timeline) -> go.Figure:
     """Queue and KV usage over time with the step bands."""
     c = Canvas(secondary_y=True)
-    upper = _knee_upper(point)
+    stalled_steps = set(stalled_step_numbers(point))
     for k, band in enumerate(tl.bands):
-        stalled = upper is not None and band.level >= upper
+        stalled = band.step in stalled_steps
         c.vrect(1, band.t_start, band.t_end,
                 "rgba(220,38,38,0.07)" if stalled else ("#f3f4f6" if k % 2 else "white"))
         if band.t_measured > band.t_start:
@@ -172,11 +173,12 @@ def capacity(point: Point) -> go.Figure | None:
     """Formula, practical range and vLLM's estimate against the measured knee (None if no figures)."""
     cap = point.section("capacity")
     knee = point.section("knee")
-    no_knee = bool(knee) and not knee.get("found")
+    closed = point.unit == "concurrency"        # a rate knee is not on the concurrency axis
+    no_knee = closed and bool(knee) and not knee.get("found")
     rows = [("formula", cap.get("formula_max_concurrency"), BLUE),
             ("practical (60-70%)", cap.get("practical_range"), GREEN),
             ("vLLM kv_cache_max_concurrency", cap.get("vllm_kv_cache_max_concurrency"), PURPLE),
-            ("measured knee", None if no_knee else cap.get("measured_knee"), RED)]
+            ("measured knee", cap.get("measured_knee") if closed and not no_knee else None, RED)]
     c = Canvas()
     values: list[float] = []
     reach = max_level(point) if no_knee else None
@@ -203,7 +205,7 @@ def capacity(point: Point) -> go.Figure | None:
     positive = np.array([v for v in values if v > 0])
     log = len(positive) > 0 and positive.max() / positive.min() > 20
     ticks = log_ticks(positive) if log else None
-    c.xaxis(1, type="log" if log else "linear", title={"text": esc(level_axis(point.unit))},
+    c.xaxis(1, type="log" if log else "linear", title={"text": "concurrent requests"},
             **({"tickvals": ticks, "ticktext": [short(t) for t in ticks]} if ticks else {}))
     c.yaxis(1, rangemode="normal", showgrid=False)
     return c.figure(height=230, hovermode="closest", margin={"l": 210, "t": 24})
@@ -256,11 +258,12 @@ def _slo_marks(c: Canvas, point: Point, log_x: bool, log_y: dict[int, bool]) -> 
             c.vline(col, best, GREEN, "dot")
         c.note("SLO met", GREEN, x=pos(best, log_x), y=0.0, xref="x", yref=ref("y", 1, True), xshift=4)
     for key, target in (slo.get("targets") or {}).items():
-        m = _PCT.match(str(key))
+        m = _TARGET.match(str(key))
         if m and isinstance(target, (int, float)):
             col = 2 if m.group(1) == "ttft" else 3
-            c.hline(col, target, GREEN, "dot")
-            c.note(f"SLO p{m.group(2)}", GREEN, x=0, y=pos(target, log_y[col]),
+            ms = target * (1e3 if m.group(3) == "s" else 1.0)
+            c.hline(col, ms, GREEN, "dot")
+            c.note(f"SLO p{m.group(2)}", GREEN, x=0, y=pos(ms, log_y[col]),
                    xref=ref("x", col, True), yref=ref("y", col), xshift=4)
 
 

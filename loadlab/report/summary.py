@@ -266,6 +266,7 @@ STEP_COLUMNS = [
     Column("inflight", "in flight", _fixed(1)), Column("running_max", "running max", _fixed(0)),
     Column("waiting_max", "waiting max", _fixed(0)), Column("kv_max", "KV max %", _fixed(1, 100)),
     Column("preemptions", "preempt", _fixed(0)), Column("prefix_hit_rate", "prefix hit %", _fixed(0, 100)),
+    Column("goodput_rps", "goodput req/s", _fixed(2)),
 ]
 
 
@@ -275,19 +276,31 @@ def step_table(point: Point) -> tuple[list[str], list[dict[str, Any]]]:
     if steps.empty:
         return [], []
     cols = [c for c in STEP_COLUMNS if c.key in steps and not steps[c.key].isna().all()]
-    upper = _float(point.section("knee").get("upper"))
+    stalled = set(stalled_step_numbers(point))
     limited = set(point.manifest.get("client_limited_steps") or [])
     rows = []
     for _, r in steps.iterrows():
         lvl = _float(r.get(point.level_column))
-        flags = []
-        if upper is not None and lvl is not None and lvl >= upper:
-            flags.append("stalled")
-        if r.get("client_limited") or int(r.get("step", -1)) in limited:
+        flags = ["stalled"] if int(r["step"]) in stalled else []
+        if r.get("state") == "client_limited" or int(r["step"]) in limited:
             flags.append("client-limited")
         rows.append({"step": int(r["step"]), "level": level(lvl, point.unit), "flags": flags,
                      "cells": [c.fmt(_float(r.get(c.key))) for c in cols]})
     return ["step", level_axis(point.unit), *[c.header for c in cols]], rows
+
+
+def stalled_step_numbers(point: Point) -> list[int]:
+    """Steps the analyzer judged stalled (its ``state`` column), else those at or past the knee."""
+    steps = point.steps
+    if steps.empty:
+        return []
+    if "state" in steps:
+        return [int(s) for s in steps.loc[steps["state"] == "stalled", "step"]]
+    upper = _float(point.section("knee").get("upper"))
+    levels = steps[point.level_column].astype(float) if point.level_column in steps else None
+    if upper is None or levels is None:
+        return []
+    return [int(s) for s in steps.loc[levels >= upper, "step"]]
 
 
 def manifest_sections(point: Point) -> list[tuple[str, list[tuple[str, str]]]]:
