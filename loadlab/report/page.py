@@ -95,9 +95,7 @@ def _point_view(row: summary.VerdictRow, p: Point, charts: dict[str, go.Figure])
     headers, rows = summary.step_table(p)
     view = PointView(
         row=row, point=p, sentence=summary.knee_sentence(p),
-        evidence=[_evidence(e, p) for e in cause.get("evidence") or []],
-        ranked=[f"{summary.cause_label(r.get('name'))} ({summary.num(r.get('score'), 2)})"
-                for r in cause.get("ranked") or [] if isinstance(r, dict)],
+        evidence=summary.evidence_lines(cause), ranked=summary.ranked_causes(cause),
         warnings=[str(w) for w in (p.analysis or {}).get("warnings") or []],
         client_limited=summary.client_limited_notes(p), step_headers=headers, step_rows=rows,
         capacity=summary.capacity_rows(p),
@@ -127,14 +125,6 @@ def _arms(runset: RunSet) -> list[ArmComparison]:
         return []
     return [compare_arms(base, p) for p in runset.points
             if p is not base and p.analysis and p.run_dir is not None and p.unit == base.unit]
-
-
-def _evidence(e: Any, p: Point) -> str:
-    if not isinstance(e, dict):
-        return str(e)
-    value = e.get("value")
-    text = f"{e.get('what')}: {summary.num(value, 2) if isinstance(value, float) else value}"
-    return text + (f" (step {e['step']})" if e.get("step") is not None else "")
 
 
 def _title(runset: RunSet) -> str:

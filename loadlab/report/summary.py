@@ -148,6 +148,28 @@ def cause_label(name: str | None) -> str:
     return CAUSES.get(name or "", name or DASH)
 
 
+def evidence_lines(cause: dict[str, Any]) -> list[str]:
+    """The cause's evidence, one line per figure: "running max: 8 (step 3) · 8 (step 4)"."""
+    lines: dict[str, list[str]] = {}
+    for e in cause.get("evidence") or []:
+        if not isinstance(e, dict):
+            lines.setdefault(str(e), [])
+            continue
+        value = e.get("value")
+        text = _figure(value) if isinstance(value, (int, float)) else str(value)
+        if e.get("step") is not None:
+            text += f" (step {e['step']})"
+        lines.setdefault(str(e.get("what")), []).append(text)
+    return [f"{what}: {' · '.join(values)}" if values else what for what, values in lines.items()]
+
+
+def ranked_causes(cause: dict[str, Any]) -> list[str]:
+    """Candidates that scored above zero, best first ("Sequence cap 1.00")."""
+    ranked = [r for r in cause.get("ranked") or [] if isinstance(r, dict)]
+    return [f"{cause_label(r.get('name'))} {num(r.get('score'), 2)}" for r in ranked
+            if isinstance(r.get("score"), (int, float)) and r["score"] > 0]
+
+
 def slo_text(point: Point) -> str:
     slo = point.section("slo")
     if not slo.get("targets"):
@@ -340,7 +362,7 @@ def capacity_rows(point: Point) -> list[tuple[str, str]]:
 
 def _figure(v: Any) -> str:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return num(v, 0 if abs(v) >= 100 else 1)
+        return num(v) if abs(v) >= 100 or not math.isfinite(v) else f"{v:.3g}"
     if isinstance(v, (list, tuple)):
         return " – ".join(_figure(x) for x in v)
     if isinstance(v, dict):
