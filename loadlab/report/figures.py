@@ -44,7 +44,8 @@ from loadlab.report.plotkit import (
     value_axis,
 )
 from loadlab.report.series import Timeline
-from loadlab.report.summary import level, level_axis, max_level, stalled_step_numbers
+from loadlab.report.summary import level, level_axis, max_level
+from loadlab.report.tables import stalled_step_numbers
 
 PERCENTILE_COLORS = {"ttft": {50: "#38bdf8", 90: "#6366f1", 95: "#8b5cf6", 99: "#9333ea"},
                      "itl": {50: "#34d399", 90: "#10b981", 95: "#059669", 99: "#047857"}}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,9 @@ class Point:
     analysis: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)  # what could not be read, and why
 
-    @property
+    @cached_property
     def steps(self) -> pd.DataFrame:
-        """analysis.json ``steps[]`` as a frame (empty when there is no analysis)."""
+        """analysis.json ``steps[]`` as a frame (empty when there is no analysis); read once."""
         return pd.DataFrame((self.analysis or {}).get("steps") or [])
 
     @property

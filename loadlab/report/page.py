@@ -21,7 +21,7 @@ import yaml
 from plotly.offline import get_plotlyjs
 
 from loadlab import __version__
-from loadlab.report import figures, summary
+from loadlab.report import figures, summary, tables
 from loadlab.report.ab import ArmComparison, compare_arms
 from loadlab.report.inputs import Point, RunSet, load
 from loadlab.report.series import timeline
@@ -92,14 +92,14 @@ def render(runset: RunSet) -> str:
 
 def _point_view(row: summary.VerdictRow, p: Point, charts: dict[str, go.Figure]) -> PointView:
     cause = p.section("cause")
-    headers, rows = summary.step_table(p)
+    headers, rows = tables.step_table(p)
     view = PointView(
         row=row, point=p, sentence=summary.knee_sentence(p),
         evidence=summary.evidence_lines(cause), ranked=summary.ranked_causes(cause),
         warnings=[str(w) for w in (p.analysis or {}).get("warnings") or []],
-        client_limited=summary.client_limited_notes(p), step_headers=headers, step_rows=rows,
-        capacity=summary.capacity_rows(p),
-        manifest=summary.manifest_sections(p))
+        client_limited=tables.client_limited_notes(p), step_headers=headers, step_rows=rows,
+        capacity=tables.capacity_rows(p),
+        manifest=tables.manifest_sections(p))
     if p.analysis and not p.steps.empty:
         _add(charts, view, f"{row.anchor}-load", figures.load_curves(p))
     if p.run_dir is not None and p.manifest:

@@ -1,4 +1,4 @@
-"""The report's words and numbers: verdict rows, headline cards, step and manifest tables.
+"""The report's words and numbers: verdict rows, headline cards, number formats.
 
 Plain data for the page template (strings and numbers; the template escapes
 them). Nothing here draws or renders. A missing figure reads "—", never 0, and a
@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,7 +140,7 @@ def knee_reach(point: Point) -> tuple[bool, float] | None:
     if not knee.get("found"):
         top = max_level(point)
         return (True, top) if top is not None else None
-    upper = _float(knee.get("upper"))
+    upper = to_float(knee.get("upper"))
     return (False, upper) if upper is not None else None
 
 
@@ -156,7 +156,7 @@ def evidence_lines(cause: dict[str, Any]) -> list[str]:
             lines.setdefault(str(e), [])
             continue
         value = e.get("value")
-        text = _figure(value) if isinstance(value, (int, float)) else str(value)
+        text = figure_text(value) if isinstance(value, (int, float)) else str(value)
         if e.get("step") is not None:
             text += f" (step {e['step']})"
         lines.setdefault(str(e.get("what")), []).append(text)
@@ -190,7 +190,7 @@ def peak(point: Point) -> tuple[float | None, float | None]:
     if steps.empty or "out_tok_s" not in steps or steps["out_tok_s"].isna().all():
         return None, None
     row = steps.loc[steps["out_tok_s"].idxmax()]
-    return float(row["out_tok_s"]), _float(row.get(point.level_column))
+    return float(row["out_tok_s"]), to_float(row.get(point.level_column))
 
 
 def peak_text(point: Point) -> str:
@@ -207,7 +207,7 @@ def verdict_rows(runset: RunSet) -> list[VerdictRow]:
         cause = p.section("cause")
         rows.append(VerdictRow(
             name=p.name, anchor=anchor(k), status=p.status, error=p.error,
-            flags=[f"{key}={_flag_value(p.flags.get(key))}" for key in varying if key in p.flags],
+            flags=[f"{key}={flag_text(p.flags.get(key))}" for key in varying if key in p.flags],
             knee=knee_text(p), cause=cause_label(cause.get("name")) if cause else DASH,
             cause_name=str(cause.get("name") or ""), knob=str(cause.get("knob") or ""),
             confidence=str(p.section("knee").get("confidence") or DASH), slo_level=slo_text(p),
@@ -270,123 +270,33 @@ def _run_kpis(p: Point) -> list[Kpi]:
     ]
 
 
-@dataclass
-class Column:
-    key: str
-    header: str
-    fmt: Callable[[Any], str]
-
-
-def _fixed(digits: int, scale: float = 1.0) -> Callable[[Any], str]:
-    return lambda x: num(None if x is None else float(x) * scale, digits)
-
-
-STEP_COLUMNS = [
-    Column("n_ok", "ok", _fixed(0)), Column("n_err", "errors", _fixed(0)),
-    Column("out_tok_s", "out tok/s", _fixed(0)), Column("ttft_p50_ms", "TTFT p50 ms", _fixed(0)),
-    Column("ttft_p99_ms", "TTFT p99 ms", _fixed(0)), Column("itl_p50_ms", "ITL p50 ms", _fixed(1)),
-    Column("inflight", "in flight", _fixed(1)), Column("running_max", "running max", _fixed(0)),
-    Column("waiting_max", "waiting max", _fixed(0)), Column("kv_max", "KV max %", _fixed(1, 100)),
-    Column("preemptions", "preempt", _fixed(0)), Column("prefix_hit_rate", "prefix hit %", _fixed(0, 100)),
-    Column("goodput_rps", "goodput req/s", _fixed(2)),
-]
-
-
-def step_table(point: Point) -> tuple[list[str], list[dict[str, Any]]]:
-    """Headers and rows of the per-step table (columns the analysis has), stalled rows flagged."""
-    steps = point.steps
-    if steps.empty:
-        return [], []
-    cols = [c for c in STEP_COLUMNS if c.key in steps and not steps[c.key].isna().all()]
-    stalled = set(stalled_step_numbers(point))
-    limited = set(point.manifest.get("client_limited_steps") or [])
-    rows = []
-    for _, r in steps.iterrows():
-        lvl = _float(r.get(point.level_column))
-        flags = ["stalled"] if int(r["step"]) in stalled else []
-        if r.get("state") == "client_limited" or int(r["step"]) in limited:
-            flags.append("client-limited")
-        rows.append({"step": int(r["step"]), "level": level(lvl, point.unit), "flags": flags,
-                     "cells": [c.fmt(_float(r.get(c.key))) for c in cols]})
-    return ["step", level_axis(point.unit), *[c.header for c in cols]], rows
-
-
-def stalled_step_numbers(point: Point) -> list[int]:
-    """Steps the analyzer judged stalled (its ``state`` column), else those at or past the knee."""
-    steps = point.steps
-    if steps.empty:
-        return []
-    if "state" in steps:
-        return [int(s) for s in steps.loc[steps["state"] == "stalled", "step"]]
-    upper = _float(point.section("knee").get("upper"))
-    levels = steps[point.level_column].astype(float) if point.level_column in steps else None
-    if upper is None or levels is None:
-        return []
-    return [int(s) for s in steps.loc[levels >= upper, "step"]]
-
-
-def manifest_sections(point: Point) -> list[tuple[str, list[tuple[str, str]]]]:
-    """The manifest as titled key/value lists: server flags, target, workload, host, timing."""
-    m = point.manifest
-    target = m.get("target") or {}
-    sections = [
-        ("Server flags", _pairs(point.flags or m.get("server") or {})),
-        ("Target", _pairs({k: v for k, v in target.items() if k != "launch"})
-         + _pairs({"argv": " ".join(map(str, (target.get("launch") or {}).get("argv") or []))})),
-        ("Workload", _pairs(m.get("workload") or {})),
-        ("Versions", _pairs(m.get("versions") or {})),
-        ("Host and isolation", _pairs({**(m.get("host") or {}), "isolation": m.get("isolation")})),
-        ("Run", _pairs({"kind": m.get("kind"), "status": m.get("status"), "error": m.get("error"),
-                        "stop_reason": m.get("stop_reason"), "created": when(m.get("created")),
-                        "finished": when(m.get("finished")),
-                        "client_limited_steps": m.get("client_limited_steps")})),
-    ]
-    return [(title, pairs) for title, pairs in sections if pairs]
-
-
-def client_limited_notes(point: Point) -> list[str]:
-    """Each client-limited step with the load generator's own reasons."""
-    notes = []
-    for s in point.manifest.get("steps") or []:
-        if s.get("client_limited"):
-            why = "; ".join(map(str, s.get("client_limited_reasons") or [])) or "no reason given"
-            lvl = s.get("concurrency") if s.get("concurrency") is not None else s.get("target_rate")
-            notes.append(f"step {s.get('step')} ({level(lvl, point.unit)}): {why}")
-    return notes
-
-
-def capacity_rows(point: Point) -> list[tuple[str, str]]:
-    """analysis.json ``capacity`` as key/value text, numbers rounded, ranges as "a – b"."""
-    return [(str(k), _figure(v)) for k, v in point.section("capacity").items() if v is not None]
-
-
-def _figure(v: Any) -> str:
+def figure_text(v: Any) -> str:
+    """A figure from the analysis: 3 significant digits, ranges "a – b", dicts "k v, ..."."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return num(v) if abs(v) >= 100 or not math.isfinite(v) else f"{v:.3g}"
     if isinstance(v, (list, tuple)):
-        return " – ".join(_figure(x) for x in v)
+        return " – ".join(figure_text(x) for x in v)
     if isinstance(v, dict):
-        return ", ".join(f"{k} {_figure(x)}" for k, x in v.items() if x is not None) or DASH
+        return ", ".join(f"{k} {figure_text(x)}" for k, x in v.items() if x is not None) or DASH
     return str(v)
 
 
-def _pairs(d: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(str(k), _flag_value(v)) for k, v in d.items() if v not in (None, "", [], {})]
-
-
-def _flag_value(v: Any) -> str:
+def flag_text(v: Any) -> str:
+    """A flag or manifest value as text (lists and dicts as JSON)."""
     if isinstance(v, (dict, list)):
         return json.dumps(v, default=str, sort_keys=True)
     return str(v)
 
 
 def when(t: Any) -> str | None:
+    """Unix seconds as a UTC timestamp (None when not a number)."""
     if not isinstance(t, (int, float)):
         return None
     return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def max_level(point: Point) -> float | None:
+    """The highest load level the point's steps reached (None without steps)."""
     steps = point.steps
     col = point.level_column
     if steps.empty or col not in steps or steps[col].isna().all():
@@ -394,7 +304,8 @@ def max_level(point: Point) -> float | None:
     return float(steps[col].max())
 
 
-def _float(x: Any) -> float | None:
+def to_float(x: Any) -> float | None:
+    """A finite float, or None for anything else (None, NaN, text)."""
     try:
         value = float(x)
     except (TypeError, ValueError):
