@@ -6,7 +6,8 @@ with a status ("complete" | "failed" | "skipped" | "running"), an error, the vLL
 flags of the point and a relative folder holding a normal run folder.
 
 Each point's verdict comes from its ``analysis.json``; a run folder without one is
-analysed first (:func:`loadlab.analyze.analysis.write_analysis`). Nothing here
+analysed first (:func:`loadlab.analyze.analysis.write_analysis`, no SLOs: run
+``loadlab analyze RUN --slo ...`` beforehand to judge them). Nothing here
 raises for one bad point of a sweep: the point carries ``problems`` and the
 report shows them, so a partial or half-broken sweep still reports. A folder that
 is neither a run nor a sweep is an :class:`~loadlab.errors.InputError`.
@@ -22,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from loadlab.errors import InputError
+from loadlab.errors import InputError, LoadlabError
 
 ANALYSIS = "analysis.json"
 MANIFEST = "manifest.json"
@@ -163,7 +164,7 @@ def _fill(point: Point, run_dir: Path, manifest: dict[str, Any]) -> None:
     point.error = point.error or manifest.get("error") or manifest.get("stop_reason")
     try:
         point.analysis = analysis_of(run_dir)
-    except InputError as exc:
+    except LoadlabError as exc:      # the analyzer could not judge this folder: say why
         point.problems.append(str(exc))
 
 
@@ -171,6 +172,7 @@ def analysis_of(run_dir: Path) -> dict[str, Any]:
     """The run folder's analysis.json, written by the analyzer first when missing."""
     path = run_dir / ANALYSIS
     if not path.is_file():
-        raise InputError("no analysis.json", source=run_dir,
-                         fix=f"run `loadlab analyze {run_dir}` first")
+        from loadlab.analyze.analysis import write_analysis
+
+        write_analysis(run_dir)
     return read_json(path)

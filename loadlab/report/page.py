@@ -39,6 +39,7 @@ class PointView:
     row: summary.VerdictRow
     point: Point
     sentence: str
+    cause_detail: str
     evidence: list[str]
     ranked: list[str]
     warnings: list[str]
@@ -94,7 +95,7 @@ def _point_view(row: summary.VerdictRow, p: Point, charts: dict[str, go.Figure])
     cause = p.section("cause")
     headers, rows = tables.step_table(p)
     view = PointView(
-        row=row, point=p, sentence=summary.knee_sentence(p),
+        row=row, point=p, sentence=summary.knee_sentence(p), cause_detail=summary.cause_detail(p),
         evidence=summary.evidence_lines(cause), ranked=summary.ranked_causes(cause),
         warnings=[str(w) for w in (p.analysis or {}).get("warnings") or []],
         client_limited=tables.client_limited_notes(p), step_headers=headers, step_rows=rows,

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadlab.analyze.display import cause_text
 from loadlab.report.inputs import Point, RunSet
 
 DASH = "—"
@@ -98,6 +99,13 @@ def level_axis(unit: str) -> str:
     return "request rate (req/s)" if unit == "rate" else "concurrent users"
 
 
+def judged_up_to(point: Point) -> float | None:
+    """Without a knee, the highest level judged: the analyzer's ``lower``, else the top step."""
+    knee = point.section("knee")
+    lower = to_float(knee.get("lower"))
+    return lower if lower is not None else max_level(point)
+
+
 def knee_text(point: Point) -> str:
     """The knee bracket: "(8, 16]", "≤ 4 (first step)", "none up to 32"."""
     knee = point.section("knee")
@@ -105,7 +113,7 @@ def knee_text(point: Point) -> str:
         return DASH
     unit = point.unit
     if not knee.get("found"):
-        top = max_level(point)
+        top = judged_up_to(point)
         return f"none up to {level(top, unit)}" if top is not None else "none"
     lower, upper = knee.get("lower"), knee.get("upper")
     if lower is None:
@@ -120,10 +128,13 @@ def knee_sentence(point: Point) -> str:
         return "No verdict: the run has no analysis."
     unit_words = "concurrent users" if point.unit == "concurrency" else "req/s"
     conf = knee.get("confidence") or "unknown"
+    top = judged_up_to(point)
+    if not knee.get("found") and point.section("cause").get("name") == "client_limited":
+        return (f"No knee: the load generator could not apply the load (judged up to "
+                f"{level(top, point.unit)} {unit_words}).")
     if not knee.get("found"):
-        top = max_level(point)
         return (f"No knee up to {level(top, point.unit)} {unit_words}: the queue stayed short "
-                f"at every level tried ({conf} confidence).")
+                f"at every level judged ({conf} confidence).")
     lower, upper = knee.get("lower"), knee.get("upper")
     if lower is None:
         return (f"Stalled from the first step ({level(upper, point.unit)} {unit_words}; "
@@ -132,13 +143,22 @@ def knee_sentence(point: Point) -> str:
             f"{unit_words} ({conf} confidence).")
 
 
+def cause_detail(point: Point) -> str:
+    """The figures that show the cause, in the console's words (analyze.display), name left out."""
+    cause = point.section("cause")
+    if not cause.get("name"):
+        return ""
+    text = cause_text(cause)
+    return text.split(" — ", 1)[1] if " — " in text else ""
+
+
 def knee_reach(point: Point) -> tuple[bool, float] | None:
     """Sort key of how far a point went before stalling: no knee beats any knee, then level."""
     knee = point.section("knee")
     if not knee:
         return None
     if not knee.get("found"):
-        top = max_level(point)
+        top = judged_up_to(point)
         return (True, top) if top is not None else None
     upper = to_float(knee.get("upper"))
     return (False, upper) if upper is not None else None

@@ -6,36 +6,19 @@ and the manifest; nothing new is measured here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from loadlab.analyze.display import COLUMNS
 from loadlab.report.inputs import Point
-from loadlab.report.summary import figure_text, flag_text, level, level_axis, num, to_float, when
+from loadlab.report.summary import DASH, figure_text, flag_text, level, level_axis, to_float, when
 
-
-@dataclass
-class Column:
-    """A per-step table column: the analysis key, its header and how to print a value."""
-
-    key: str
-    header: str
-    fmt: Callable[[Any], str]
-
-
-def _fixed(digits: int, scale: float = 1.0) -> Callable[[Any], str]:
-    return lambda x: num(None if x is None else float(x) * scale, digits)
-
-
-STEP_COLUMNS = [
-    Column("n_ok", "ok", _fixed(0)), Column("n_err", "errors", _fixed(0)),
-    Column("out_tok_s", "out tok/s", _fixed(0)), Column("ttft_p50_ms", "TTFT p50 ms", _fixed(0)),
-    Column("ttft_p99_ms", "TTFT p99 ms", _fixed(0)), Column("itl_p50_ms", "ITL p50 ms", _fixed(1)),
-    Column("inflight", "in flight", _fixed(1)), Column("running_max", "running max", _fixed(0)),
-    Column("waiting_max", "waiting max", _fixed(0)), Column("kv_max", "KV max %", _fixed(1, 100)),
-    Column("preemptions", "preempt", _fixed(0)), Column("prefix_hit_rate", "prefix hit %", _fixed(0, 100)),
-    Column("goodput_rps", "goodput req/s", _fixed(2)),
-]
+# Per-step columns the page shows, by the analyzer's names; headers and number formats are
+# the console's (analyze.display.COLUMNS), so both say the same. The load level, the step
+# and its state are drawn separately.
+STEP_KEYS = ("n_ok", "n_err", "out_tok_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "queue_share",
+             "inflight", "running_max", "running_itl", "waiting_mean", "waiting_max", "kv_max",
+             "preemptions", "prefix_hit_rate", "goodput_rps")
+_CONSOLE = {key: (header, fmt) for key, header, fmt in COLUMNS}
 
 
 def step_table(point: Point) -> tuple[list[str], list[dict[str, Any]]]:
@@ -43,7 +26,7 @@ def step_table(point: Point) -> tuple[list[str], list[dict[str, Any]]]:
     steps = point.steps
     if steps.empty:
         return [], []
-    cols = [c for c in STEP_COLUMNS if c.key in steps and not steps[c.key].isna().all()]
+    cols = [k for k in STEP_KEYS if k in steps and steps[k].notna().any()]
     stalled = set(stalled_step_numbers(point))
     limited = set(point.manifest.get("client_limited_steps") or [])
     rows = []
@@ -53,8 +36,13 @@ def step_table(point: Point) -> tuple[list[str], list[dict[str, Any]]]:
         if r.get("state") == "client_limited" or int(r["step"]) in limited:
             flags.append("client-limited")
         rows.append({"step": int(r["step"]), "level": level(lvl, point.unit), "flags": flags,
-                     "cells": [c.fmt(to_float(r.get(c.key))) for c in cols]})
-    return ["step", level_axis(point.unit), *[c.header for c in cols]], rows
+                     "cells": [_cell(r.get(k), _CONSOLE[k][1]) for k in cols]})
+    return ["step", level_axis(point.unit), *[_CONSOLE[k][0] for k in cols]], rows
+
+
+def _cell(value: Any, fmt: str) -> str:
+    number = to_float(value)
+    return DASH if number is None else fmt.format(number)
 
 
 def stalled_step_numbers(point: Point) -> list[int]:

@@ -45,6 +45,8 @@ def write_verdict(run_dir: Path, *, lower: float | None, upper: float | None, ca
         "slo": {"targets": {"ttft_p99_ms": 2000.0} if slo_level is not None else {},
                 "max_level_meeting": slo_level},
         "cause": {"name": cause, "knob": knob, "ranked": [{"name": cause, "score": 0.9}],
+                  "facts": {"cap": server.get("max_num_seqs"), "kv_max": max(s["kv_max"] for s in steps),
+                            "waiting_excess": 0.0},
                   "evidence": [{"what": "running held at max_num_seqs", "value": server.get("max_num_seqs"),
                                 "step": 3}]},
         "capacity": {"formula_max_concurrency": formula,

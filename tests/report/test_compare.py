@@ -97,15 +97,13 @@ def test_single_runs_compare_whatever_their_names(ab_sweep):
     assert point["knee"]["base_text"] == "(16, 32]" and point["knee"]["new_text"] == "(8, 16]"
 
 
-@pytest.mark.parametrize("bad", ["nothing-here", "not-analysed", "corrupt"])
+@pytest.mark.parametrize("bad", ["nothing-here", "analysis-not-json", "manifest-not-json"])
 def test_bad_input_exits_2_with_a_one_line_message(ab_sweep, tmp_path, bad):
     target = tmp_path / bad
     if bad != "nothing-here":
         shutil.copytree(ab_sweep / "seqs-8", target)
-        if bad == "not-analysed":
-            (target / "analysis.json").unlink()
-        else:
-            (target / "manifest.json").write_text("{\"kind\": ")
+        broken = "analysis.json" if bad == "analysis-not-json" else "manifest.json"
+        (target / broken).write_text("{\"kind\": ")
     out = _compare(ab_sweep / "seqs-8", target)
     assert out.returncode == 2
     assert out.stderr.startswith("loadlab: error: ") and "Traceback" not in out.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from report_folders import replay, write_verdict
 
+from loadlab.analyze.display import cause_text
 from loadlab.report.page import write_report
 
 
@@ -80,3 +81,20 @@ def test_partial_sweep_with_a_broken_point_still_reports(ab_sweep, tmp_path, ope
     assert "not valid JSON" in page.inner_text("#point-2")
     assert page.is_visible("#point-1-load") and page.is_visible("#point-3-load")
     assert page.is_visible("#point-2-timeline")     # the raw data still shows over time
+
+
+def test_a_run_without_analysis_is_analysed_first(tmp_path, open_page):
+    """The real analyzer's verdict reaches the page, in the console's words."""
+    run = replay(tmp_path / "run", levels=(2, 4, 8, 16, 32), max_num_seqs=8)
+    out = subprocess.run([sys.executable, "-m", "loadlab", "report", str(run)],
+                         capture_output=True, text=True, check=True)
+    analysis = json.loads((run / "analysis.json").read_text())
+    assert analysis["schema"] == 1 and analysis["cause"]["name"] == "seq_cap"
+    opened = open_page(Path(out.stdout.strip()))
+    _check_renders(opened, tmp_path / "analysed-report.png")
+    box = opened.page.inner_text("#verdict .verdict-box")
+    assert "Knee between 8 and 16 concurrent users" in box
+    assert cause_text(analysis["cause"]).split(" — ", 1)[1] in box
+    assert analysis["cause"]["knob"] in box
+    # the per-step table uses the console's headers
+    assert "TTFT p99 ms" in opened.page.inner_text("#point-1-steps + .scroll thead")
