@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.steps import measured_windows
+from loadlab.analyze.tables import read_requests
 from loadlab.report.inputs import Point
-from loadlab.runstore import REQUESTS, read_table
 
 RESAMPLES = 1000
 SEED = 0
@@ -152,7 +152,7 @@ def _windows(point: Point) -> dict[float, _Window]:
     """Level -> requests of that step's measured window (the last step of a repeated level)."""
     if point.run_dir is None:
         return {}
-    requests = read_table(point.run_dir / "requests.parquet", REQUESTS)
+    requests = read_requests(point.run_dir)
     out: dict[float, _Window] = {}
     for w in measured_windows(point.manifest).itertuples(index=False):
         level = w.concurrency if w.concurrency is not None and not pd.isna(w.concurrency) else w.target_rate

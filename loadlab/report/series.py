@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.windows import resolve_family
-from loadlab.runstore import METRICS, REQUESTS, read_table
+from loadlab.analyze.tables import read_metrics, read_requests
+from loadlab.analyze.windows import resolve_family, snapshots
+from loadlab.collect.catalog import families_for_role
 
 GAUGE_ROLES = {"running": "running", "waiting": "waiting", "kv": "kv_usage"}
 SUM_OVER_ENDPOINTS = {"running": True, "waiting": True, "kv": False}
@@ -68,14 +69,14 @@ def step_bands(manifest: dict) -> tuple[float, list[StepBand]]:
 def timeline(run_dir: Path, manifest: dict) -> Timeline:
     """The over-time view of ``run_dir`` (empty arrays when nothing was scraped)."""
     t0, bands = step_bands(manifest)
-    metrics = read_table(run_dir / "metrics.parquet", METRICS)
+    metrics = read_metrics(run_dir, [f for role in GAUGE_ROLES.values() for f in families_for_role(role)])
     per_role = {name: _gauge(metrics, role, SUM_OVER_ENDPOINTS[name])
                 for name, role in GAUGE_ROLES.items()}
     instants = sorted(set().union(*(s.index for s in per_role.values() if s is not None)))
     t = np.asarray(instants, dtype=float)
     gauges = {name: s.reindex(t).to_numpy(dtype=float)
               for name, s in per_role.items() if s is not None}
-    requests = read_table(run_dir / "requests.parquet", REQUESTS)
+    requests = read_requests(run_dir)
     inflight = _inflight(requests, t) if len(t) and not requests.empty else None
     return Timeline(t=t - t0, gauges=gauges, inflight=inflight, bands=bands)
 
@@ -87,8 +88,7 @@ def _gauge(metrics: pd.DataFrame, role: str, summed: bool) -> pd.Series | None:
     family = resolve_family(metrics, role)
     if family is None:
         return None
-    data = metrics[(metrics["family"] == family) & (metrics["metric"] == family)]
-    snaps = data.groupby(["endpoint", "t"], sort=True)["value"].sum().reset_index()
+    snaps = snapshots(metrics, family, metric=family)
     if snaps["endpoint"].nunique() == 1:
         return snaps.set_index("t")["value"]
     # endpoints are scraped at slightly different instants: align them on the second

@@ -146,7 +146,7 @@ def knee_sentence(point: Point) -> str:
 def cause_detail(point: Point) -> str:
     """The figures that show the cause, in the console's words (analyze.display), name left out."""
     cause = point.section("cause")
-    if not cause.get("name"):
+    if not cause.get("name") or not cause.get("facts"):   # the words are built from the facts
         return ""
     text = cause_text(cause)
     return text.split(" — ", 1)[1] if " — " in text else ""
