@@ -29,7 +29,10 @@ step exceeds half the median TTFT; GuideLLM's over-saturation test).
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -46,6 +49,9 @@ ACHIEVED = 0.9
 TTFT_JUMP = 3.0
 SLOPE_ALPHA = 0.90
 SLOPE_MAX_POINTS = 400
+# The step-table columns :func:`votes` reads.
+VOTE_COLUMNS = ("level", "t_start", "t_end", "inflight", "rps", "server_queue_mean_ms", "server_ttft_mean_ms",
+                "server_itl_mean_ms", "itl_p50_ms", "ttft_p50_ms", "waiting_occupancy")
 SERVER = ("queue", "occupancy", "little", "hinge")
 OPEN = ("queue", "occupancy", "little", "growth", "achieved")
 
@@ -75,13 +81,39 @@ def hinge_fit(levels: np.ndarray, waiting: np.ndarray) -> HingeFit | None:
     c, w = levels[ok], waiting[ok]
     if len(c) < 2:
         return None
-    grid = np.arange(0.0, c.max() + HINGE_GRID, HINGE_GRID)
-    pred = np.maximum(0.0, c[None, :] - grid[:, None])
-    sse = ((pred - w[None, :]) ** 2).sum(axis=1)
-    best = int(np.argmin(sse))
+    psi, sse = hinge_psi(c, w[None, :])
     total = float(((w - w.mean()) ** 2).sum())
-    r2 = 1.0 - float(sse[best]) / total if total > 0 else 1.0
-    return HingeFit(float(grid[best]), r2)
+    r2 = 1.0 - float(sse[0]) / total if total > 0 else 1.0
+    return HingeFit(float(psi[0]), r2)
+
+
+def hinge_psi(c: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``w`` (B, len(c); no NaN): the psi of the grid 0, HINGE_GRID, ... max(c)
+    that minimises the squared error of w = max(0, c - psi) (the lowest among equals), and
+    that error.
+
+    The same answer as evaluating the whole grid, at a few points per level: between two
+    consecutive levels the error is a quadratic in psi (the levels above psi are fixed),
+    so the best grid point there is one of the two beside the quadratic's vertex, or an
+    end of the interval. Only those candidates are evaluated, by the same arithmetic.
+    """
+    grid = np.arange(0.0, c.max() + HINGE_GRID, HINGE_GRID)
+    edges = np.unique(np.concatenate([[0.0], c[(c > 0) & (c < grid[-1])], [grid[-1]]]))
+    above = c[None, :] >= edges[1:, None]                  # (intervals, levels): active above psi
+    n_above = above.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        vertex = ((c - w) @ above.T.astype(float)) / n_above  # (B, intervals); NaN when none above
+    ends = np.concatenate([np.searchsorted(grid, edges[:-1], side="left"),
+                           np.searchsorted(grid, edges[1:], side="right") - 1])
+    near = np.searchsorted(grid, np.nan_to_num(vertex, nan=grid[-1]))
+    ends = np.append(ends, 0)                              # one candidate even when max(c) is 0
+    cand = np.concatenate([np.broadcast_to(ends, (len(w), len(ends))), near - 1, near], axis=1)
+    cand = np.sort(np.clip(cand, 0, len(grid) - 1), axis=1)
+    pred = np.maximum(0.0, c[None, None, :] - grid[cand][:, :, None])
+    sse = ((pred - w[:, None, :]) ** 2).sum(axis=2)
+    best = np.argmin(sse, axis=1)                          # first of equals: the lowest psi
+    rows = np.arange(len(w))
+    return grid[cand[rows, best]], sse[rows, best]
 
 
 def theil_sen(x: np.ndarray, y: np.ndarray) -> Slope | None:
@@ -120,59 +152,62 @@ def two_segment(levels: np.ndarray, y: np.ndarray) -> Plateau:
     return Plateau(best[1] if gain >= 0.5 else None, gain)
 
 
-def queue_vote(queue_ms: float, ttft_ms: float, step_ms: float) -> bool | None:
-    if np.isnan(queue_ms) or np.isnan(ttft_ms) or ttft_ms <= 0:
-        return None
-    floor = QUEUE_MIN_STEPS * step_ms if not np.isnan(step_ms) else 0.0
-    return bool(queue_ms >= QUEUE_SHARE * ttft_ms and queue_ms >= floor)
+def votes(cols: pd.DataFrame | Mapping[str, np.ndarray], closed: bool, waiting: np.ndarray,
+          psi: float | np.ndarray | None, growth: list[Slope | None] | None = None) -> dict[str, np.ndarray]:
+    """Every detector's votes: 1.0 stalled, 0.0 not, NaN no vote (inputs missing).
 
-
-def little_vote(waiting: float, inflight: float) -> bool | None:
-    if np.isnan(waiting):
-        return None
-    scale = 0.0 if np.isnan(inflight) else LITTLE_FRACTION * inflight
-    return bool(waiting >= max(LITTLE_MIN, scale))
-
-
-def occupancy_vote(occupancy: float) -> bool | None:
-    return None if np.isnan(occupancy) else bool(occupancy >= OCCUPANCY)
+    ``cols``: the step table, or a mapping of its columns as arrays whose last axis is
+    the step (the bootstrap passes (resamples, steps) arrays beside the table's own
+    1-D ones); ``waiting``: the waiting level per step; ``psi``: the hinge's effective
+    cap (one, or one per resample), None without a fit. Votes come out in the shape
+    all inputs broadcast to.
+    """
+    get = partial(column, cols)
+    with np.errstate(invalid="ignore"):
+        step_ms = _first(get("server_itl_mean_ms"), get("itl_p50_ms"))
+        queue, ttft = get("server_queue_mean_ms"), get("server_ttft_mean_ms")
+        inflight, levels = get("inflight"), get("level")
+        floor = np.where(np.isnan(step_ms), 0.0, QUEUE_MIN_STEPS * step_ms)
+        out = {"queue": _vote(~np.isnan(queue) & (ttft > 0), (queue >= QUEUE_SHARE * ttft) & (queue >= floor)),
+               "occupancy": _vote(~np.isnan(get("waiting_occupancy")), get("waiting_occupancy") >= OCCUPANCY)}
+        scale = np.where(np.isnan(inflight), 0.0, LITTLE_FRACTION * inflight)
+        out["little"] = _vote(~np.isnan(waiting), waiting >= np.maximum(LITTLE_MIN, scale))
+        if closed:
+            cap = np.full(1, np.nan) if psi is None else np.asarray(psi, dtype=float)[..., None]
+            out["hinge"] = _vote(~np.isnan(waiting) & ~np.isnan(cap), levels - cap >= HINGE_MARGIN)
+        else:
+            window = get("t_end") - get("t_start")
+            out["growth"] = np.array([np.nan if g is None else float(_grows(g, span, infl))
+                                      for g, span, infl in zip(growth or [None] * len(levels), window,
+                                                               inflight)])
+            rps = get("rps")
+            out["achieved"] = _vote(~np.isnan(rps) & ~np.isnan(levels), rps < ACHIEVED * levels)
+        server = np.any(~np.isnan(np.stack(np.broadcast_arrays(out["queue"], out["occupancy"], out["little"]))),
+                        axis=(0, -1))                  # per resample: any server detector voted
+        if closed and not np.all(server):
+            out["ttft_jump"] = np.where(server[..., None], np.nan, ttft_jump(get("ttft_p50_ms"), get("itl_p50_ms")))
+    shape = np.broadcast_shapes(*(v.shape for v in out.values()))
+    return {k: np.broadcast_to(v, shape) for k, v in out.items()}
 
 
 def step_votes(table: pd.DataFrame, closed: bool, waiting: np.ndarray, hinge: HingeFit | None,
                growth: list[Slope | None] | None = None) -> pd.DataFrame:
     """One row per step, one column per detector (True / False / None)."""
-    step_ms = _first(table, "server_itl_mean_ms", "itl_p50_ms")
-    votes: dict[str, list[bool | None]] = {
-        "queue": [queue_vote(q, t, s) for q, t, s in zip(column(table, "server_queue_mean_ms"),
-                                                         column(table, "server_ttft_mean_ms"), step_ms)],
-        "occupancy": [occupancy_vote(o) for o in column(table, "waiting_occupancy")],
-        "little": [little_vote(w, i) for w, i in zip(waiting, column(table, "inflight"))],
-    }
-    levels = table["level"].to_numpy(dtype=float)
-    if closed:
-        votes["hinge"] = [None if hinge is None or np.isnan(w) else bool(c - hinge.psi >= HINGE_MARGIN)
-                          for c, w in zip(levels, waiting)]
-    else:
-        window = (table["t_end"] - table["t_start"]).to_numpy(dtype=float)
-        votes["growth"] = [None if g is None else _grows(g, span, infl)
-                           for g, span, infl in zip(growth or [None] * len(table), window,
-                                                    column(table, "inflight"))]
-        votes["achieved"] = [None if np.isnan(r) or np.isnan(c) else bool(r < ACHIEVED * c)
-                             for r, c in zip(column(table, "rps"), levels)]
-    server = any(v is not None for name in ("queue", "occupancy", "little") for v in votes[name])
-    if not server and closed:
-        votes["ttft_jump"] = ttft_jump(table)
-    return pd.DataFrame(votes, index=table.index, dtype=object)
+    found = votes(table, closed, waiting, None if hinge is None else hinge.psi, growth)
+    return pd.DataFrame({k: [None if np.isnan(x) else bool(x) for x in v] for k, v in found.items()},
+                        index=table.index, dtype=object)
 
 
-def ttft_jump(table: pd.DataFrame) -> list[bool | None]:
-    ttft = column(table, "ttft_p50_ms")
-    itl = column(table, "itl_p50_ms")
-    if np.all(np.isnan(ttft)):
-        return [None] * len(table)
-    base = np.nanmin(ttft)
-    gap = 2 * np.nan_to_num(np.nanmedian(itl) if not np.all(np.isnan(itl)) else 0.0)
-    return [None if np.isnan(t) else bool(t >= TTFT_JUMP * base and t >= base + gap) for t in ttft]
+def ttft_jump(ttft: np.ndarray, itl: np.ndarray) -> np.ndarray:
+    """Votes (as :func:`votes`): client TTFT p50 at least TTFT_JUMP x the lowest step's and
+    2 ITLs above it."""
+    if ttft.shape[-1] == 0:
+        return ttft.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)    # a row of NaN: no vote, as wanted
+        base = np.nanmin(ttft, axis=-1, keepdims=True)
+        gap = 2 * np.nan_to_num(np.nanmedian(itl, axis=-1, keepdims=True))
+    return _vote(~np.isnan(ttft), (ttft >= TTFT_JUMP * base) & (ttft >= base + gap))
 
 
 def inflight_slopes(requests: pd.DataFrame, table: pd.DataFrame, dt: float = 1.0) -> list[Slope | None]:
@@ -206,21 +241,28 @@ def ttft_trend(requests: pd.DataFrame, table: pd.DataFrame) -> list[bool | None]
     return out
 
 
+def _vote(known: np.ndarray, stalled: np.ndarray) -> np.ndarray:
+    return np.where(known, np.asarray(stalled, dtype=float), np.nan)
+
+
 def _grows(fit: Slope, span: float, inflight: float) -> bool:
     rise = fit.slope * span
     return bool(fit.low > 0 and rise >= max(1.0, 0.1 * np.nan_to_num(inflight)))
 
 
-def column(table: pd.DataFrame, col: str) -> np.ndarray:
-    """A numeric column as floats (NaN where absent or not a number)."""
+def column(table: pd.DataFrame | Mapping[str, np.ndarray], col: str) -> np.ndarray:
+    """A numeric column as floats (NaN where absent or not a number); a mapping's arrays
+    as they are (all columns present)."""
+    if not isinstance(table, pd.DataFrame):
+        return np.asarray(table[col], dtype=float)
     if col not in table:
         return np.full(len(table), np.nan)
     return pd.to_numeric(table[col], errors="coerce").to_numpy(dtype=float)
 
 
-def _first(table: pd.DataFrame, *cols: str) -> np.ndarray:
-    out = np.full(len(table), np.nan)
-    for col in reversed(cols):
-        x = column(table, col)
+def _first(*arrays: np.ndarray) -> np.ndarray:
+    """Element-wise the first of the arrays that is not NaN."""
+    out = np.full(1, np.nan)
+    for x in reversed(arrays):
         out = np.where(np.isnan(x), out, x)
     return out

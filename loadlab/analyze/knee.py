@@ -18,8 +18,10 @@ Steps:
    step stalled: ``lower`` None. A client-limited step at or below where the knee would
    be leaves ``found`` False: the client, not the server, stopped the load.
 5. Confidence: BOOTSTRAP_N (200) resamples of each step's scrape intervals (histogram
-   increments and gauge snapshots, seeded) and of its requests (client-only runs), the
-   knee recomputed each time; *agreement* = share giving the same bracket. Also the
+   increments and gauge snapshots) and of its requests' TTFTs (client-only runs vote on
+   them), seeded, drawn for all resamples at once (:mod:`loadlab.analyze.bootstrap`);
+   steps 1-4 recomputed on each (votes and states as (resamples, steps) arrays, the
+   hinge refitted per resample); *agreement* = share giving the same bracket. Also the
    share of detectors whose own knee equals the verdict, the worst scrape coverage and
    the Little's-law residual |L - lambda W| / L per step (client in-flight vs send rate x
    mean E2E; large when steps are short against latency). High: agreement >= 0.9,
@@ -36,9 +38,8 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze import detectors as det
-from loadlab.analyze.samples import increments
+from loadlab.analyze.bootstrap import resample
 from loadlab.analyze.steps import RunData, binned
-from loadlab.analyze.windows import resolve_family, snapshots
 
 CLIENT_INFLIGHT = 0.8
 CLIENT_SEND = 0.9
@@ -97,31 +98,36 @@ def _behind_schedule(row: Any) -> bool:
     return bool(sent < CLIENT_SEND * expected and sent < expected - 3 * np.sqrt(expected))
 
 
-def waiting_level(table: pd.DataFrame) -> np.ndarray:
+def waiting_level(table: pd.DataFrame | dict[str, np.ndarray]) -> np.ndarray:
     """Time-mean waiting count per step: the larger of Little's law on the queue histogram
     and the gauge's mean (a lagging gauge reads low, never high; vLLM's queue time starts
-    only when its engine core has the request)."""
+    only when its engine core has the request). ``table``: the step table, or its columns
+    as arrays (the bootstrap's resamples)."""
     little = det.column(table, "waiting_little")
     gauge = det.column(table, "waiting_mean")
     return np.fmax(little, gauge)
 
 
+STATES = ("ok", "stalled", "client_limited", "unjudged")   # state codes 0..3
+
+
 def step_states(votes: pd.DataFrame, limited: list[bool]) -> list[str]:
-    states = []
-    for row, lim in zip(votes.to_dict("records"), limited):
-        if lim:
-            states.append("client_limited")
-            continue
-        known = {k: v for k, v in row.items() if v is not None and not _isnan(v)}
-        yes = sum(bool(v) for v in known.values())
-        no = len(known) - yes
-        if not known:
-            states.append("unjudged")
-        elif yes > no or (yes == no and (known.get("queue") or known.get("little"))):
-            states.append("stalled")
-        else:
-            states.append("ok")
-    return states
+    """Per step: ok | stalled | client_limited | unjudged, from the detectors' votes (step 3)."""
+    arrays = {k: np.array([np.nan if v is None else float(v) for v in votes[k]]) for k in votes.columns}
+    return [STATES[c] for c in state_codes(arrays, np.asarray(limited, dtype=bool))]
+
+
+def state_codes(votes: dict[str, np.ndarray], limited: np.ndarray) -> np.ndarray:
+    """:data:`STATES` codes from votes as :func:`detectors.votes` gives them (any leading axes)."""
+    stack = np.stack(list(votes.values())) if votes else np.full((1, *limited.shape), np.nan)
+    yes, no = (stack == 1).sum(axis=0), (stack == 0).sum(axis=0)
+    tie_break = np.zeros(yes.shape, dtype=bool)
+    for name in ("queue", "little"):
+        if name in votes:
+            tie_break |= votes[name] == 1
+    stalled = (yes > no) | ((yes == no) & tie_break)
+    codes = np.where(yes + no == 0, 3, np.where(stalled, 1, 0))
+    return np.where(limited, 2, codes)
 
 
 def bracket(levels: list[float], states: list[str]) -> tuple[bool, float | None, float | None, bool]:
@@ -239,93 +245,40 @@ def littles_residual(table: pd.DataFrame) -> np.ndarray:
 
 def _bootstrap(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool],
                growth: list[det.Slope | None] | None, seed: int) -> float:
-    """Share of resamples whose knee bracket equals the point estimate's."""
-    rng = np.random.default_rng(seed)
-    pieces = _step_pieces(run, table)
+    """Share of resamples whose knee bracket equals the point estimate's (all at once)."""
     closed = run.closed_loop
     levels = table["level"].astype(float).tolist()
+    cols = {c: det.column(table, c) for c in det.VOTE_COLUMNS} | resample(run, table, BOOTSTRAP_N, seed)
+    waiting = waiting_level(cols)
+    psi = _hinge_psi(table, waiting, limited) if closed else None
+    lim = np.asarray(limited, dtype=bool)
+    codes = state_codes(det.votes(cols, closed, waiting, psi, growth), lim)
     target = (knee.found, _plain(knee.lower), _plain(knee.upper))
+    if not levels:
+        return float(bracket([], [])[:3] == target)
+    rows, counts = np.unique(codes, axis=0, return_counts=True)
     hits = 0
-    for _ in range(BOOTSTRAP_N):
-        resampled = _resample(table, pieces, rng)
-        waiting = waiting_level(resampled)
-        votes = _votes(resampled, closed, waiting, limited, growth)
-        found, lower, upper, _ = bracket(levels, step_states(votes, limited))
-        hits += (found, _plain(lower), _plain(upper)) == target
+    for row, count in zip(rows, counts):
+        found, lower, upper, _ = bracket(levels, [STATES[c] for c in row])
+        hits += int(count) * ((found, _plain(lower), _plain(upper)) == target)
     return hits / BOOTSTRAP_N
 
 
-HIST_KEYS = ("q_sum", "q_count", "t_sum", "t_count", "i_sum", "i_count")
-
-
-@dataclass
-class _Pieces:
-    """Per step: scrape-interval increments of the queue/TTFT/ITL histograms (one row per
-    interval, columns HIST_KEYS), waiting-gauge snapshots and client TTFTs."""
-
-    hist: list[np.ndarray]
-    waiting: list[np.ndarray]
-    ttft: list[np.ndarray]
-    present: set[str]
-
-
-def _step_pieces(run: RunData, table: pd.DataFrame) -> _Pieces:
-    m = run.metrics
-    series: dict[str, pd.Series] = {}
-    if not m.empty:
-        for role, key in (("queue_time", "q"), ("ttft", "t"), ("itl", "i")):
-            family = resolve_family(m, role)
-            if family:
-                for kind in ("sum", "count"):
-                    inc = increments(m, family, f"{family}_{kind}")
-                    series[f"{key}_{kind}"] = inc.set_index(["endpoint", "t"])["value"]
-    hist_all = pd.DataFrame(series).fillna(0.0).reset_index() if series else pd.DataFrame()
-    for key in HIST_KEYS:
-        if len(hist_all) and key not in hist_all:
-            hist_all[key] = np.nan
-    family = resolve_family(m, "waiting") if not m.empty else None
-    snaps = snapshots(m, family) if family else pd.DataFrame(columns=["t", "value"])
-    ok = run.requests[run.requests["status"] == "ok"] if not run.requests.empty else run.requests
-    hist, waiting, ttft = [], [], []
-    for w in table.itertuples(index=False):
-        if len(hist_all):
-            inside = hist_all[(hist_all.t > w.t_start) & (hist_all.t <= w.t_end)]
-            hist.append(inside[list(HIST_KEYS)].to_numpy(dtype=float))
-        else:
-            hist.append(np.empty((0, len(HIST_KEYS))))
-        inside = snaps[(snaps.t >= w.t_start) & (snaps.t < w.t_end)]
-        waiting.append(inside["value"].to_numpy(dtype=float))
-        sel = ok[(ok.step == w.step) & (ok.t_sent >= w.t_start) & (ok.t_sent < w.t_end)] if len(ok) else ok
-        ttft.append(sel["ttft_s"].dropna().to_numpy(dtype=float) if len(sel) else np.array([]))
-    return _Pieces(hist, waiting, ttft, set(series))
-
-
-def _resample(table: pd.DataFrame, pieces: _Pieces, rng: np.random.Generator) -> pd.DataFrame:
-    """The columns the detectors read, recomputed from resampled pieces (one assign)."""
-    cols = {c: det.column(table, c).copy() for c in
-            ("server_queue_mean_ms", "server_ttft_mean_ms", "server_itl_mean_ms", "waiting_little",
-             "waiting_occupancy", "waiting_mean", "ttft_p50_ms")}
-    length = (table["t_end"] - table["t_start"]).to_numpy(dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        for i in range(len(table)):
-            h = pieces.hist[i]
-            if len(h):
-                tot = h[rng.integers(0, len(h), len(h))].sum(axis=0)
-                for col, (s_i, c_i) in (("server_queue_mean_ms", (0, 1)), ("server_ttft_mean_ms", (2, 3)),
-                                        ("server_itl_mean_ms", (4, 5))):
-                    if not np.isnan(cols[col][i]):
-                        cols[col][i] = tot[s_i] / tot[c_i] * 1e3 if tot[c_i] > 0 else np.nan
-                if not np.isnan(cols["waiting_little"][i]) and length[i] > 0:
-                    cols["waiting_little"][i] = tot[0] / length[i]
-            w = pieces.waiting[i]
-            if len(w) and not np.isnan(cols["waiting_occupancy"][i]):
-                r = w[rng.integers(0, len(w), len(w))]
-                cols["waiting_occupancy"][i] = float((r >= 1).mean())
-                cols["waiting_mean"][i] = float(r.mean())
-            t = pieces.ttft[i]
-            if len(t):
-                cols["ttft_p50_ms"][i] = float(np.median(t[rng.integers(0, len(t), len(t))])) * 1e3
-    return table.assign(**cols)
+def _hinge_psi(table: pd.DataFrame, waiting: np.ndarray, limited: list[bool]) -> np.ndarray:
+    """Per resample (rows of ``waiting``): the hinge's psi over the steps not client-limited;
+    NaN with fewer than 2 points."""
+    keep = ~np.asarray(limited, dtype=bool)
+    c, w = table["level"].to_numpy(dtype=float)[keep], waiting[:, keep]
+    psi = np.full(len(w), np.nan)
+    if w.shape[1] < 2:
+        return psi
+    present = ~(np.isnan(w) | np.isnan(c))
+    patterns, which = np.unique(present, axis=0, return_inverse=True)
+    for k, ok in enumerate(patterns):               # almost always one: NaN where the table has it
+        if ok.sum() >= 2:
+            rows = np.flatnonzero(which.ravel() == k)
+            psi[rows] = det.hinge_psi(c[ok], w[np.ix_(rows, np.flatnonzero(ok))])[0]
+    return psi
 
 
 def _div(a: float, b: float) -> float:
