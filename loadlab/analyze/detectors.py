@@ -38,6 +38,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import theilslopes
 
+from loadlab.analyze.windows import rows_in
+
 QUEUE_SHARE = 0.5
 QUEUE_MIN_STEPS = 2.0
 OCCUPANCY = 0.5
@@ -227,17 +229,17 @@ def inflight_slopes(requests: pd.DataFrame, table: pd.DataFrame, dt: float = 1.0
 
 def ttft_trend(requests: pd.DataFrame, table: pd.DataFrame) -> list[bool | None]:
     """Per step: does the client's TTFT rise within the step (cross-check only)?"""
-    ok = requests[requests["status"] == "ok"]
+    ok = (requests["status"] == "ok").to_numpy(dtype=bool)
+    sent, ttft = requests["t_sent"].to_numpy(dtype=float)[ok], requests["ttft_s"].to_numpy(dtype=float)[ok]
+    starts, ends = table["t_start"].to_numpy(dtype=float), table["t_end"].to_numpy(dtype=float)
     out: list[bool | None] = []
-    for w in table.itertuples(index=False):
-        inside = ok[(ok.t_sent >= w.t_start) & (ok.t_sent < w.t_end)]
-        fit = theil_sen(inside.t_sent.to_numpy(dtype=float) - w.t_start,
-                        inside.ttft_s.to_numpy(dtype=float))
+    for rows, start, end in zip(rows_in(sent, starts, ends), starts, ends):
+        fit = theil_sen(sent[rows] - start, ttft[rows])
         if fit is None:
             out.append(None)
             continue
-        rise = fit.slope * (w.t_end - w.t_start)
-        out.append(bool(fit.low > 0 and rise > 0.5 * float(inside.ttft_s.median())))
+        rise = fit.slope * (end - start)
+        out.append(bool(fit.low > 0 and rise > 0.5 * float(np.nanmedian(ttft[rows]))))
     return out
 
 

@@ -40,6 +40,7 @@ from loadlab.analyze.windows import (
     gauge_windows,
     histogram_windows,
     resolve_family,
+    rows_in,
 )
 from loadlab.errors import InputError
 from loadlab.runstore import read_manifest, read_table
@@ -114,7 +115,7 @@ def build_step_table(run: RunData) -> pd.DataFrame:
     wins = measured_windows(run.manifest)
     table = wins.copy()
     table["level"] = table["concurrency"].where(table["concurrency"].notna(), table["target_rate"])
-    client = [_client_stats(run.requests, w) for w in wins.itertuples(index=False)]
+    client = _client_columns(run.requests, wins)
     table = pd.concat([table, pd.DataFrame(client, index=table.index)], axis=1)
     _client_manifest(table, run.manifest.get("steps") or [])
     metrics = run.metrics
@@ -180,14 +181,23 @@ def binned(requests: pd.DataFrame) -> pd.DataFrame:
     return requests
 
 
-def _client_stats(requests: pd.DataFrame, w: Any) -> dict[str, float]:
-    t_bin = requests["t_sent"]
-    if "t_issued" in requests:
-        t_bin = t_bin.fillna(requests["t_issued"])
-    sent = requests[(requests.step == w.step) & (t_bin >= w.t_start) & (t_bin < w.t_end)]
+def _client_columns(requests: pd.DataFrame, wins: pd.DataFrame) -> list[dict[str, float]]:
+    """:func:`_client_stats` of every window, the rows of each found by one sort (not a
+    filter of the whole frame per step: 30 of those cost ~1 s on an hour's 1M rows)."""
+    starts, ends = wins["t_start"].to_numpy(dtype=float), wins["t_end"].to_numpy(dtype=float)
+    step = requests["step"].to_numpy()
+    ok = (requests["status"] == "ok").to_numpy(dtype=bool)
+    sent = rows_in(binned(requests)["t_sent"].to_numpy(dtype=float), starts, ends)
+    done_ok = np.flatnonzero(ok)
+    done = rows_in(requests["t_done"].to_numpy(dtype=float)[done_ok], starts, ends)
+    return [_client_stats(requests.iloc[rows[step[rows] == w.step]], requests.iloc[done_ok[d]], w)
+            for rows, d, w in zip(sent, done, wins.itertuples(index=False))]
+
+
+def _client_stats(sent: pd.DataFrame, done: pd.DataFrame, w: Any) -> dict[str, float]:
+    """Client figures of one window: ``sent``, the step's requests binned in it; ``done``,
+    the successful requests (any step) that finished in it."""
     ok = sent[sent.status == "ok"]
-    done = requests[(requests.status == "ok") & (requests.t_done >= w.t_start)
-                    & (requests.t_done < w.t_end)]
     length = max(w.t_end - w.t_start, 1e-9)
     aborted = int((sent.status == "aborted").sum())
     return {

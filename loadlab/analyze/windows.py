@@ -27,6 +27,8 @@ match (``{"reason": "capacity"}``).
 - :func:`coverage_windows`: expected scrapes = window length / interval; coverage =
   successful scrapes / expected (at most 1), with attempts, misses and the most
   frequent error cause.
+- :func:`rows_in`: any table's rows per window by a time column (requests by send time),
+  found with one sort for all windows.
 """
 
 from __future__ import annotations
@@ -53,6 +55,15 @@ def resolve_family(metrics: pd.DataFrame, role: str) -> str | None:
         if family in present:
             return family
     return None
+
+
+def rows_in(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
+    """Per window [start, end): the positions of the rows whose ``t`` falls in it, in row
+    order (NaN in none)."""
+    order = np.argsort(t, kind="stable")
+    ts = t[order]
+    lo, hi = np.searchsorted(ts, starts, side="left"), np.searchsorted(ts, ends, side="left")
+    return [np.sort(order[a:b]) for a, b in zip(lo, hi)]
 
 
 def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> float:
