@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
-from loadlab.analyze.tables import chunk_span_s, read_metrics, read_requests
+from loadlab.analyze.tables import METRIC_COLUMNS, chunk_span_s, read_metrics, read_requests
 from loadlab.analyze.windows import (
     counter_windows,
     coverage_windows,
@@ -54,7 +54,8 @@ CLIENT_KEYS = ("achieved_ratio", "achieved_rate", "inflight_mean", "send_lag_p99
 
 @dataclass
 class RunData:
-    """One run folder, read once: manifest and the three tables (empty when absent)."""
+    """One run folder, read once: manifest and the three tables (empty when absent;
+    requests and metrics in the columns the analyzer reads, :mod:`loadlab.analyze.tables`)."""
 
     run_dir: Path
     manifest: dict[str, Any]
@@ -82,7 +83,7 @@ def load_run(run_dir: str | Path) -> RunData:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("steps", []), list):
         raise InputError("manifest.json has no list of steps", source=path, field="steps",
                          fix="restore it from the run, or re-run the load")
-    return RunData(run_dir, manifest, read_requests(run_dir), read_metrics(run_dir),
+    return RunData(run_dir, manifest, read_requests(run_dir), read_metrics(run_dir, columns=METRIC_COLUMNS),
                    read_table(run_dir / "scrapes.parquet", SCRAPES))
 
 
