@@ -5,7 +5,8 @@ Two forms:
 - ``loadlab collect ENDPOINT... --out DIR [--interval 1] [--duration S]``: samples
   until the duration is over, or until Ctrl-C / SIGTERM when no duration is
   given (so a run orchestrator can start it as a process and stop it), then
-  flushes everything and prints what was collected.
+  flushes everything, compacts the metrics and scrapes it wrote into one part each
+  (:func:`loadlab.runstore.compact_run`) and prints what was collected.
 - ``loadlab collect --prometheus-url URL --start T --end T --out DIR``: copies the
   window's vLLM series out of a Prometheus server in the same format.
 """
@@ -92,6 +93,7 @@ def _from_prometheus(url: str, endpoints: tuple[str, ...], out_dir: Path, start:
 def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeout_s: float | None,
             duration_s: float | None, api_key_env: str) -> None:
     from loadlab.collect.scraper import Scraper
+    from loadlab.runstore import compact_run
 
     if not endpoints:
         raise InputError("no endpoint given", field="ENDPOINT",
@@ -112,6 +114,8 @@ def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeou
                 pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+    compact_run(out_dir, tables=("metrics.parquet", "scrapes.parquet"),
+                progress=lambda line: click.echo(line, err=True))
     for endpoint, st in scraper.stats().items():
         info = scraper.endpoint_info().get(endpoint, {})
         click.echo(f"{endpoint}: {st.ok}/{st.attempts} scrapes ok, {st.missed} missed ticks, "

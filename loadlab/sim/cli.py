@@ -263,7 +263,7 @@ def replay(profile: str, concurrency: tuple[int, ...], rate: tuple[float, ...], 
             shown[0] = tenth
             click.echo(f"replay: {virtual_s:,.0f} / {total_s:,.0f} virtual s", err=True)
 
-    summary = run_replay(cfg, plan, out, progress)
+    summary = run_replay(cfg, plan, out, progress, notice=lambda line: click.echo(f"replay: {line}", err=True))
     click.echo(f"replay: {summary.requests} requests ({summary.completed} completed, "
                f"{summary.aborted} aborted at the end), {summary.engine_steps} engine steps, "
                f"{summary.virtual_s:,.0f} virtual s in {summary.wall_s:.1f} s "

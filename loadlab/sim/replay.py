@@ -29,7 +29,8 @@ generator that stops. Output in ``out_dir``: requests.parquet (REQUESTS, worker
 :class:`~loadlab.sim.replay_records.RequestRows`), metrics.parquet (METRICS,
 source "sim", every ``metrics_interval_s`` virtual seconds, the same samples the
 simulator's /metrics would serve, written column-wise by the collector's MetricsSink) and manifest.json (kind "sim-replay", steps, resolved
-server flags, vLLM's start-up lines, wall time and speed).
+server flags, vLLM's start-up lines, wall time and speed); each table compacted into
+one part once the run is complete.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from loadlab import __version__
 from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.collect.sink import MetricsSink
 from loadlab.errors import InputError
-from loadlab.runstore import REQUESTS, PartWriter, update_manifest, write_manifest
+from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
@@ -336,14 +337,17 @@ def gc_relaxed(gen0_threshold: int = 50_000) -> Iterator[None]:
 
 def run_replay(cfg: SimConfig, plan: ReplayPlan, out_dir: str | Path,
                progress: Callable[[float, float], None] | None = None,
-               observer: Callable[[StepOutput], None] | None = None) -> ReplaySummary:
+               observer: Callable[[StepOutput], None] | None = None,
+               notice: Callable[[str], None] | None = None) -> ReplaySummary:
     """Run ``plan`` through the simulator of ``cfg`` in virtual time; write a run folder.
 
     ``progress(virtual_s, total_s)`` is called at every metrics sample; ``observer(out)``
     with every engine step's StepOutput (the engine's own state: ground truth for tests
     of the analyzer, which sees only the run folder). The garbage
-    collector runs less often meanwhile (:func:`gc_relaxed`). Raises
-    InputError for a bad plan or an impossible configuration (before writing anything).
+    collector runs less often meanwhile (:func:`gc_relaxed`). Once complete, the folder's
+    tables are compacted (:func:`loadlab.runstore.compact_run`; ``notice(line)`` hears
+    about it when that takes a while). Raises InputError for a bad plan or an impossible
+    configuration (before writing anything).
     """
     plan.validate()
     out = Path(out_dir)
@@ -380,4 +384,5 @@ def run_replay(cfg: SimConfig, plan: ReplayPlan, out_dir: str | Path,
                             c["engine_steps"], c["metrics_rows"], plan.duration_s, wall)
     update_manifest(out, status="complete", finished=time.time(),
                     sim={"wall_s": wall, "speed": summary.speed, "engine_steps": c["engine_steps"]})
+    compact_run(out, progress=notice)
     return summary
