@@ -25,6 +25,9 @@ Steps of :func:`run_load`:
    (:mod:`loadlab.loadgen.guards`: target unreachable, every request refused) or
    ``target_check`` (the launched server's process) says the target is gone. Both
    are checked every 0.2 s of a step; the step's window is kept as far as it ran.
+7. The tables this process wrote are compacted into one part each
+   (:func:`loadlab.runstore.compact_run`, "compacting N part files..." on ``progress``
+   when that takes a while; interrupted, it loses nothing).
 
 A progress line goes to ``progress`` every ``progress_s`` seconds. With
 ``collect_interval_s`` the master also runs :class:`loadlab.collect.scraper.Scraper`
@@ -72,7 +75,7 @@ from loadlab.loadgen.user import (
     locust_link,
     serve_worker,
 )
-from loadlab.runstore import update_manifest, write_manifest
+from loadlab.runstore import compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
 
 START_LEAD_S = 0.3
@@ -235,6 +238,9 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
             env.runner.quit() if env.runner else None
         finally:
             _reap(procs)
+        compact_run(out, tables=("requests.parquet", "client.parquet")
+                    + (("metrics.parquet", "scrapes.parquet") if scraper is not None else ()),
+                    progress=opts.progress)
     if status == "interrupted":
         raise RunInterrupted(f"run interrupted; everything measured is in {out}")
     if master.stop_reason is not None:
