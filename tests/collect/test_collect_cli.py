@@ -25,6 +25,20 @@ def test_collect_samples_endpoints_for_a_duration(tmp_path, page_server, capsys)
     assert read_manifest(tmp_path)["metrics"]["endpoints"][a.url]["vllm_engine"] == "v1"
 
 
+def test_collect_compacts_what_it_wrote_without_losing_a_sample(tmp_path, page_server, capsys):
+    a, b = page_server("ok"), page_server("ok")           # one metrics writer each: two parts at least
+    main(["collect", a.url, b.url, "--interval", "0.2", "--duration", "1.2", "--out", str(tmp_path)])
+    parts = {table: [p.name for p in (tmp_path / table).glob("part-*.parquet")]
+             for table in ("metrics.parquet", "scrapes.parquet")}
+    assert all(len(names) == 1 for names in parts.values()), parts
+    assert "~" in parts["metrics.parquet"][0]               # the compacted part
+    scrapes = read_table(tmp_path / "scrapes.parquet", SCRAPES)
+    metrics = read_table(tmp_path / "metrics.parquet", METRICS)
+    assert set(metrics.endpoint) == {a.url, b.url}
+    assert len(metrics) == scrapes.loc[scrapes.ok, "n_samples"].sum() > 0   # every sample of every scrape
+    assert not (tmp_path / "requests.parquet").exists()
+
+
 @pytest.mark.parametrize("argv", [
     ["collect", "http://127.0.0.1:1", "--interval", "0.01"],
     ["collect", "http://127.0.0.1:1", "--interval", "1", "--timeout", "2"],

@@ -147,3 +147,54 @@ def test_a_part_failing_while_copied_stops_compaction_with_nothing_changed(table
     with pytest.raises(pa.ArrowInvalid):
         compact(table, SCHEMA)
     assert part_names(table) == names and not list(table.glob(".compact-*"))
+
+
+@pytest.fixture
+def two_tables(tmp_path, monkeypatch):
+    """A run folder whose requests and client tables hold SCHEMA parts (3 writers x 3 parts)."""
+    monkeypatch.setattr(compact_module, "TABLES", {"requests.parquet": SCHEMA, "client.parquet": SCHEMA})
+    for seed, name in enumerate(("requests.parquet", "client.parquet")):
+        write_parts(tmp_path / name, np.random.default_rng(seed), parts=3)
+    return tmp_path
+
+
+def test_compact_run_tells_progress_only_when_there_is_much_to_do(two_tables, monkeypatch):
+    lines: list[str] = []
+    monkeypatch.setattr(compact_module, "NOTICE_PARTS", 19)
+    compact_run(two_tables, progress=lines.append)
+    assert lines == []                                          # 18 parts: quick, nothing said
+    write_parts(two_tables / "client.parquet", np.random.default_rng(7), parts=6, start=3)
+    before = read_table(two_tables / "client.parquet", SCHEMA)
+    compact_run(two_tables, progress=lines.append)              # 2 + 18 new
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("compacting 20 part files (") and lines[0].endswith(f"in {two_tables}...")
+    assert lines[1].startswith("compacted 20 part files into 2 in ")
+    assert len(part_names(two_tables / "client.parquet")) == 1
+    pd.testing.assert_frame_equal(read_table(two_tables / "client.parquet", SCHEMA), before)
+
+
+def test_compact_run_leaves_the_tables_it_is_not_given(two_tables):
+    done = compact_run(two_tables, tables=("client.parquet",))
+    assert [p.parent.name for p in done] == ["client.parquet"]
+    assert len(part_names(two_tables / "requests.parquet")) == 9
+    assert len(part_names(two_tables / "client.parquet")) == 1
+
+
+def test_a_table_that_fails_to_compact_is_kept_and_the_others_compacted(two_tables, monkeypatch):
+    tmp_path = two_tables
+    names = part_names(tmp_path / "requests.parquet")
+    before = read_table(tmp_path / "requests.parquet", SCHEMA)
+    rewrite = compact_module._rewrite
+
+    def full_disk(parts, dest, schema, limit):
+        if dest.parent.name == "requests.parquet":
+            raise OSError(28, "No space left on device")
+        rewrite(parts, dest, schema, limit)
+
+    monkeypatch.setattr(compact_module, "_rewrite", full_disk)
+    with pytest.warns(UserWarning, match="requests.parquet: not compacted, its parts are kept"):
+        done = compact_run(tmp_path)
+    assert [p.parent.name for p in done] == ["client.parquet"]
+    assert part_names(tmp_path / "requests.parquet") == names
+    assert not list((tmp_path / "requests.parquet").glob(".compact-*"))
+    pd.testing.assert_frame_equal(read_table(tmp_path / "requests.parquet", SCHEMA), before)

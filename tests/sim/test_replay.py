@@ -124,6 +124,15 @@ def test_manifest(tmp_path: Path) -> None:
     assert "sk-secret" not in (tmp_path / "manifest.json").read_text()
 
 
+def test_the_finished_folder_is_compacted_without_losing_a_row(tmp_path: Path) -> None:
+    # 0.1 s samples over 200 virtual s: ~580k metric rows, three parts of 200k before compaction
+    requests, metrics = replay(tmp_path, concurrencies=(2,), step_s=200.0, warmup_s=5.0, metrics_interval_s=0.1)
+    parts = sorted(p.name for p in (tmp_path / "metrics.parquet").glob("part-*.parquet"))
+    assert len(parts) == 1 and "~" in parts[0], parts       # one part, the compacted one
+    assert len(metrics) > 400_000 and len(requests) > 0
+    assert metrics["t"].is_monotonic_increasing              # rows kept in order
+
+
 def test_prompt_ids_share_exactly_the_prefix() -> None:
     a = prompt_ids(1, 100, 3, 60, 20)
     b = prompt_ids(2, 80, 3, 60, 20)
