@@ -1,9 +1,10 @@
 """What analysing an hour-long run costs: wall time, CPU time and peak memory per stage.
 
 Goal: 1M request records and an hour of 1 Hz metrics from 4 endpoints analysed in
-< 15 s and < 2 GB peak RSS. The run folder (``hour_run.py``: ~3,600 request parts,
-~2,900 metrics parts, 4.75M metric samples, 2e8 chunk offsets, ~2 GB on disk) is
-generated once and cached under ``--cache`` (default: the system temp folder).
+< 15 s and < 2 GB peak RSS. The run folder (``hour_run.py``: ~720 request parts, one
+per 5 s as the Recorder flushes, ``--request-flush-s 1`` for the ~3,600 of runs written
+before; ~2,900 metrics parts, 4.75M metric samples, 2e8 chunk offsets, ~2 GB on disk)
+is generated once and cached under ``--cache`` (default: the system temp folder).
 Two layouts: ``parts`` as the writers leave it, and ``compacted`` (a hard-linked copy
 after ``runstore.compact_run``, the end-of-run step; its own cost is a row).
 
@@ -49,7 +50,7 @@ def run_stage(name: str, run_dir: Path) -> dict[str, float | str]:
     import pandas as pd  # noqa: F401  (imports are the floor: count them before the clock)
 
     from loadlab.analyze import steps
-    from loadlab.analyze.tables import read_metrics, read_requests
+    from loadlab.analyze.tables import METRIC_COLUMNS, read_metrics, read_requests
     from loadlab.runstore import CLIENT, SCRAPES, compact_run, read_manifest, read_table
 
     w0, c0 = time.perf_counter(), time.process_time()
@@ -59,14 +60,14 @@ def run_stage(name: str, run_dir: Path) -> dict[str, float | str]:
     elif name == "read requests":
         extra["rows"] = len(read_requests(run_dir))
     elif name == "read metrics":
-        extra["rows"] = len(read_metrics(run_dir))
+        extra["rows"] = len(read_metrics(run_dir, columns=METRIC_COLUMNS))
     elif name == "read scrapes+client":
         extra["rows"] = (len(read_table(run_dir / "scrapes.parquet", SCRAPES))
                          + len(read_table(run_dir / "client.parquet", CLIENT)))
     elif name == "gauge_lag":
         from loadlab.analyze.gauge_lag import gauge_lag
 
-        requests, metrics = read_requests(run_dir), read_metrics(run_dir)
+        requests, metrics = read_requests(run_dir), read_metrics(run_dir, columns=METRIC_COLUMNS)
         wins = steps.measured_windows(read_manifest(run_dir))
         w1 = time.perf_counter()
         gauge_lag(metrics, requests, wins[["t_start", "t_end"]])
@@ -137,8 +138,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--endpoints", type=int, default=4)
-    ap.add_argument("--request-flush-s", type=float, default=1.0,
-                    help="seconds of completions per requests part (the Recorder flushes every 1 s)")
+    ap.add_argument("--request-flush-s", type=float, default=None,
+                    help="seconds of completions per requests part (default: the Recorder's, 5 s; "
+                         "1 for runs written before it flushed every 5 s)")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "loadlab-bench-analyze")
     ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: " + ", ".join(STAGES))
     ap.add_argument("--layouts", default=",".join(LAYOUTS), help="parts (as written), compacted, or both")
@@ -157,8 +159,8 @@ def main() -> None:
     import loadlab
 
     print(f"loadlab tree: {Path(loadlab.__file__).parent}")
-    spec = HourRun(requests=args.requests, steps=args.steps, endpoints=args.endpoints,
-                   request_flush_s=args.request_flush_s)
+    flush = {} if args.request_flush_s is None else {"request_flush_s": args.request_flush_s}
+    spec = HourRun(requests=args.requests, steps=args.steps, endpoints=args.endpoints, **flush)
     run_dir = ensure(spec, args.cache)
     print(f"run folder: {run_dir}\n  {folder_figures(run_dir)}")
     if args.profile:

@@ -7,8 +7,8 @@ from numbers, once, and cached. What makes it realistic:
 - requests.parquet: ``n`` rows over ``steps`` closed-loop steps (40, 80, ... 1,200 users
   over 4 endpoints of 256 sequences each: throughput rises to a knee and flattens),
   written as the Recorder writes them: rows in order of completion, one part per
-  ``request_flush_s`` of completions (the Recorder's ``flush_interval_s``, 1 s; at ~280
-  requests/s its 2,000-row limit is never reached first), dictionary-encoded as
+  ``request_flush_s`` of completions (the Recorder's ``REQUESTS_FLUSH_S``, 5 s, was 1 s;
+  at ~280 requests/s its 2,000-row limit is never reached first), dictionary-encoded as
   ``PartWriter.add`` writes. Output lengths follow the shipped azure-conv profile (mean
   ~210 tokens), one content chunk per token, so ``chunk_offsets_s`` holds ~2e8 floats
   for 1M requests, as a streaming client stores them.
@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.collect.sink import MetricsSink
+from loadlab.loadgen.records import REQUESTS_FLUSH_S
 from loadlab.runstore import CLIENT, REQUESTS, SCRAPES, PartWriter, write_manifest
 from loadlab.workload import load_profile
 
@@ -61,7 +62,7 @@ class HourRun:
     step_users: int = 40       # closed loop: step k runs step_users * (k + 1) users
     seq_cap: int = 256         # per endpoint: running saturates here, waiting grows above
     seed: int = 1
-    request_flush_s: float = 1.0  # the Recorder's flush_interval_s: one requests part per interval
+    request_flush_s: float = REQUESTS_FLUSH_S  # the Recorder's: one requests part per interval
 
     def key(self) -> str:
         return "-".join(f"{v}" for v in asdict(self).values())
