@@ -112,7 +112,7 @@ def histogram_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
     """Count, sum, mean and quantiles of a histogram family's observations per window."""
     quantiles = tuple(quantiles)
     wins = _windows(windows)
-    frame = _histogram_deltas(metrics, family, wins, by, where)
+    frame = _histogram_deltas(metrics, family, wins, by, where, buckets=bool(quantiles))
     qcols = [f"p{round(q * 100, 3):g}" for q in quantiles]
     cols = ["count", "sum", "mean", *qcols]
     rows = []
@@ -121,10 +121,11 @@ def histogram_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
         row = dict(zip(["wid", *by], gkey))
         count = g.loc[g.kind == "_count", "delta"].sum()
         total = g.loc[g.kind == "_sum", "delta"].sum()
-        buckets = g[g.kind == "_bucket"].groupby("le")["delta"].sum().sort_index()
         row.update(count=count, sum=total, mean=total / count if count > 0 else np.nan)
-        for q, col in zip(quantiles, qcols):
-            row[col] = histogram_quantile(q, buckets.index.to_numpy(), buckets.to_numpy())
+        if quantiles:
+            buckets = g[g.kind == "_bucket"].groupby("le")["delta"].sum().sort_index()
+            for q, col in zip(quantiles, qcols):
+                row[col] = histogram_quantile(q, buckets.index.to_numpy(), buckets.to_numpy())
         rows.append(row)
     return _finish(wins, rows, by, None, cols)
 
@@ -207,10 +208,14 @@ def coverage_windows(scrapes: pd.DataFrame, windows: Windows, interval_s: float,
 
 
 def _histogram_deltas(metrics: pd.DataFrame, family: str, wins: pd.DataFrame,
-                      by: Sequence[str], where: Mapping[str, str] | None) -> pd.DataFrame:
-    """Per window, group, kind (_bucket/_sum/_count) and bound: the increase of each series."""
+                      by: Sequence[str], where: Mapping[str, str] | None, buckets: bool = True) -> pd.DataFrame:
+    """Per window, group, kind (_bucket/_sum/_count) and bound: the increase of each series
+    (``buckets`` False: of ``_sum`` and ``_count`` only, most of a histogram's series left out)."""
     parts = []
-    for key, (t, v) in _series(select(metrics, family, where=where)):
+    data = select(metrics, family, where=where)
+    if not buckets:
+        data = data[(data["metric"] != f"{family}_bucket").to_numpy(dtype=bool)]
+    for key, (t, v) in _series(data):
         inc, _ = _cumulative_increase(v)
         labels = dict(_labels(key[2]))
         le = labels.pop("le", None)
