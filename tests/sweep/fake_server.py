@@ -2,7 +2,8 @@
 
 argv: serve MODEL [flags...] --host H --port P.  FAKE_MODE=ok|die|never.
 In "ok" mode it also starts a child process (like vLLM's engine core) and writes its
-pid to FAKE_CHILD_PID_FILE, so tests can check the whole process group is stopped.
+pid to FAKE_CHILD_PID_FILE, so tests can check the whole process group is stopped;
+with FAKE_CHILD_IGNORES_TERM=1 that child ignores SIGTERM (only SIGKILL stops it).
 """
 
 import json
@@ -40,8 +41,19 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+CHILD = """
+import signal, sys, time
+if sys.argv[1] == "1":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
 if mode == "ok" and os.environ.get("FAKE_CHILD_PID_FILE"):
-    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
+    ignore = os.environ.get("FAKE_CHILD_IGNORES_TERM", "0")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, ignore], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"ready\n"  # handler installed
     with open(os.environ["FAKE_CHILD_PID_FILE"], "w") as f:
         f.write(str(child.pid))
 ThreadingHTTPServer((host, port), Handler).serve_forever()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -57,6 +58,21 @@ def test_launch_healthy_records_redacted_flags_and_stops_group(fake_vllm, tmp_pa
         assert _alive(pid) and _alive(child_pid)
     assert not _alive(pid)
     assert not _alive(child_pid)
+
+
+def test_children_of_a_dead_leader_are_stopped(fake_vllm, tmp_path, monkeypatch):
+    """The leader dies first; its child ignores SIGTERM: the stop still ends with none left."""
+    child_file = tmp_path / "child.pid"
+    monkeypatch.setenv("FAKE_CHILD_PID_FILE", str(child_file))
+    monkeypatch.setenv("FAKE_CHILD_IGNORES_TERM", "1")
+    with launch_target("vllm", ["m"], tmp_path / "run", startup_timeout_s=30,
+                       stop_timeout_s=1.0) as target:
+        pid, child_pid = target.pid, int(child_file.read_text())
+        os.kill(pid, signal.SIGKILL)
+        assert target.proc is not None and target.proc.wait(30) == -signal.SIGKILL
+    assert not _alive(child_pid)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)   # nothing of the server's process group is left
 
 
 def test_server_that_dies_raises_with_log_tail(fake_vllm, tmp_path, monkeypatch):
