@@ -29,21 +29,22 @@ from collections import defaultdict
 from pathlib import Path
 
 import loadlab
+from loadlab.config import LoadPlan, Workload
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import resolve
-from loadlab.sim.replay import ReplayPlan, _Replay, run_replay
+from loadlab.sim.replay import ReplayOptions, _Replay, run_replay
 from loadlab.sim.replay_prompts import replay_request
 from loadlab.sim.timing import StepTimeModel
 from loadlab.workload import load_profile
 
 
-def engine_only(cfg: SimConfig, plan: ReplayPlan) -> tuple[float, float, int]:
+def engine_only(cfg: SimConfig, plan: LoadPlan, workload: Workload) -> tuple[float, float, int]:
     """(wall s, CPU s, steps) of the bare engine under the same closed loop and requests."""
     resolved = resolve(cfg)
     engine = Engine(resolved, StepTimeModel(resolved).step_time)
-    profile = load_profile(plan.profile)
-    sampler, common, mml = profile.sampler(plan.seed), profile.common_prefix_tokens, resolved.max_model_len
+    profile = load_profile(workload.profile)
+    sampler, common, mml = profile.sampler(workload.seed), profile.common_prefix_tokens, resolved.max_model_len
     seq, now, steps = 0, 0.0, 0
 
     def send() -> None:
@@ -57,9 +58,9 @@ def engine_only(cfg: SimConfig, plan: ReplayPlan) -> tuple[float, float, int]:
         seq += 1
 
     w0, c0 = time.perf_counter(), time.process_time()
-    for _ in range(plan.concurrencies[0]):
+    for _ in range(plan.steps[0].concurrency or 0):
         send()
-    while now < plan.duration_s:
+    while now < plan.step_duration_s:
         out = engine.step(now)
         assert out is not None
         steps += 1
@@ -79,7 +80,8 @@ def by_module(prof: cProfile.Profile) -> dict[str, float]:
 
 def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, float, int]:
     """(render ms, prometheus_client ms, samples ms, samples) after a one-minute replay."""
-    replay = _Replay(cfg, ReplayPlan(concurrencies=(64,), step_s=60, warmup_s=0), out, None)
+    replay = _Replay(cfg, LoadPlan(concurrency=[64], step_duration_s=60, warmup_s=0), Workload(), out,
+                     ReplayOptions(), None, None)
     replay.run()
     metrics = replay.metrics
 
@@ -106,18 +108,18 @@ def main() -> None:
     args = ap.parse_args()
     print(f"loadlab: {Path(loadlab.__file__).parent}")
     cfg = SimConfig(model="qwen2.5-7b", gpu="h100")
-    plan = ReplayPlan(concurrencies=(args.concurrency,), step_s=args.minutes * 60, warmup_s=60,
-                      profile=args.profile_name)
+    plan = LoadPlan(concurrency=[args.concurrency], step_duration_s=args.minutes * 60, warmup_s=60)
+    workload = Workload(profile=args.profile_name)
     with tempfile.TemporaryDirectory() as tmp:
         prof = cProfile.Profile() if args.profile else None
         if prof:
             prof.enable()
         c0 = time.process_time()
-        summary = run_replay(cfg, plan, Path(tmp) / "run")
+        summary = run_replay(cfg, plan, workload, Path(tmp) / "run")
         cpu = time.process_time() - c0
         if prof:
             prof.disable()
-        bare_wall, bare_cpu, bare_steps = engine_only(cfg, plan)
+        bare_wall, bare_cpu, bare_steps = engine_only(cfg, plan, workload)
         render_ms, client_ms, samples_ms, n_samples = time_exposition(cfg, Path(tmp) / "expo")
     v = summary.virtual_s
     print(f"replay: {v:.0f} virtual s in {summary.wall_s:.2f} wall s / {cpu:.2f} CPU s = "

@@ -93,10 +93,11 @@ def _live(run_dir: Path, step_duration: float) -> None:
 
 
 def _whatif(run_dir: Path, max_num_seqs: int) -> None:
+    from loadlab.config import LoadPlan, Workload
     from loadlab.sim.config import SimConfig
-    from loadlab.sim.replay import ReplayPlan, run_replay
+    from loadlab.sim.replay import ReplayOptions, run_replay
 
     cfg = SimConfig(model="llama-3.1-8b", gpu="h100", max_num_seqs=max_num_seqs, seed=0)
-    plan = ReplayPlan(concurrencies=WHATIF_LEVELS, step_s=60.0, warmup_s=15.0,
-                      profile=DEMO_PROFILE, seed=0, point=f"max-num-seqs-{max_num_seqs}")
-    run_replay(cfg, plan, run_dir)
+    plan = LoadPlan(concurrency=list(WHATIF_LEVELS), step_duration_s=60.0, warmup_s=15.0)
+    run_replay(cfg, plan, Workload(profile=DEMO_PROFILE, seed=0), run_dir,
+               ReplayOptions(point=f"max-num-seqs-{max_num_seqs}"))

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from loadlab.config import Workload
 from loadlab.errors import InputError
 from loadlab.sim.config import SimConfig
 
@@ -196,28 +197,13 @@ def serve(model_tag: str | None, host: str, port: int, **params: Any) -> None:
     run_server(cfg, host, port, resolved, announce)
 
 
-def _number_list(kind: type) -> Callable[[click.Context, click.Parameter, str | None], tuple]:
-    """Parse '1,2,4,8' into a tuple of ``kind``; a usage error (exit 2) names the flag."""
-
-    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple:
-        if value is None:
-            return ()
-        try:
-            return tuple(kind(part) for part in value.split(",") if part.strip())
-        except ValueError:
-            raise click.BadParameter(f"expected comma-separated numbers such as 1,2,4,8, "
-                                     f"got {value!r}") from None
-
-    return parse
-
-
 REPLAY_OPTIONS: list[Callable] = [
     _opt("--profile", section=_PLAN, default="sharegpt", show_default=True,
          help="Workload profile name or path (see `loadlab profile list`)."),
-    _opt("--concurrency", section=_PLAN, callback=_number_list(int),
-         help="Closed-loop steps: users per step, e.g. 1,2,4,8."),
-    _opt("--rate", section=_PLAN, callback=_number_list(float),
-         help="Open-loop steps: requests/s per step, e.g. 0.5,1,2."),
+    _opt("--concurrency", section=_PLAN,
+         help="Closed-loop steps: users per step, e.g. 1,2,4,8 or 1:2:64 (start:factor:max)."),
+    _opt("--rate", section=_PLAN,
+         help="Open-loop steps: requests/s per step, e.g. 0.5,1,2 or 0.5:2:8."),
     _opt("--burstiness", section=_PLAN, type=float, default=1.0, show_default=True,
          help="Gamma shape of open-loop gaps (1 = Poisson)."),
     _opt("--step-duration", section=_PLAN, type=float, default=60.0, show_default=True,
@@ -238,32 +224,33 @@ REPLAY_OPTIONS: list[Callable] = [
 @sim.command(cls=GroupedCommand)
 @with_options(REPLAY_OPTIONS)
 @with_options(ENGINE_OPTIONS)
-def replay(profile: str, concurrency: tuple[int, ...], rate: tuple[float, ...], burstiness: float,
+def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: float,
            step_duration: float, warmup: float | None, metrics_interval: float, out: str, overwrite: bool,
            **params: Any) -> None:
     """Run a step load through the simulator in virtual time and write a run folder.
 
     Example: loadlab sim replay --concurrency 1,2,4,8 --step-duration 60 --out runs/sim
     """
-    from loadlab.loadgen.shapes import default_warmup
     from loadlab.runstore.claim import claim_run_dir
-    from loadlab.sim.replay import ReplayPlan, run_replay
+    from loadlab.sim.replay import ReplayOptions, run_replay
+    from loadlab.validate import plan_from_flags, validate
 
     cfg = sim_config(params)
+    plan = plan_from_flags(concurrency=concurrency, rate=rate, step_duration_s=step_duration,
+                           warmup_s=warmup, burstiness=burstiness)
+    workload = validate(Workload, {"profile": profile, "seed": cfg.seed}, names={"seed": "--seed"})
     claim_run_dir(out, overwrite)
-    plan = ReplayPlan(concurrencies=concurrency, rates=rate, step_s=step_duration,
-                      warmup_s=default_warmup(step_duration) if warmup is None else warmup,
-                      burstiness=burstiness, profile=profile,
-                      seed=cfg.seed, metrics_interval_s=metrics_interval)
     shown = [-1]
 
-    def progress(virtual_s: float, total_s: float) -> None:
+    def progress(virtual_s: float, total_s: float | None) -> None:
         tenth = int(10 * virtual_s / total_s) if total_s else 10
         if tenth > shown[0]:
             shown[0] = tenth
             click.echo(f"replay: {virtual_s:,.0f} / {total_s:,.0f} virtual s", err=True)
 
-    summary = run_replay(cfg, plan, out, progress, notice=lambda line: click.echo(f"replay: {line}", err=True))
+    opts = ReplayOptions(metrics_interval_s=metrics_interval)
+    summary = run_replay(cfg, plan, workload, out, opts, progress,
+                         notice=lambda line: click.echo(f"replay: {line}", err=True))
     click.echo(f"replay: {summary.requests} requests ({summary.completed} completed, "
                f"{summary.aborted} aborted at the end), {summary.engine_steps} engine steps, "
                f"{summary.virtual_s:,.0f} virtual s in {summary.wall_s:.1f} s "

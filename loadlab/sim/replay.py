@@ -7,15 +7,16 @@ Once no event is left at the current time and the engine is idle with work queue
 next engine step starts; its StepOutput is applied (metrics, records, closed-loop
 re-sends) at its end time, so a sample taken mid-step sees the state before it.
 
-Plans (:class:`ReplayPlan`, exactly one of):
+Plans: the load generator's own :class:`~loadlab.config.LoadPlan`, closed or open loop:
 
-- closed loop, ``concurrencies``: step k keeps ``concurrencies[k]`` users busy for
-  ``step_s`` seconds; a user sends its next request the moment the previous one ends
-  (no think time); users above a lowered concurrency finish their request and stop.
-- open loop, ``rates``: step k sends at ``rates[k]`` requests/s, gamma inter-arrivals
-  with shape ``burstiness`` (1 = Poisson; :mod:`loadlab.workload.arrivals`).
+- closed loop, ``concurrency``: step k keeps ``concurrency[k]`` users busy for
+  ``step_duration_s`` seconds; a user sends its next request the moment the previous one
+  ends (no think time); users above a lowered concurrency finish their request and stop.
+- open loop, ``rate``: step k sends at ``rate[k]`` requests/s, gamma inter-arrivals
+  with shape ``burstiness`` (1 = Poisson), the live load generator's schedule
+  (:func:`loadlab.workload.arrivals.step_schedule`).
 
-Requests come from ``loadlab.workload.load_profile(plan.profile).sampler(plan.seed)``,
+Requests come from ``loadlab.workload.load_profile(workload.profile).sampler(workload.seed)``,
 request ``seq`` being the run's ``seq``-th send. Prompt token ids are built so the
 prefix cache sees real sharing: the profile's common tokens (ids 0..), then the prefix
 group's tokens, then ids unique to the request; their block hashes come precomputed from
@@ -49,7 +50,9 @@ from typing import Any
 from loadlab import __version__
 from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.collect.sink import MetricsSink
+from loadlab.config import LoadPlan, Workload
 from loadlab.errors import InputError
+from loadlab.loadgen.knee_search import SearchResult, level_source
 from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
 from loadlab.sim.config import SimConfig
@@ -61,56 +64,36 @@ from loadlab.sim.replay_records import RequestRows, TokenTimes, quantile
 from loadlab.sim.timing import StepTimeModel
 from loadlab.sim.types import StepOutput
 from loadlab.workload import load_profile
-from loadlab.workload.arrivals import RenewalSchedule
+from loadlab.workload.arrivals import RenewalSchedule, step_schedule
 
-__all__ = ["ReplayPlan", "ReplaySummary", "TokenTimes", "gc_relaxed", "prompt_ids", "quantile",
+__all__ = ["ReplayOptions", "ReplaySummary", "TokenTimes", "gc_relaxed", "prompt_ids", "quantile",
            "run_replay"]
 
 WORKER = "sim-replay"
 ENDPOINT = "sim://replay"
 _STEP_END, _SAMPLE, _BOUNDARY, _ARRIVAL = range(4)
+Progress = Callable[[float, "float | None"], None]   # (virtual seconds, total or None)
+Judge = Callable[[int], bool]                        # step index -> did it stall
 
 
 @dataclass(frozen=True)
-class ReplayPlan:
-    """A step load in virtual time: closed loop (concurrencies) or open loop (rates)."""
+class ReplayOptions:
+    """How one replay runs, besides its plan and workload."""
 
-    concurrencies: tuple[int, ...] = ()
-    rates: tuple[float, ...] = ()          # requests/s per step
-    step_s: float = 60.0                   # virtual seconds per step
-    warmup_s: float = 10.0                 # start of each step the analyzer should cut
-    burstiness: float = 1.0                # gamma shape of open-loop gaps (1 = Poisson)
-    profile: str = "sharegpt"              # workload profile name or path
-    seed: int = 0
-    metrics_interval_s: float = 1.0        # virtual seconds between metrics samples
     point: str = ""
+    metrics_interval_s: float = 1.0        # virtual seconds between metrics samples
     start_epoch: float | None = None       # unix time of virtual 0; None = now
 
-    def validate(self) -> None:
-        if bool(self.concurrencies) == bool(self.rates):
-            raise InputError("give either concurrency steps or rate steps, not both or neither",
-                             field="plan", fix="e.g. --concurrency 8,16,32 or --rate 1,2,4")
-        if any(c < 1 for c in self.concurrencies):
-            raise InputError("concurrency steps must be >= 1", field="concurrency",
-                             fix="use positive integers such as 8,16,32")
-        if any(not r > 0 for r in self.rates):
-            raise InputError("rate steps must be > 0 requests/s", field="rate",
-                             fix="use positive numbers such as 0.5,1,2")
-        for value, name in ((self.step_s, "step_s"), (self.metrics_interval_s, "metrics_interval_s"),
-                            (self.burstiness, "burstiness")):
-            if not value > 0:
-                raise InputError(f"must be > 0, got {value}", field=name, fix="pass a positive number")
-        if not 0 <= self.warmup_s < self.step_s:
-            raise InputError(f"warm-up {self.warmup_s} s must be in [0, step_s={self.step_s})",
-                             field="warmup_s", fix="use a warm-up shorter than a step")
 
-    @property
-    def num_steps(self) -> int:
-        return len(self.concurrencies or self.rates)
-
-    @property
-    def duration_s(self) -> float:
-        return self.num_steps * self.step_s
+def check_plan(plan: LoadPlan, opts: ReplayOptions) -> list[float]:
+    """The plan's levels, or InputError for what a replay cannot run."""
+    if plan.mode == "replay" or plan.search is not None:
+        raise InputError("a replay runs concurrency or rate steps", field="plan",
+                         fix="e.g. --concurrency 8,16,32 or --rate 1,2,4")
+    if not opts.metrics_interval_s > 0:
+        raise InputError(f"must be > 0, got {opts.metrics_interval_s}", field="metrics_interval_s",
+                         fix="pass a positive number")
+    return [float(level) for level in (plan.concurrency or plan.rate or [])]
 
 
 @dataclass(frozen=True)
@@ -123,6 +106,8 @@ class ReplaySummary:
     metrics_rows: int
     virtual_s: float
     wall_s: float
+    steps: int = 0
+    search: SearchResult | None = None   # what the level source found (lower, upper, steps run)
 
     @property
     def speed(self) -> float:
@@ -148,17 +133,27 @@ class _Request:
 class _Replay:
     """One replay's clock, event heap, engine, metrics and writers (no class-level state)."""
 
-    def __init__(self, cfg: SimConfig, plan: ReplayPlan, out_dir: Path,
-                 progress: Callable[[float, float], None] | None,
+    def __init__(self, cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: Path,
+                 opts: ReplayOptions, progress: Progress | None, judge: Judge | None,
                  observer: Callable[[StepOutput], None] | None = None) -> None:
+        check_plan(plan, opts)
         self.plan = plan
+        self.opts = opts
+        self.out_dir = out_dir
+        self.seed = workload.seed
+        self.levels = level_source(plan)
+        self.level: float = next(self.levels)
+        self.windows: list[dict[str, Any]] = []
+        self.judge = judge
+        self.total_s = plan.step_duration_s * len(plan.steps) if plan.search is None else None
+        self.search: SearchResult | None = None
         self.resolved = resolve(cfg)
         self.metrics = EngineMetrics(self.resolved, names=cfg.metrics_names)
         self.engine = Engine(self.resolved, StepTimeModel(self.resolved).step_time, observer)
-        profile = load_profile(plan.profile)
-        self.sampler = profile.sampler(plan.seed)
+        profile = load_profile(workload.profile)
+        self.sampler = profile.sampler(workload.seed)
         self.common = profile.common_prefix_tokens
-        self.epoch = time.time() if plan.start_epoch is None else plan.start_epoch
+        self.epoch = time.time() if opts.start_epoch is None else opts.start_epoch
         self.progress = progress
         self.requests = RequestRows(PartWriter(out_dir / "requests.parquet", REQUESTS,
                                                writer_id=WORKER))
@@ -199,27 +194,51 @@ class _Replay:
 
     # ---- handlers ------------------------------------------------------------------------
     def on_boundary(self, k: int) -> None:
-        plan = self.plan
-        if k == plan.num_steps:
-            self.finish_run()
-            return
+        """Step ``k`` begins at the level the source chose (after judging step k - 1)."""
+        if k > 0:
+            self.level = self.next_level(k - 1)
+            if self.ended:
+                return
         self.step = k
-        self.push((k + 1) * plan.step_s, _BOUNDARY, self.on_boundary, k + 1)
-        if plan.concurrencies:
-            for user in range(plan.concurrencies[k]):
+        step_s = self.plan.step_duration_s
+        self.windows.append({"step": k, "t_start": self.epoch + self.now, "t_end": self.epoch + self.now + step_s,
+                             "warmup_s": self.plan.warmup_s,
+                             **({"concurrency": int(self.level)} if self.closed
+                                else {"target_rate": self.level, "burstiness": self.plan.burstiness})})
+        update_manifest(self.out_dir, steps=self.windows)
+        self.push(self.now + step_s, _BOUNDARY, self.on_boundary, k + 1)
+        if self.closed:
+            for user in range(int(self.level)):
                 if user not in self.busy_users:
                     self.send(user)
         else:
-            shape = None if plan.burstiness == 1.0 else plan.burstiness
-            schedule = RenewalSchedule(plan.rates[k], shape, plan.seed * 1000 + k)
-            self.push(self.now, _ARRIVAL, self.on_open_arrival, (k, 0, schedule))
+            schedule = step_schedule(self.level, self.plan.gamma_shape, self.seed, k)
+            self.push(self.now, _ARRIVAL, self.on_open_arrival, (k, self.now, 0, schedule))
 
-    def on_open_arrival(self, arg: tuple[int, int, RenewalSchedule]) -> None:
-        k, n, schedule = arg
+    def next_level(self, done: int) -> float:
+        """The level after step ``done``: the source is told whether it stalled (search only)."""
+        verdict = None
+        if self.judge is not None and self.plan.search is not None:
+            self.requests.flush()
+            self.metric_rows.flush()
+            verdict = self.judge(done)
+        try:
+            return self.levels.send(verdict)
+        except StopIteration as stop:
+            self.search = stop.value
+            self.finish_run()
+            return self.level
+
+    @property
+    def closed(self) -> bool:
+        return self.plan.mode == "closed"
+
+    def on_open_arrival(self, arg: tuple[int, float, int, RenewalSchedule]) -> None:
+        k, t0, n, schedule = arg
         self.send(None)
-        t_next = k * self.plan.step_s + schedule.offset(n + 1)
-        if t_next < (k + 1) * self.plan.step_s:
-            self.push(t_next, _ARRIVAL, self.on_open_arrival, (k, n + 1, schedule))
+        t_next = t0 + schedule.offset(n + 1)
+        if t_next < t0 + self.plan.step_duration_s:
+            self.push(t_next, _ARRIVAL, self.on_open_arrival, (k, t0, n + 1, schedule))
 
     def on_step_end(self, out: StepOutput) -> None:
         self.busy = False
@@ -231,7 +250,7 @@ class _Replay:
             self.counts["completed"] += 1
             if req.user is not None:
                 self.busy_users.discard(req.user)
-                if req.user < self.plan.concurrencies[self.step]:
+                if req.user < self.level:
                     self.send(req.user)
 
     def on_sample(self, tick: int) -> None:
@@ -245,10 +264,8 @@ class _Replay:
         self.metric_rows.add_scrape(self.epoch + self.now, None, scrape)
         self.counts["metrics_rows"] += len(values)
         if self.progress is not None:
-            self.progress(self.now, self.plan.duration_s)
-        next_t = (tick + 1) * self.plan.metrics_interval_s
-        if next_t <= self.plan.duration_s + 1e-9:
-            self.push(next_t, _SAMPLE, self.on_sample, tick + 1)
+            self.progress(self.now, self.total_s)
+        self.push((tick + 1) * self.opts.metrics_interval_s, _SAMPLE, self.on_sample, tick + 1)
 
     # ---- requests ------------------------------------------------------------------------
     def send(self, user: int | None) -> None:
@@ -257,7 +274,7 @@ class _Replay:
         output_len = min(spec.output_tokens, mml - 1)
         prompt_len = min(spec.prompt_tokens, mml - output_len)
         prefix = min(spec.prefix_tokens, prompt_len - 1)
-        rid = f"{self.plan.seed}-{self.seq}"
+        rid = f"{self.seed}-{self.seq}"
         req = replay_request(rid, self.seq, prompt_len, spec.prefix_group, prefix, self.common,
                              output_len, self.now, self.resolved.block_size)
         self.live[rid] = _Request(seq=self.seq, user=user, step=self.step, t_sent=self.now,
@@ -285,10 +302,10 @@ class _Replay:
         epoch, t_sent = self.epoch, req.t_sent
         times = self.token_times.pop(rid)
         first = float(times[0]) if len(times) else None
+        window = self.windows[req.step]
         row: dict[str, Any] = {
-            "point": self.plan.point, "step": req.step, "worker": WORKER, "user": req.user,
-            "concurrency": self.plan.concurrencies[req.step] if self.plan.concurrencies else None,
-            "target_rate": self.plan.rates[req.step] if self.plan.rates else None,
+            "point": self.opts.point, "step": req.step, "worker": WORKER, "user": req.user,
+            "concurrency": window.get("concurrency"), "target_rate": window.get("target_rate"),
             "request_id": rid, "seq": req.seq, "endpoint": ENDPOINT, "api": "completions",
             "t_scheduled": epoch + t_sent, "t_issued": epoch + t_sent, "t_sent": epoch + t_sent,
             "send_lag_s": 0.0,
@@ -335,38 +352,39 @@ def gc_relaxed(gen0_threshold: int = 50_000) -> Iterator[None]:
             gc.unfreeze()
 
 
-def run_replay(cfg: SimConfig, plan: ReplayPlan, out_dir: str | Path,
-               progress: Callable[[float, float], None] | None = None,
+def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str | Path,
+               opts: ReplayOptions | None = None, progress: Progress | None = None,
+               judge: Judge | None = None,
                observer: Callable[[StepOutput], None] | None = None,
                notice: Callable[[str], None] | None = None) -> ReplaySummary:
     """Run ``plan`` through the simulator of ``cfg`` in virtual time; write a run folder.
 
-    ``progress(virtual_s, total_s)`` is called at every metrics sample; ``observer(out)``
-    with every engine step's StepOutput (the engine's own state: ground truth for tests
-    of the analyzer, which sees only the run folder). The garbage
-    collector runs less often meanwhile (:func:`gc_relaxed`). Once complete, the folder's
-    tables are compacted (:func:`loadlab.runstore.compact_run`; ``notice(line)`` hears
-    about it when that takes a while). Raises InputError for a bad plan or an impossible
-    configuration (before writing anything).
+    ``progress(virtual_s, total_s)`` is called at every metrics sample (``total_s`` None
+    for a search, whose length is not known ahead). A search plan asks ``judge(step)``
+    after each step whether it stalled, once that step's records are on disk;
+    ``observer(out)`` sees every engine step's StepOutput (the engine's own state: ground
+    truth for tests of the analyzer, which sees only the run folder). The
+    garbage collector runs less often meanwhile (:func:`gc_relaxed`). Once complete, the
+    folder's tables are compacted (:func:`loadlab.runstore.compact_run`; ``notice(line)``
+    hears about it when that takes a while). Raises InputError for a bad plan or an
+    impossible configuration (before writing anything).
     """
-    plan.validate()
+    opts = opts or ReplayOptions()
+    if plan.search is not None and judge is None:
+        raise InputError("a knee search needs a verdict per step", field="plan.search",
+                         fix="run it through `loadlab sweep`, or give the levels as a list")
     out = Path(out_dir)
-    replay = _Replay(cfg, plan, out, progress, observer)
-    steps = [{"step": k, "t_start": replay.epoch + k * plan.step_s,
-              "t_end": replay.epoch + (k + 1) * plan.step_s, "warmup_s": plan.warmup_s,
-              **({"concurrency": plan.concurrencies[k]} if plan.concurrencies
-                 else {"target_rate": plan.rates[k], "burstiness": plan.burstiness})}
-             for k in range(plan.num_steps)]
+    replay = _Replay(cfg, plan, workload, out, opts, progress, judge, observer)
     flags = replay.resolved.server_flags()
     write_manifest(out, {
-        "kind": "sim-replay", "point": plan.point, "status": "running", "owner": owner_entry(),
+        "kind": "sim-replay", "point": opts.point, "status": "running", "owner": owner_entry(),
         "created": time.time(), "start_epoch": replay.epoch,
         "target": {"base_url": ENDPOINT, "model": replay.resolved.served_model_name,
                    "api": "completions", "launch": {"kind": "sim-replay", "flags": flags}},
-        "server": flags, "steps": steps,
-        "workload": {"profile": plan.profile, "seed": plan.seed},
-        "metrics": {"names_found": cfg.metrics_names, "interval_s": plan.metrics_interval_s},
-        "sim": {"config": asdict(cfg) | {"api_key": None}, "plan": asdict(plan),
+        "server": flags, "steps": [], "plan": plan.describe(),
+        "workload": workload.model_dump(),
+        "metrics": {"names_found": cfg.metrics_names, "interval_s": opts.metrics_interval_s},
+        "sim": {"config": asdict(cfg) | {"api_key": None},
                 "startup_lines": replay.resolved.startup_lines()},
         "host": {"hostname": socket.gethostname(), "python": platform.python_version()},
         "versions": {"loadlab": __version__},
@@ -381,8 +399,10 @@ def run_replay(cfg: SimConfig, plan: ReplayPlan, out_dir: str | Path,
     wall = time.perf_counter() - wall0
     c = replay.counts
     summary = ReplaySummary(out, c["completed"] + c["aborted"], c["completed"], c["aborted"],
-                            c["engine_steps"], c["metrics_rows"], plan.duration_s, wall)
+                            c["engine_steps"], c["metrics_rows"], replay.now, wall,
+                            len(replay.windows), replay.search)
     update_manifest(out, status="complete", finished=time.time(),
-                    sim={"wall_s": wall, "speed": summary.speed, "engine_steps": c["engine_steps"]})
+                    sim={"wall_s": wall, "speed": summary.speed, "engine_steps": c["engine_steps"]},
+                    **({"search": asdict(replay.search)} if plan.search is not None else {}))
     compact_run(out, progress=notice)
     return summary

@@ -10,6 +10,7 @@ Processes
   and scale ``1 / (rate * burstiness)``, so the mean rate stays ``rate`` and the gap CV
   is ``1 / sqrt(burstiness)``. Shape < 1 is burstier than Poisson (Azure code's CV of
   13 is shape 0.006); shape > 1 is smoother.
+- ``step_schedule(rate, shape, seed, step)``: step ``step`` of an open-loop run.
 - ``replay_schedule(timestamps_s, time_scale)``: recorded timestamps, shifted to start
   at 0 and multiplied by ``time_scale`` (0.5 replays twice as fast).
 
@@ -87,6 +88,12 @@ class RenewalSchedule:
     def __iter__(self) -> Iterator[float]:
         for n in count():
             yield self.offset(n)
+
+
+def step_schedule(rate: float, shape: float | None, seed: int, step: int) -> RenewalSchedule:
+    """Open-loop step ``step`` of a run seeded ``seed``: the live load generator and the
+    virtual-time replay draw the same arrivals from it."""
+    return RenewalSchedule(rate, shape, seed * 1_000_003 + step)
 
 
 def poisson_schedule(rate: float, seed: int) -> RenewalSchedule:

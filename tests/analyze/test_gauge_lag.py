@@ -8,9 +8,10 @@ import pytest
 
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
 from loadlab.analyze.steps import measured_windows
+from loadlab.config import LoadPlan, Workload
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import ReplayPlan, run_replay
+from loadlab.sim.replay import run_replay
 
 RUNNING = "vllm:num_requests_running"
 
@@ -20,8 +21,8 @@ def capped_run(tmp_path_factory):
     """Closed loop 4 -> 24 users against max_num_seqs 8 (simulator: gauges are exact)."""
     out = tmp_path_factory.mktemp("lag")
     run_replay(SimConfig(max_num_seqs=8, model="qwen2.5-7b", gpu="h100"),
-               ReplayPlan(concurrencies=(4, 24), step_s=30.0, warmup_s=5.0, profile="azure-conv", seed=5),
-               out)
+               LoadPlan(concurrency=[4, 24], step_duration_s=30.0, warmup_s=5.0),
+               Workload(profile="azure-conv", seed=5), out)
     return (read_table(out / "metrics.parquet", METRICS), read_table(out / "requests.parquet", REQUESTS),
             measured_windows(read_manifest(out)))
 

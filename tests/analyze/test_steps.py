@@ -9,9 +9,10 @@ import pytest
 
 from loadlab.analyze.display import format_step_table
 from loadlab.analyze.steps import burst_share, step_table
+from loadlab.config import LoadPlan, Workload
 from loadlab.errors import InputError
 from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import ReplayPlan, run_replay
+from loadlab.sim.replay import run_replay
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +20,8 @@ def seq_capped(tmp_path_factory):
     """Closed loop 4 -> 32 users against max_num_seqs 8 with a roomy pool."""
     out = tmp_path_factory.mktemp("capped")
     cfg = SimConfig(max_num_seqs=8, model="qwen2.5-7b", gpu="h100")
-    plan = ReplayPlan(concurrencies=(4, 32), step_s=40.0, warmup_s=10.0, profile="azure-conv", seed=3)
-    run_replay(cfg, plan, out)
+    plan = LoadPlan(concurrency=[4, 32], step_duration_s=40.0, warmup_s=10.0)
+    run_replay(cfg, plan, Workload(profile="azure-conv", seed=3), out)
     return step_table(out)
 
 
@@ -41,8 +42,8 @@ def test_itl_stays_flat_across_the_cap(seq_capped):
 
 def test_tiny_pool_shows_preemptions_and_full_kv(tmp_path):
     cfg = SimConfig(max_num_seqs=64, num_gpu_blocks_override=400, max_model_len=4096)
-    plan = ReplayPlan(concurrencies=(48,), step_s=30.0, warmup_s=5.0, profile="bwb", seed=1)
-    run_replay(cfg, plan, tmp_path)
+    plan = LoadPlan(concurrency=[48], step_duration_s=30.0, warmup_s=5.0)
+    run_replay(cfg, plan, Workload(profile="bwb", seed=1), tmp_path)
     row = step_table(tmp_path).iloc[0]
     assert row.preemptions > 0
     assert row.kv_max > 0.9

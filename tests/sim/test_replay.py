@@ -8,26 +8,31 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from loadlab.config import KneeSearch, LoadPlan, Workload
 from loadlab.errors import InputError
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import resolve
-from loadlab.sim.replay import ReplayPlan, TokenTimes, prompt_ids, quantile, run_replay
+from loadlab.sim.replay import ReplayOptions, TokenTimes, prompt_ids, quantile, run_replay
 from loadlab.sim.types import EngineRequest
+from loadlab.validate import plan_from_flags
 
 EPOCH = 1_800_000_000.0
 
 
 def small_cfg(**kw: object) -> SimConfig:
-    base = dict(model="qwen2.5-7b", gpu="h100", max_model_len=4096, max_num_seqs=8,
-                num_gpu_blocks_override=3000)
+    base = {"model": "qwen2.5-7b", "gpu": "h100", "max_model_len": 4096, "max_num_seqs": 8,
+                "num_gpu_blocks_override": 3000}
     return SimConfig(**{**base, **kw})
 
 
-def replay(tmp: Path, cfg: SimConfig | None = None, **plan: object) -> tuple[pd.DataFrame, pd.DataFrame]:
-    kw = dict(concurrencies=(4, 12), step_s=15.0, warmup_s=3.0, start_epoch=EPOCH)
-    summary = run_replay(cfg or small_cfg(), ReplayPlan(**{**kw, **plan}), tmp)
+def replay(tmp: Path, cfg: SimConfig | None = None, profile: str = "sharegpt", seed: int = 0,
+           **plan: object) -> tuple[pd.DataFrame, pd.DataFrame]:
+    kw = {k: v for k, v in {"concurrency": [4, 12], "step_duration_s": 15.0, "warmup_s": 3.0,
+                            **plan}.items() if v is not None}
+    summary = run_replay(cfg or small_cfg(), LoadPlan(**kw), Workload(profile=profile, seed=seed), tmp,
+                         ReplayOptions(start_epoch=EPOCH))
     requests = read_table(tmp / "requests.parquet", REQUESTS)
     metrics = read_table(tmp / "metrics.parquet", METRICS)
     assert summary.requests == len(requests) and summary.metrics_rows == len(metrics)
@@ -91,7 +96,7 @@ def test_same_seed_same_records(tmp_path: Path) -> None:
 
 
 def test_open_loop_rate_steps(tmp_path: Path) -> None:
-    requests, _ = replay(tmp_path, concurrencies=(), rates=(2.0, 6.0), step_s=20.0, burstiness=0.5)
+    requests, _ = replay(tmp_path, concurrency=None, rate=[2.0, 6.0], step_duration_s=20.0, burstiness=0.5)
     counts = requests.groupby("step").size()
     for step, rate in enumerate((2.0, 6.0)):
         expected = rate * 20
@@ -102,7 +107,7 @@ def test_open_loop_rate_steps(tmp_path: Path) -> None:
 
 def test_prefix_groups_hit_the_cache(tmp_path: Path) -> None:
     cfg = small_cfg(max_model_len=8192, num_gpu_blocks_override=4000)
-    plan = dict(profile="shared-system-prompt", concurrencies=(4,), step_s=20.0)
+    plan = {"profile": "shared-system-prompt", "concurrency": [4], "step_duration_s": 20.0}
     _, on = replay(tmp_path / "on", cfg, **plan)
     _, off = replay(tmp_path / "off", small_cfg(max_model_len=8192, num_gpu_blocks_override=4000,
                                                 enable_prefix_caching=False), **plan)
@@ -144,12 +149,21 @@ def test_prompt_ids_share_exactly_the_prefix() -> None:
 
 
 @pytest.mark.parametrize("plan", [
-    dict(), dict(concurrencies=(2,), rates=(1.0,)), dict(concurrencies=(0,)),
-    dict(concurrencies=(2,), warmup_s=60.0), dict(rates=(-1.0,)),
+    {}, {"concurrency": "2", "rate": "1"}, {"concurrency": "0"},
+    {"concurrency": "2", "warmup_s": 60.0}, {"rate": "-1"}, {"concurrency": "2,x"},
 ])
-def test_bad_plans(tmp_path: Path, plan: dict) -> None:
+def test_bad_plans(plan: dict) -> None:
     with pytest.raises(InputError):
-        run_replay(small_cfg(), ReplayPlan(**plan), tmp_path)
+        plan_from_flags(**plan)
+
+
+@pytest.mark.parametrize("plan", [
+    LoadPlan(trace="t.csv", trace_duration_s=10.0),
+    LoadPlan(search=KneeSearch(start=2, max=8, resolution=2)),
+])
+def test_plans_a_replay_cannot_run(tmp_path: Path, plan: LoadPlan) -> None:
+    with pytest.raises(InputError):
+        run_replay(small_cfg(), plan, Workload(), tmp_path)
     assert not (tmp_path / "manifest.json").exists()
 
 
@@ -184,7 +198,7 @@ def test_quantile_matches_numpy() -> None:
 
 
 def test_lowered_concurrency_retires_users(tmp_path: Path) -> None:
-    requests, metrics = replay(tmp_path, concurrencies=(8, 2), step_s=10.0, warmup_s=2.0)
+    requests, metrics = replay(tmp_path, concurrency=[8, 2], step_duration_s=10.0, warmup_s=2.0)
     later = requests[requests.step == 1]
     assert set(later.user) <= {0, 1} and len(later) > 0
     assert (requests.status == "aborted").sum() == 2

@@ -1,0 +1,105 @@
+"""Which level to run next: a fixed list, or an adaptive knee search fed step verdicts.
+
+A level source is a generator (GuideLLM's sweep profiles, STYLE.md #4): ``next()``
+gives the first level, ``send(verdict)`` the next one after a step at the previous
+level ran, where ``verdict`` is True when that step stalled (the analyzer's per-step
+judgement) and None when the source does not need one; StopIteration ends the run and
+carries a :class:`SearchResult`. The live driver and the virtual-time replay both
+walk a plan through :func:`level_source`.
+
+Adaptive search over the grid ``g_0 < g_1 < ... < g_{n-1}`` of
+:meth:`loadlab.config.KneeSearch.grid` (the levels a full linear scan would run):
+
+1. Coarse pass: ``g_0``, then the grid level nearest ``start * factor**k`` for
+   k = 1, 2, ... (each strictly above the last), and always ``g_{n-1}``; stop at the
+   first step that stalls.
+2. No step stalled: no knee up to ``g_{n-1}`` (lower = ``g_{n-1}``, upper None).
+   ``g_0`` stalled: stalled from the first level (lower None, upper = ``g_0``).
+3. Otherwise the knee lies in (last good, first stalled]: bisect the grid indices
+   strictly inside that bracket, moving the upper end down on a stall and the lower end
+   up otherwise, until the two are neighbours on the grid.
+
+With a verdict that is monotone in the level this finds the linear scan's bracket
+exactly, in about ``log_factor(n) + log2(n / factor)`` steps instead of ``n``
+(32 levels: 8-10 steps). Defaults: ``factor`` 2.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+
+from loadlab.config import KneeSearch, LoadPlan
+
+LevelSource = Generator[float, "bool | None", "SearchResult"]
+
+
+@dataclass
+class SearchResult:
+    """The bracket (lower = last good level, upper = first stalled) and every step run."""
+
+    lower: float | None = None
+    upper: float | None = None
+    steps: list[tuple[float, bool | None]] = field(default_factory=list)
+
+
+def fixed_levels(levels: Sequence[float]) -> LevelSource:
+    """Every level in order; verdicts are recorded, never acted on."""
+    result = SearchResult()
+    for level in levels:
+        result.steps.append((level, (yield level)))
+    return result
+
+
+def coarse_indices(grid: Sequence[float], factor: float) -> list[int]:
+    """Grid indices of the coarse pass: 0, nearest to start*factor**k, ..., last."""
+    indices = [0]
+    target = grid[0]
+    while indices[-1] < len(grid) - 1:
+        target *= factor
+        i = bisect.bisect_left(grid, target)
+        if i > 0 and (i == len(grid) or target - grid[i - 1] <= grid[i] - target):
+            i -= 1  # the nearer neighbour
+        indices.append(min(max(i, indices[-1] + 1), len(grid) - 1))
+    return indices
+
+
+def adaptive_levels(search: KneeSearch) -> LevelSource:
+    """The adaptive knee search of the module docstring."""
+    grid = search.grid()
+    result = SearchResult()
+
+    def run(index: int) -> Generator[float, bool | None, bool]:
+        stalled = bool((yield grid[index]))
+        result.steps.append((grid[index], stalled))
+        return stalled
+
+    good: int | None = None
+    bad: int | None = None
+    for index in coarse_indices(grid, search.factor):
+        if (yield from run(index)):
+            bad = index
+            break
+        good = index
+    if bad is None:
+        result.lower = grid[-1]
+        return result
+    if good is None:
+        result.upper = grid[0]
+        return result
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if (yield from run(mid)):
+            bad = mid
+        else:
+            good = mid
+    result.lower, result.upper = grid[good], grid[bad]
+    return result
+
+
+def level_source(plan: LoadPlan) -> LevelSource:
+    """The plan's levels: its search, or its fixed concurrency/rate list."""
+    if plan.search is not None:
+        return adaptive_levels(plan.search)
+    return fixed_levels([float(v) for v in (plan.concurrency or plan.rate or [])])
