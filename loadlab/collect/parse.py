@@ -200,3 +200,18 @@ def cache_config(label_sets: Iterable[dict[str, str] | str]) -> dict[str, Any]:
     config = {k: _typed(v) for k, v in sets[0].items() if k not in ("engine", "model_name")}
     config["engines"] = [d.get("engine") for d in sets]
     return config
+
+
+def describe_endpoint(parser: ExpositionParser, ids: list[int]) -> dict[str, Any]:
+    """What a parsed page exposes: families, role -> family map, V1/V0, typed cache config
+    (the manifest's ``metrics.endpoints[...]`` entry)."""
+    from loadlab.collect import catalog
+
+    families = sorted(parser.families)
+    config_labels = [parser.series[i].labels for i in ids if parser.series[i].family == CACHE_CONFIG_FAMILY]
+    return {
+        "families": families,
+        "names_found": catalog.names_found(families),
+        "vllm_engine": catalog.engine_generation(families),
+        "cache_config_info": cache_config(config_labels),
+    }

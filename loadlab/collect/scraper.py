@@ -41,14 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadlab.collect import catalog
 from loadlab.collect.fetch import MetricsFetcher, endpoint_urls
-from loadlab.collect.parse import (
-    CACHE_CONFIG_FAMILY,
-    ExpositionError,
-    ExpositionParser,
-    cache_config,
-)
+from loadlab.collect.parse import ExpositionError, ExpositionParser, describe_endpoint
 from loadlab.collect.sink import MetricsSink
 from loadlab.errors import InputError
 from loadlab.runstore import SCRAPES, PartWriter, update_manifest
@@ -243,15 +237,7 @@ class Scraper:
 
     def _describe(self, label: str, parser: ExpositionParser, ids: list[int]) -> None:
         """Record what one endpoint exposes in the manifest."""
-        families = sorted(parser.families)
-        config_labels = [parser.series[i].labels for i in ids
-                         if parser.series[i].family == CACHE_CONFIG_FAMILY]
-        info = {
-            "families": families,
-            "names_found": catalog.names_found(families),
-            "vllm_engine": catalog.engine_generation(families),
-            "cache_config_info": cache_config(config_labels),
-        }
+        info = describe_endpoint(parser, ids)
         with self._manifest_lock:  # endpoints report in any order; the last write has all
             with self._changed:
                 self._info[label] = info

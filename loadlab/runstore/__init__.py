@@ -23,20 +23,20 @@ Times are unix seconds (float64) everywhere; durations end in ``_s``.
 
 from loadlab.runstore.compaction import compact, compact_run
 from loadlab.runstore.manifest import read_manifest, update_manifest, write_manifest
-from loadlab.runstore.schema import CLIENT, METRICS, REQUESTS, SCRAPES, REQUEST_STATUSES
+from loadlab.runstore.schema import CLIENT, METRICS, REQUEST_STATUSES, REQUESTS, SCRAPES
 from loadlab.runstore.writer import PartWriter, read_table
 
 __all__ = [
     "CLIENT",
     "METRICS",
     "REQUESTS",
-    "SCRAPES",
     "REQUEST_STATUSES",
+    "SCRAPES",
     "PartWriter",
     "compact",
     "compact_run",
-    "read_table",
     "read_manifest",
+    "read_table",
     "update_manifest",
     "write_manifest",
 ]

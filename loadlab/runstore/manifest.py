@@ -1,18 +1,18 @@
-"""manifest.json: what a run folder holds and how it was produced.
+"""manifest.json: what a run folder holds and how it was produced, as typed models.
 
-Written atomically (temporary file, then rename) and updated at step boundaries,
-so a crashed run still says which steps finished. Keys used across stages:
+Written atomically (temporary file, then rename) and updated at step boundaries, so a
+crashed run still says which steps finished. Two kinds of folder:
 
-- ``kind``: "run" | "sim-replay" | "sweep-point"; ``point``; ``created``; ``finished``
-- ``status``: "running" | "complete" | "interrupted" | "failed"; ``error``
-- ``target``: {"base_url", "model", "api", "launch": {argv, flags}}; never an API key
-- ``server``: {"max_num_seqs", "max_num_batched_tokens", "block_size", ...} as known
-- ``metrics``: {"names_found", "cache_config_info", "v1"|"v0"} (collector)
-- ``steps``: [{"step", "concurrency" | "target_rate", "t_start", "t_end", "warmup_s"}]
-- ``workload``: {"profile", "seed", ...}; ``host``: {"hostname", "cpus", "python"}
-- ``versions``: {"loadlab", "locust", "vllm" (if known)}
-- ``owner``: {"pid", "hostname"} of the process writing the folder (see
-  :mod:`loadlab.runstore.claim`); ``stop_reason``: why a run stopped early, or null
+- a run (:class:`RunManifest`, ``kind`` "run" from ``loadlab run``, "sim-replay" from
+  ``loadlab sim replay``, absent when only ``loadlab collect`` wrote the folder);
+- a sweep (:class:`SweepManifest`, ``kind`` "sweep"): one run folder per point below it.
+
+The models name every key the stages share (what each means is in its description);
+any other key is kept as written (``extra="allow"``), so a writer can add one without
+touching this module. :func:`write_manifest` and :func:`update_manifest` check the
+result against the model before writing (a wrong type fails there, not in a reader an
+hour later) and write what they were given, defaults not filled in;
+:func:`load_manifest` gives readers the typed model.
 """
 
 from __future__ import annotations
@@ -21,19 +21,196 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loadlab.errors import InputError
 
 MANIFEST = "manifest.json"
 _lock = threading.Lock()
 
+RunStatus = Literal["running", "complete", "interrupted", "failed"]
 
-def write_manifest(run_dir: str | Path, data: dict[str, Any]) -> Path:
-    """Replace the manifest atomically."""
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class StepWindow(_Open):
+    """One load step as it ran (the analyzer cuts ``warmup_s`` from its start)."""
+
+    step: int
+    t_start: float = Field(description="unix seconds the step began")
+    t_end: float = Field(description="unix seconds it ended (or was cut short)")
+    warmup_s: float = 0.0
+    concurrency: int | None = Field(None, description="closed loop: users")
+    target_rate: float | None = Field(None, description="open loop: requests/s asked for")
+    burstiness: float | None = None
+    client_cpu_cores: float | None = Field(None, description="CPU the load generator used, in cores")
+    client_cpu_max_worker: float | None = None
+    inflight_mean: float | None = Field(None, description="time-mean requests in flight after warm-up")
+    achieved_ratio: float | None = Field(None, description="closed: inflight_mean / concurrency; "
+                                         "open: achieved_rate / target_rate")
+    achieved_rate: float | None = Field(None, description="requests sent per second after warm-up")
+    send_lag_p50_s: float | None = None
+    send_lag_p99_s: float | None = None
+    send_lag_max_s: float | None = None
+    loop_lag_mean_s: float | None = None
+    loop_lag_max_s: float | None = None
+    client_limited: bool | None = Field(None, description="the client fell short of the asked load")
+    client_limited_reasons: list[str] = Field(default_factory=list)
+
+
+class Launch(_Open):
+    """How loadlab started the server (``target.launch``); secrets redacted."""
+
+    kind: str = Field(description="sim | vllm | sim-replay")
+    argv: list[str] = Field(default_factory=list)
+    flags: dict[str, Any] = Field(default_factory=dict, description="vLLM names, underscores")
+    pid: int | None = None
+    log: str | None = Field(None, description="the server's log file")
+    startup_s: float | None = None
+
+
+class TargetInfo(_Open):
+    """The server under test; never an API key."""
+
+    base_url: str
+    model: str | None = None
+    api: str = "completions"
+    launch: Launch | None = None
+    max_model_len: int | None = Field(None, description="as /v1/models reported it")
+
+
+class EndpointInfo(_Open):
+    """What one scraped endpoint exposed."""
+
+    families: list[str] = Field(default_factory=list)
+    names_found: dict[str, str] = Field(default_factory=dict, description="role -> metric family")
+    vllm_engine: str | None = Field(None, description="v0 | v1 | unknown")
+    cache_config_info: dict[str, Any] = Field(default_factory=dict)
+
+
+class MetricsInfo(_Open):
+    """Where the server metrics came from (the collector, or the replay's own engine)."""
+
+    source: str | None = Field(None, description="direct (scraped) | prometheus | sim")
+    interval_s: float | None = None
+    timeout_s: float | None = None
+    api_key_env: str | None = None
+    endpoints: dict[str, EndpointInfo] = Field(default_factory=dict)
+    names_found: dict[str, str] = Field(default_factory=dict, description="the first endpoint's roles")
+    vllm_engine: str | None = None
+    cache_config_info: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkloadInfo(_Open):
+    profile: str | None = None
+    trace: str | None = None
+    seed: int = 0
+    fit: dict[str, Any] | None = Field(None, description="lengths fitted to max_model_len: "
+                                       "max_model_len, clipped, resampled, policy")
+
+
+class Owner(_Open):
+    """The process writing the folder: tells an unfinished run from a live one."""
+
+    pid: int
+    hostname: str
+
+
+class Isolation(_Open):
+    server_cpus: list[int] | None = None
+    client_cpus: list[int] | None = None
+
+
+class RunManifest(_Open):
+    """One run folder (one sweep point)."""
+
+    kind: Literal["run", "sim-replay"] | None = None
+    point: str = ""
+    status: RunStatus | None = None
+    error: str | None = None
+    stop_reason: str | None = Field(None, description="why the run stopped early")
+    created: float | None = None
+    finished: float | None = None
+    owner: Owner | None = None
+    target: TargetInfo | None = None
+    server: dict[str, Any] = Field(default_factory=dict, description="scheduler/cache knobs as set "
+                                   "(max_num_seqs, block_size, ...): /metrics never shows them")
+    plan: dict[str, Any] | None = Field(None, description="loadlab.config.LoadPlan.describe()")
+    workload: WorkloadInfo | None = None
+    metrics: MetricsInfo | None = None
+    steps: list[StepWindow] = Field(default_factory=list)
+    client_limited_steps: list[int] = Field(default_factory=list)
+    isolation: Isolation | None = None
+    records: dict[str, Any] | None = Field(None, description="rows written, by worker, missing")
+    search: dict[str, Any] | None = Field(None, description="knee search: lower, upper, steps run")
+    host: dict[str, Any] = Field(default_factory=dict)
+    versions: dict[str, Any] = Field(default_factory=dict)
+
+
+PointStatus = Literal["complete", "failed", "skipped", "running", "interrupted"]
+
+
+class PointRecord(_Open):
+    """One point of a sweep, as the sweep manifest lists it."""
+
+    name: str
+    dir: str = Field(description="the point's run folder, relative to the sweep folder")
+    status: PointStatus = "running"
+    error: str | None = None
+    flags: dict[str, Any] = Field(default_factory=dict, description="the server flags of this point")
+    what_if: bool = Field(False, description="run on the simulator in virtual time (--what-if)")
+
+
+class SweepInfo(_Open):
+    mode: Literal["ab", "matrix", "single"]
+    baseline: str | None = None
+
+
+class SweepManifest(_Open):
+    """A sweep folder: the scenario as resolved and one record per point."""
+
+    kind: Literal["sweep"] = "sweep"
+    status: RunStatus = "running"
+    error: str | None = None
+    created: float | None = None
+    finished: float | None = None
+    scenario: dict[str, Any] = Field(default_factory=dict)
+    sweep: SweepInfo
+    points: list[PointRecord] = Field(default_factory=list)
+    report: str | None = Field(None, description="the report, relative to the sweep folder")
+
+
+Manifest = RunManifest | SweepManifest
+
+
+def _model(data: dict[str, Any]) -> type[RunManifest | SweepManifest]:
+    return SweepManifest if data.get("kind") == "sweep" else RunManifest
+
+
+def check_manifest(data: dict[str, Any]) -> Manifest:
+    """The typed model of manifest data; pydantic's ValidationError when it does not fit."""
+    return _model(data).model_validate(data)
+
+
+def _dump(model: BaseModel) -> dict[str, Any]:
+    """The fields that were set, and the kind (it picks the model back when read)."""
+    data = model.model_dump(mode="json", exclude_unset=True)
+    kind = getattr(model, "kind", None)
+    return {"kind": kind, **data} if kind is not None else data
+
+
+def write_manifest(run_dir: str | Path, data: dict[str, Any] | BaseModel) -> Path:
+    """Replace the manifest atomically, after checking it against its model."""
+    if isinstance(data, BaseModel):
+        data = _dump(data)
+    check_manifest(data)
     path = Path(run_dir) / MANIFEST
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, path)
     return path
@@ -55,11 +232,34 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     return data
 
 
+def load_manifest(run_dir: str | Path) -> Manifest:
+    """The typed manifest; InputError (exit 2) naming the file when it is missing or broken."""
+    path = Path(run_dir) / MANIFEST
+    try:
+        data = read_manifest(run_dir)
+    except OSError as exc:
+        raise InputError(f"unreadable manifest: {exc}", source=path,
+                         fix="point at a folder written by loadlab; rerun what wrote it") from None
+    if not data:
+        raise InputError("no manifest.json here", source=Path(run_dir),
+                         fix="point at a run or sweep folder written by loadlab")
+    try:
+        return check_manifest(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise InputError(err["msg"], source=path, field=".".join(map(str, err["loc"])),
+                         fix="the file was edited or written by another tool; rerun what wrote it") from None
+
+
 def update_manifest(run_dir: str | Path, **patch: Any) -> dict[str, Any]:
     """Merge top-level keys into the manifest (dicts merged one level deep)."""
     with _lock:
         data = read_manifest(run_dir)
         for key, value in patch.items():
+            if isinstance(value, BaseModel):
+                value = _dump(value)
+            elif isinstance(value, list):
+                value = [_dump(v) if isinstance(v, BaseModel) else v for v in value]
             if isinstance(value, dict) and isinstance(data.get(key), dict):
                 data[key] = {**data[key], **value}
             else:

@@ -48,13 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from loadlab import __version__
-from loadlab.collect.parse import ExpositionParser, Scrape
+from loadlab.collect.parse import ExpositionParser, Scrape, describe_endpoint
 from loadlab.collect.sink import MetricsSink
 from loadlab.config import LoadPlan, Workload
 from loadlab.errors import InputError
 from loadlab.loadgen.knee_search import SearchResult, level_source
 from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
+from loadlab.runstore.manifest import Launch, MetricsInfo, RunManifest, TargetInfo, WorkloadInfo
 from loadlab.sim.config import SimConfig
 from loadlab.sim.engine import Engine
 from loadlab.sim.hardware import resolve
@@ -376,19 +377,21 @@ def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str 
     out = Path(out_dir)
     replay = _Replay(cfg, plan, workload, out, opts, progress, judge, observer)
     flags = replay.resolved.server_flags()
-    write_manifest(out, {
-        "kind": "sim-replay", "point": opts.point, "status": "running", "owner": owner_entry(),
-        "created": time.time(), "start_epoch": replay.epoch,
-        "target": {"base_url": ENDPOINT, "model": replay.resolved.served_model_name,
-                   "api": "completions", "launch": {"kind": "sim-replay", "flags": flags}},
-        "server": flags, "steps": [], "plan": plan.describe(),
-        "workload": workload.model_dump(),
-        "metrics": {"names_found": cfg.metrics_names, "interval_s": opts.metrics_interval_s},
-        "sim": {"config": asdict(cfg) | {"api_key": None},
-                "startup_lines": replay.resolved.startup_lines()},
-        "host": {"hostname": socket.gethostname(), "python": platform.python_version()},
-        "versions": {"loadlab": __version__},
-    })
+    page = ExpositionParser()
+    info = describe_endpoint(page, page.parse(replay.metrics.render()).ids)
+    write_manifest(out, RunManifest(
+        kind="sim-replay", point=opts.point, status="running", owner=owner_entry(), created=time.time(),
+        start_epoch=replay.epoch,
+        target=TargetInfo(base_url=ENDPOINT, model=replay.resolved.served_model_name,
+                          launch=Launch(kind="sim-replay", flags=flags)),
+        server=flags, steps=[], plan=plan.describe(), workload=WorkloadInfo(**workload.model_dump()),
+        metrics=MetricsInfo(source="sim", interval_s=opts.metrics_interval_s, endpoints={ENDPOINT: info},
+                            names_found=info["names_found"], vllm_engine=info["vllm_engine"],
+                            cache_config_info=info["cache_config_info"]),
+        sim={"config": asdict(cfg) | {"api_key": None}, "startup_lines": replay.resolved.startup_lines()},
+        host={"hostname": socket.gethostname(), "python": platform.python_version()},
+        versions={"loadlab": __version__},
+    ))
     wall0 = time.perf_counter()
     with gc_relaxed():
         try:

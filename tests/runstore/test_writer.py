@@ -9,8 +9,26 @@ import textwrap
 import threading
 
 import pyarrow as pa
+import pytest
+from pydantic import ValidationError
 
-from loadlab.runstore import METRICS, REQUESTS, PartWriter, read_table, update_manifest, read_manifest
+from loadlab.errors import InputError
+from loadlab.runstore import (
+    METRICS,
+    REQUESTS,
+    PartWriter,
+    read_manifest,
+    read_table,
+    update_manifest,
+    write_manifest,
+)
+from loadlab.runstore.manifest import (
+    PointRecord,
+    RunManifest,
+    SweepInfo,
+    SweepManifest,
+    load_manifest,
+)
 
 SMALL = pa.schema([("a", pa.int64()), ("b", pa.string())])
 
@@ -85,7 +103,37 @@ def test_schema_mismatch_is_rejected(tmp_path):
 
 def test_manifest_updates_merge_one_level(tmp_path):
     update_manifest(tmp_path, status="running", target={"base_url": "http://x"})
-    update_manifest(tmp_path, target={"model": "m"}, steps=[{"step": 0}])
+    step = {"step": 0, "t_start": 1.0, "t_end": 2.0}
+    update_manifest(tmp_path, target={"model": "m"}, steps=[step])
     m = read_manifest(tmp_path)
-    assert m == {"status": "running", "target": {"base_url": "http://x", "model": "m"}, "steps": [{"step": 0}]}
+    assert m == {"status": "running", "target": {"base_url": "http://x", "model": "m"}, "steps": [step]}
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_manifest_checked_on_write_and_typed_on_read(tmp_path):
+    with pytest.raises(ValidationError):
+        update_manifest(tmp_path, status="done")         # not a status
+    with pytest.raises(ValidationError):
+        update_manifest(tmp_path, steps=[{"step": 0}])   # a window without its times
+    assert not (tmp_path / "manifest.json").exists()
+    update_manifest(tmp_path, kind="run", status="complete", custom={"kept": True},
+                    steps=[{"step": 0, "t_start": 1.0, "t_end": 2.0, "concurrency": 4, "inflight_mean": 3.9}])
+    manifest = load_manifest(tmp_path)
+    assert isinstance(manifest, RunManifest) and manifest.steps[0].inflight_mean == 3.9
+    assert manifest.custom == {"kept": True} and manifest.steps[0].client_limited is None
+    assert read_manifest(tmp_path)["steps"][0] == {"step": 0, "t_start": 1.0, "t_end": 2.0,
+                                                   "concurrency": 4, "inflight_mean": 3.9}
+    sweep = tmp_path / "sweep"
+    write_manifest(sweep, SweepManifest(sweep=SweepInfo(mode="ab", baseline="a"),
+                                        points=[PointRecord(name="a", dir="a", status="failed", error="died")]))
+    loaded = load_manifest(sweep)
+    assert isinstance(loaded, SweepManifest) and loaded.points[0].error == "died"
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"kind": "sweep", "points": []}', ""])
+def test_broken_manifest_is_an_input_error_naming_the_file(tmp_path, text):
+    if text:
+        (tmp_path / "manifest.json").write_text(text)
+    with pytest.raises(InputError) as info:
+        load_manifest(tmp_path)
+    assert "manifest.json" in str(info.value) or not text
