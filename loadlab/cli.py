@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("loadlab.collect.cli:collect", "Sample a server's /metrics (or read them from Prometheus) into a run folder."),
     "report": ("loadlab.report.cli:report", "Write the self-contained HTML report of a run or sweep folder."),
     "compare": ("loadlab.report.cli:compare", "Compare two runs' knees and SLO-limited levels; non-zero exit on a regression (CI gate)."),
+    "sweep": ("loadlab.sweep.cli:sweep", "Run a scenario's points (A/B arms or a flag matrix), each on a fresh server; --what-if on the simulator."),
 }
 
 

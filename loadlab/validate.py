@@ -30,6 +30,7 @@ from loadlab.config import LoadPlan, Scenario
 from loadlab.errors import InputError
 
 M = TypeVar("M", bound=BaseModel)
+SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 # LoadPlan fields -> the flags `loadlab run` and `loadlab sim replay` take for them
 PLAN_FLAGS = {"": "plan", "concurrency": "--concurrency", "rate": "--rate", "burstiness": "--burstiness",
               "step_duration_s": "--step-duration", "warmup_s": "--warmup",
@@ -101,14 +102,24 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def scenario_path(name: str) -> Path:
+    """A scenario file by path, or a shipped scenario by name (``demo`` -> scenarios/demo.yaml)."""
+    path = Path(name)
+    shipped = SCENARIOS_DIR / f"{name}.yaml"
+    if not path.exists() and not _looks_like_path(name) and shipped.is_file():
+        return shipped
+    return path
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and check a scenario file (see the module docstring); InputError if anything is off."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
+        shipped = ", ".join(sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml")))
         raise InputError(f"cannot read the scenario: {exc.strerror or exc}", source=path,
-                         fix="check the path; shipped scenarios are in scenarios/") from None
+                         fix=f"check the path, or name a shipped scenario: {shipped}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

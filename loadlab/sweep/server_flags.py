@@ -119,6 +119,21 @@ def redacted_values(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def to_argv(flags: dict[str, Any]) -> list[str]:
+    """{'max_num_seqs': 4, 'enforce_eager': True, 'enable_prefix_caching': False} -> argv
+    (the inverse of :func:`parse_flags`; True is the bare flag, False its ``--no-`` form)."""
+    argv: list[str] = []
+    for key, value in flags.items():
+        name = key.replace("_", "-")
+        if value is True:
+            argv.append(f"--{name}")
+        elif value is False:
+            argv.append(f"--no-{name}")
+        else:
+            argv += [f"--{name}", str(value)]
+    return argv
+
+
 def flag_value(flags: list[str], name: str) -> Any:
     """The value of one flag (``name`` with underscores), or None when absent."""
     return parse_flags(flags).values.get(name)

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from loadlab.sweep.launcher import LaunchedTarget, find_vllm, launch_target
+from loadlab.sweep.server_flags import to_argv
 
 # The checkout holding these tests (not loadlab's install location: under tox loadlab is
 # installed into .tox, while .vllm-venv, .cache and tools/ stay in the checkout).
@@ -56,20 +57,6 @@ def missing_reason() -> str | None:
     return None
 
 
-def flag_list(flags: dict[str, object]) -> list[str]:
-    """{'max_num_seqs': 4, 'enforce_eager': True, 'enable_prefix_caching': False} -> argv."""
-    argv: list[str] = []
-    for key, value in flags.items():
-        name = "--" + key.replace("_", "-")
-        if value is True:
-            argv.append(name)
-        elif value is False:
-            argv.append("--no-" + key.replace("_", "-"))
-        else:
-            argv += [name, str(value)]
-    return argv
-
-
 # vLLM's engine-core process busy-polls its worker (sched_yield for a second after each
 # read) on the one core the CPU backend leaves to everything but the worker, so on 2
 # cores the API server and the client starve beside it: about 10-40% of streams at
@@ -82,7 +69,7 @@ ENGINE_CORE_NICE = 10
 @contextmanager
 def tiny_vllm(run_dir: Path, startup_timeout_s: float = 300, **overrides: object) -> Iterator[LaunchedTarget]:
     """``vllm serve`` of the tiny model with BASE_FLAGS + overrides, engine core deprioritised."""
-    argv = [str(tiny_model_dir()), *flag_list({**BASE_FLAGS, **overrides})]
+    argv = [str(tiny_model_dir()), *to_argv({**BASE_FLAGS, **overrides})]
     with launch_target("vllm", argv, run_dir, env=VLLM_ENV, startup_timeout_s=startup_timeout_s) as target:
         deprioritise_engine_core(target.pid)
         yield target
