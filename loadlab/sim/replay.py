@@ -86,15 +86,17 @@ class ReplayOptions:
     start_epoch: float | None = None       # unix time of virtual 0; None = now
 
 
-def check_plan(plan: LoadPlan, opts: ReplayOptions) -> list[float]:
-    """The plan's levels, or InputError for what a replay cannot run."""
-    if plan.mode == "replay" or plan.search is not None:
-        raise InputError("a replay runs concurrency or rate steps", field="plan",
+def check_plan(plan: LoadPlan, opts: ReplayOptions, judge: Judge | None) -> None:
+    """InputError for what a replay cannot run."""
+    if plan.mode == "replay":
+        raise InputError("a replay runs concurrency or rate steps, or a knee search", field="plan",
                          fix="e.g. --concurrency 8,16,32 or --rate 1,2,4")
+    if plan.search is not None and judge is None:
+        raise InputError("a knee search needs a verdict per step", field="plan.search",
+                         fix="run it through `loadlab sweep`, or give the levels as a list")
     if not opts.metrics_interval_s > 0:
         raise InputError(f"must be > 0, got {opts.metrics_interval_s}", field="metrics_interval_s",
                          fix="pass a positive number")
-    return [float(level) for level in (plan.concurrency or plan.rate or [])]
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ class _Replay:
     def __init__(self, cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: Path,
                  opts: ReplayOptions, progress: Progress | None, judge: Judge | None,
                  observer: Callable[[StepOutput], None] | None = None) -> None:
-        check_plan(plan, opts)
+        check_plan(plan, opts, judge)
         self.plan = plan
         self.opts = opts
         self.out_dir = out_dir
@@ -371,9 +373,6 @@ def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str 
     impossible configuration (before writing anything).
     """
     opts = opts or ReplayOptions()
-    if plan.search is not None and judge is None:
-        raise InputError("a knee search needs a verdict per step", field="plan.search",
-                         fix="run it through `loadlab sweep`, or give the levels as a list")
     out = Path(out_dir)
     replay = _Replay(cfg, plan, workload, out, opts, progress, judge, observer)
     flags = replay.resolved.server_flags()
