@@ -204,8 +204,9 @@ class _Replay:
                 return
         self.step = k
         step_s = self.plan.step_duration_s
+        # The virtual client sends exactly on plan: it is never short of the asked load.
         self.windows.append({"step": k, "t_start": self.epoch + self.now, "t_end": self.epoch + self.now + step_s,
-                             "warmup_s": self.plan.warmup_s,
+                             "warmup_s": self.plan.warmup_s, "client_limited": False,
                              **({"concurrency": int(self.level)} if self.closed
                                 else {"target_rate": self.level, "burstiness": self.plan.burstiness})})
         update_manifest(self.out_dir, steps=self.windows)
