@@ -164,6 +164,8 @@ class KneeSearch(_Strict):
     max: float = Field(gt=0, description="the highest level tried (last of the grid)")
     resolution: float = Field(gt=0, description="grid spacing: the levels a full linear scan would run")
     factor: float = Field(2.0, gt=1, description="coarse pass: each level this times the last")
+    settle_s: float | None = Field(None, ge=0, description="extra seconds run and cut after a stalled "
+                                   "step while its queue drains (default: the warm-up)")
 
     @model_validator(mode="after")
     def _grid(self) -> KneeSearch:
@@ -237,14 +239,16 @@ class LoadPlan(_Strict):
         """The renewal process's gamma shape; None for Poisson."""
         return None if self.burstiness == 1.0 else self.burstiness
 
-    def step(self, index: int, level: float | None) -> Step:
-        """Step ``index`` of this plan at ``level`` (users or requests/s; replay: None)."""
+    def step(self, index: int, level: float | None, settle_s: float = 0.0) -> Step:
+        """Step ``index`` of this plan at ``level`` (users or requests/s; replay: None),
+        ``settle_s`` longer with that much more cut (a knee search's step after a stall)."""
         if self.mode == "replay":
             duration = (self.trace_duration_s or 0.0) + 1e-3
             return Step(index, duration, min(self.warmup_s, duration / 2))
+        duration, warmup = self.step_duration_s + settle_s, self.warmup_s + settle_s
         if self.mode == "closed":
-            return Step(index, self.step_duration_s, self.warmup_s, concurrency=int(level or 0))
-        return Step(index, self.step_duration_s, self.warmup_s, target_rate=float(level or 0))
+            return Step(index, duration, warmup, concurrency=int(level or 0))
+        return Step(index, duration, warmup, target_rate=float(level or 0))
 
     @property
     def steps(self) -> tuple[Step, ...]:

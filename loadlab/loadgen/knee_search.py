@@ -1,11 +1,12 @@
 """Which level to run next: a fixed list, or an adaptive knee search fed step verdicts.
 
 A level source is a generator (GuideLLM's sweep profiles, STYLE.md #4): ``next()``
-gives the first level, ``send(verdict)`` the next one after a step at the previous
-level ran, where ``verdict`` is True when that step stalled (the analyzer's per-step
-judgement) and None when the source does not need one; StopIteration ends the run and
-carries a :class:`SearchResult`. The live driver and the virtual-time replay both
-walk a plan through :func:`level_source`.
+gives the first :class:`Probe`, ``send(verdict)`` the next one after a step at the
+previous level ran, where ``verdict`` is True when that step stalled (the analyzer's
+per-step judgement) and None when the source does not need one; StopIteration ends the
+run and carries a :class:`SearchResult`. The live driver and the virtual-time replay
+both walk a plan through :func:`level_source` and turn a probe into a step with
+:meth:`loadlab.config.LoadPlan.step`.
 
 Adaptive search over the grid ``g_0 < g_1 < ... < g_{n-1}`` of
 :meth:`loadlab.config.KneeSearch.grid` (the levels a full linear scan would run):
@@ -18,10 +19,15 @@ Adaptive search over the grid ``g_0 < g_1 < ... < g_{n-1}`` of
 3. Otherwise the knee lies in (last good, first stalled]: bisect the grid indices
    strictly inside that bracket, moving the upper end down on a stall and the lower end
    up otherwise, until the two are neighbours on the grid.
+4. Settling: a step right after a stalled one inherits its queue (vLLM observes a
+   request's queue time when it finishes, so requests that queued at the higher level
+   are counted seconds into the next step). Such a step is lengthened by ``settle_s``
+   and that much more of it is cut (default: the plan's warm-up again), so the verdict
+   on it is its own.
 
 With a verdict that is monotone in the level this finds the linear scan's bracket
 exactly, in about ``log_factor(n) + log2(n / factor)`` steps instead of ``n``
-(32 levels: 8-10 steps). Defaults: ``factor`` 2.
+(32 levels: 8-10 steps). Defaults: ``factor`` 2, ``settle_s`` the warm-up.
 """
 
 from __future__ import annotations
@@ -32,7 +38,15 @@ from dataclasses import dataclass, field
 
 from loadlab.config import KneeSearch, LoadPlan
 
-LevelSource = Generator[float, "bool | None", "SearchResult"]
+LevelSource = Generator["Probe", "bool | None", "SearchResult"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The next step's level, and the extra seconds it needs to settle first."""
+
+    level: float
+    settle_s: float = 0.0
 
 
 @dataclass
@@ -48,7 +62,7 @@ def fixed_levels(levels: Sequence[float]) -> LevelSource:
     """Every level in order; verdicts are recorded, never acted on."""
     result = SearchResult()
     for level in levels:
-        result.steps.append((level, (yield level)))
+        result.steps.append((level, (yield Probe(level))))
     return result
 
 
@@ -65,13 +79,14 @@ def coarse_indices(grid: Sequence[float], factor: float) -> list[int]:
     return indices
 
 
-def adaptive_levels(search: KneeSearch) -> LevelSource:
+def adaptive_levels(search: KneeSearch, settle_s: float) -> LevelSource:
     """The adaptive knee search of the module docstring."""
     grid = search.grid()
     result = SearchResult()
 
-    def run(index: int) -> Generator[float, bool | None, bool]:
-        stalled = bool((yield grid[index]))
+    def run(index: int) -> Generator[Probe, bool | None, bool]:
+        after_stall = bool(result.steps) and bool(result.steps[-1][1])
+        stalled = bool((yield Probe(grid[index], settle_s if after_stall else 0.0)))
         result.steps.append((grid[index], stalled))
         return stalled
 
@@ -101,5 +116,6 @@ def adaptive_levels(search: KneeSearch) -> LevelSource:
 def level_source(plan: LoadPlan) -> LevelSource:
     """The plan's levels: its search, or its fixed concurrency/rate list."""
     if plan.search is not None:
-        return adaptive_levels(plan.search)
+        settle = plan.search.settle_s if plan.search.settle_s is not None else plan.warmup_s
+        return adaptive_levels(plan.search, settle)
     return fixed_levels([float(v) for v in (plan.concurrency or plan.rate or [])])

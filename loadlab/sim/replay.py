@@ -52,7 +52,7 @@ from loadlab.collect.parse import ExpositionParser, Scrape, describe_endpoint
 from loadlab.collect.sink import MetricsSink
 from loadlab.config import LoadPlan, Workload
 from loadlab.errors import InputError
-from loadlab.loadgen.knee_search import SearchResult, level_source
+from loadlab.loadgen.knee_search import Probe, SearchResult, level_source
 from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
 from loadlab.runstore.manifest import Launch, MetricsInfo, RunManifest, TargetInfo, WorkloadInfo
@@ -145,9 +145,10 @@ class _Replay:
         self.out_dir = out_dir
         self.seed = workload.seed
         self.levels = level_source(plan)
-        self.level: float = next(self.levels)
+        self.probe: Probe = next(self.levels)
         self.windows: list[dict[str, Any]] = []
         self.judge = judge
+        self.level = self.probe.level
         self.total_s = plan.step_duration_s * len(plan.steps) if plan.search is None else None
         self.search: SearchResult | None = None
         self.resolved = resolve(cfg)
@@ -198,51 +199,53 @@ class _Replay:
     # ---- handlers ------------------------------------------------------------------------
     def on_boundary(self, k: int) -> None:
         """Step ``k`` begins at the level the source chose (after judging step k - 1)."""
-        if k > 0:
-            self.level = self.next_level(k - 1)
-            if self.ended:
-                return
+        if k > 0 and not self.next_probe(k - 1):
+            return
         self.step = k
-        step_s = self.plan.step_duration_s
+        step = self.plan.step(k, self.probe.level, self.probe.settle_s)
+        self.level = self.probe.level
         # The virtual client sends exactly on plan: it is never short of the asked load.
-        self.windows.append({"step": k, "t_start": self.epoch + self.now, "t_end": self.epoch + self.now + step_s,
-                             "warmup_s": self.plan.warmup_s, "client_limited": False,
-                             **({"concurrency": int(self.level)} if self.closed
-                                else {"target_rate": self.level, "burstiness": self.plan.burstiness})})
+        self.windows.append({"step": k, "t_start": self.epoch + self.now,
+                             "t_end": self.epoch + self.now + step.duration_s,
+                             "warmup_s": step.warmup_s, "client_limited": False,
+                             **({"concurrency": step.concurrency} if self.closed
+                                else {"target_rate": step.target_rate, "burstiness": self.plan.burstiness})})
         update_manifest(self.out_dir, steps=self.windows)
-        self.push(self.now + step_s, _BOUNDARY, self.on_boundary, k + 1)
+        self.push(self.now + step.duration_s, _BOUNDARY, self.on_boundary, k + 1)
         if self.closed:
             for user in range(int(self.level)):
                 if user not in self.busy_users:
                     self.send(user)
         else:
             schedule = step_schedule(self.level, self.plan.gamma_shape, self.seed, k)
-            self.push(self.now, _ARRIVAL, self.on_open_arrival, (k, self.now, 0, schedule))
+            self.push(self.now, _ARRIVAL, self.on_open_arrival, (k, self.now, step.duration_s, 0, schedule))
 
-    def next_level(self, done: int) -> float:
-        """The level after step ``done``: the source is told whether it stalled (search only)."""
+    def next_probe(self, done: int) -> bool:
+        """Ask the source for the step after ``done``, telling it whether ``done`` stalled
+        (search only); False once the plan is over (the run is then finished)."""
         verdict = None
         if self.judge is not None and self.plan.search is not None:
             self.requests.flush()
             self.metric_rows.flush()
             verdict = self.judge(done)
         try:
-            return self.levels.send(verdict)
+            self.probe = self.levels.send(verdict)
         except StopIteration as stop:
             self.search = stop.value
             self.finish_run()
-            return self.level
+            return False
+        return True
 
     @property
     def closed(self) -> bool:
         return self.plan.mode == "closed"
 
-    def on_open_arrival(self, arg: tuple[int, float, int, RenewalSchedule]) -> None:
-        k, t0, n, schedule = arg
+    def on_open_arrival(self, arg: tuple[int, float, float, int, RenewalSchedule]) -> None:
+        k, t0, duration_s, n, schedule = arg
         self.send(None)
         t_next = t0 + schedule.offset(n + 1)
-        if t_next < t0 + self.plan.step_duration_s:
-            self.push(t_next, _ARRIVAL, self.on_open_arrival, (k, t0, n + 1, schedule))
+        if t_next < t0 + duration_s:
+            self.push(t_next, _ARRIVAL, self.on_open_arrival, (k, t0, duration_s, n + 1, schedule))
 
     def on_step_end(self, out: StepOutput) -> None:
         self.busy = False

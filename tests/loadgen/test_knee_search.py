@@ -11,11 +11,12 @@ from loadlab.loadgen.knee_search import SearchResult, coarse_indices, level_sour
 def drive(plan: LoadPlan, stalls_from: float | None) -> SearchResult:
     """Walk a plan's levels with a verdict that is True from ``stalls_from`` up."""
     source = level_source(plan)
-    level = next(source)
+    probe, stalled = next(source), False
     while True:
-        stalled = stalls_from is not None and level >= stalls_from
+        assert probe.settle_s == (plan.warmup_s if stalled and plan.search else 0.0)
+        stalled = stalls_from is not None and probe.level >= stalls_from
         try:
-            level = source.send(stalled)
+            probe = source.send(stalled)
         except StopIteration as stop:
             return stop.value
 
