@@ -11,9 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from loadlab.config import LoadPlan, Workload
 from loadlab.runstore import METRICS, REQUESTS, read_table
 from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import ReplayPlan, run_replay
+from loadlab.sim.replay import ReplayOptions, run_replay
 from loadlab.workload import load_profile
 
 EPOCH = 1_800_000_000.0
@@ -33,8 +34,8 @@ class Outcome:
     queries: float
 
 
-def _run(out: Path, cfg: SimConfig, plan: ReplayPlan) -> Outcome:
-    run_replay(cfg, plan, out)
+def _run(out: Path, cfg: SimConfig, plan: LoadPlan, workload: Workload) -> Outcome:
+    run_replay(cfg, plan, workload, out, ReplayOptions(start_epoch=EPOCH))
     metrics = read_table(out / "metrics.parquet", METRICS)
     last = metrics.sort_values("t").groupby("metric").value.last()
     return Outcome(read_table(out / "requests.parquet", REQUESTS),
@@ -54,15 +55,15 @@ def _source_ratio(name: str) -> float:
 @pytest.mark.parametrize("name", list(CASES))
 def test_hit_ratio_reproduces_the_source_and_caching_moves_ttft(tmp_path: Path, name: str) -> None:
     cfg = SimConfig(tensor_parallel_size=4)
-    plan = ReplayPlan(profile=name, concurrencies=(8, 16), step_s=CASES[name], warmup_s=0.0,
-                      start_epoch=EPOCH)
-    on = _run(tmp_path / "on", cfg, plan)
-    off = _run(tmp_path / "off", replace(cfg, enable_prefix_caching=False), plan)
+    plan = LoadPlan(concurrency=[8, 16], step_duration_s=CASES[name], warmup_s=0.0)
+    workload = Workload(profile=name)
+    on = _run(tmp_path / "on", cfg, plan, workload)
+    off = _run(tmp_path / "off", replace(cfg, enable_prefix_caching=False), plan, workload)
     ratio = on.hits / on.queries
     assert ratio == pytest.approx(_source_ratio(name), abs=RUN_TOLERANCE)
     # the workload's side: what the requests sent reuse with a cache that keeps everything
     # (the server's cache held the active sessions here, so it saw the same)
-    sampler = load_profile(name).sampler(plan.seed)
+    sampler = load_profile(name).sampler(workload.seed)
     specs = [sampler.spec(seq) for seq in sorted(on.requests.seq)]
     reusable = sum(s.reused_tokens for s in specs) / sum(s.prompt_tokens for s in specs)
     assert ratio == pytest.approx(reusable, abs=0.02)
