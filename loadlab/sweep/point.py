@@ -25,6 +25,7 @@ Steps of :func:`run_point`:
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ from typing import Any
 
 from loadlab.collect.scraper import Scraper
 from loadlab.config import LoadgenSettings, LoadPlan, Point, Scenario, Target, Workload
-from loadlab.sweep.launcher import launch_target
+from loadlab.sweep.launcher import launch_target, served_model
 from loadlab.sweep.server_flags import to_argv
 
 
@@ -87,7 +88,9 @@ def _target(spec: PointSpec) -> Iterator[_Live]:
     target = spec.target
     if target.launch is None:
         assert target.url is not None
-        yield _Live(target.url.rstrip("/"), target.model or "", {})
+        url = target.url.rstrip("/")
+        key = os.environ.get(target.api_key_env)
+        yield _Live(url, target.model or served_model(url, key, ""), {})
         return
     model = target.model if target.launch == "vllm" else None
     with launch_target(target.launch, spec.server_args, spec.out, model=model,

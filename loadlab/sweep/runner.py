@@ -245,7 +245,12 @@ def write_sweep_report(out: Path, manifest: SweepManifest) -> Path | None:
         # REPORT CALL SITE: loadlab.report (helper d1) writes RUN/report.html; until it is on
         # main the sweep leaves the folder without one and says so.
         return None
-    path = write_report(out, None)
+    try:
+        path = write_report(out, None)
+    except Exception as exc:  # noqa: BLE001 - everything measured is on disk; say why there is no page
+        print(f"report not written: {type(exc).__name__}: {exc} (try `loadlab report {out}`)",
+              file=sys.stderr, flush=True)
+        return None
     manifest.report = str(path.relative_to(out)) if path.is_relative_to(out) else str(path)
     write_manifest(out, manifest)
     return path
