@@ -12,18 +12,19 @@ import pytest
 
 from loadlab.analyze.steps import step_table
 from loadlab.analyze.tables import REQUEST_COLUMNS, chunk_span_s, read_metrics, read_requests
+from loadlab.config import LoadPlan, Workload
 from loadlab.loadgen.client import Outcome, Timings
 from loadlab.runstore import METRICS, REQUESTS, PartWriter, compact_run, read_table
 from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import ReplayPlan, run_replay
+from loadlab.sim.replay import run_replay
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     cfg = SimConfig(max_num_seqs=8, model="qwen2.5-7b", gpu="h100")
-    run_replay(cfg, ReplayPlan(concurrencies=(4, 12), step_s=20.0, warmup_s=5.0, profile="azure-conv",
-                               seed=5), out)
+    run_replay(cfg, LoadPlan(concurrency=[4, 12], step_duration_s=20.0, warmup_s=5.0),
+               Workload(profile="azure-conv", seed=5), out)
     return out
 
 
