@@ -244,8 +244,7 @@ def _wait_healthy(proc: GuardedServer, base_url: str, log_path: Path,
                                   f"log {log_path}:\n{log_tail(log_path)}")
 
 
-def served_model(base_url: str, api_key: str | None, fallback: str) -> str:
-    """The first model the server lists at /v1/models, or ``fallback``."""
+def _served_model(base_url: str, api_key: str | None, fallback: str) -> str:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         data = httpx.get(f"{base_url}/v1/models", headers=headers, timeout=5.0).json()
@@ -291,7 +290,7 @@ def launch_target(
         yield LaunchedTarget(
             kind=kind,
             base_url=base_url,
-            model=served_model(base_url, api_key if isinstance(api_key, str) else None, fallback),
+            model=_served_model(base_url, api_key if isinstance(api_key, str) else None, fallback),
             flags=redacted_values(parsed.values),
             argv=redact_argv(argv),
             pid=proc.pid,

@@ -13,7 +13,9 @@ Steps of :func:`run_point`:
 
 1. Target: with ``launch`` a fresh server (:func:`loadlab.sweep.launcher.launch_target`:
    a free port, its log in the point's folder, its whole process group stopped and
-   waited for at the end); else the URL as given.
+   waited for at the end); else the URL as given. Then the preflight
+   (:func:`loadlab.loadgen.preflight.preflight`): the key works, the model is served (the
+   first listed when none is named), its ``max_model_len`` that lengths are fitted to.
 2. Scraper (unless ``collect`` is off): samples the target's ``/metrics`` into the same
    folder every ``collect_interval_s`` for as long as the load runs.
 3. The load (:func:`loadlab.loadgen.driver.run_load`), which writes the manifest and
@@ -25,7 +27,6 @@ Steps of :func:`run_point`:
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,7 +36,8 @@ from typing import Any
 
 from loadlab.collect.scraper import Scraper
 from loadlab.config import LoadgenSettings, LoadPlan, Point, Scenario, Target, Workload
-from loadlab.sweep.launcher import launch_target, served_model
+from loadlab.loadgen.preflight import preflight
+from loadlab.sweep.launcher import launch_target
 from loadlab.sweep.server_flags import to_argv
 
 
@@ -66,7 +68,7 @@ class PointSpec:
 @dataclass
 class _Live:
     base_url: str
-    model: str
+    model: str | None                 # None: the first the server lists
     extra: dict[str, Any]
     target_check: Callable[[], str | None] | None = None
 
@@ -88,9 +90,7 @@ def _target(spec: PointSpec) -> Iterator[_Live]:
     target = spec.target
     if target.launch is None:
         assert target.url is not None
-        url = target.url.rstrip("/")
-        key = os.environ.get(target.api_key_env)
-        yield _Live(url, target.model or served_model(url, key, ""), {})
+        yield _Live(target.url.rstrip("/"), target.model, {})
         return
     model = target.model if target.launch == "vllm" else None
     with launch_target(target.launch, spec.server_args, spec.out, model=model,
@@ -103,6 +103,9 @@ def _target(spec: PointSpec) -> Iterator[_Live]:
 def run_point(spec: PointSpec) -> dict[str, Any]:
     """Run one point (see the module docstring); returns its final manifest."""
     with _target(spec) as live:
+        info = preflight(live.base_url, live.model, spec.target.api_key_env)
+        extra = {**spec.manifest_extra, **live.extra}
+        extra["target"] = {**extra.get("target", {}), "max_model_len": info.max_model_len}
         scraper = (Scraper([live.base_url], spec.out, interval_s=spec.loadgen.collect_interval_s,
                            api_key_env=spec.target.api_key_env)
                    if spec.collect else None)
@@ -110,7 +113,8 @@ def run_point(spec: PointSpec) -> dict[str, Any]:
         from loadlab.loadgen.context import RunSettings
 
         settings = RunSettings(
-            base_url=live.base_url, model=live.model, api=spec.target.api, seed=spec.workload.seed,
+            base_url=live.base_url, model=live.model or info.models[0], api=spec.target.api,
+            seed=spec.workload.seed, max_model_len=info.max_model_len,
             profile=None if spec.plan.trace else spec.workload.profile, trace=spec.plan.trace,
             time_scale=spec.plan.time_scale, timeout_s=spec.loadgen.timeout_s,
             api_key_env=spec.target.api_key_env, point=spec.point, nonce=spec.nonce,
@@ -123,7 +127,7 @@ def run_point(spec: PointSpec) -> dict[str, Any]:
         if scraper is not None:
             scraper.start()
         try:
-            return driver.run_load(settings, spec.plan, opts, {**spec.manifest_extra, **live.extra})
+            return driver.run_load(settings, spec.plan, opts, extra)
         finally:
             if scraper is not None:
                 scraper.stop()
