@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from loadlab.config import LoadPlan, Workload
 from loadlab.sim.config import SimConfig
 from loadlab.sim.hardware import resolve
-from loadlab.sim.replay import ReplayPlan, run_replay
+from loadlab.sim.replay import ReplayOptions, run_replay
 from loadlab.sim.types import StepOutput
 
 PROFILES = Path(__file__).parent / "profiles"
@@ -122,10 +123,10 @@ def run_scenario(sc: Scenario, out: Path, seed: int = 0, metrics_interval_s: flo
         log(o)
         log.block_fill(o, resolved.block_size)
 
-    levels = {"rates": sc.levels} if sc.open_loop else {"concurrencies": sc.levels}
-    plan = ReplayPlan(**levels, step_s=sc.step_s, warmup_s=sc.warmup_s, profile=sc.profile,
-                      seed=seed, metrics_interval_s=metrics_interval_s, start_epoch=1.7e9)
-    run_replay(cfg, plan, out, observer=observe)
+    levels = {"rate": list(sc.levels)} if sc.open_loop else {"concurrency": list(sc.levels)}
+    plan = LoadPlan(**levels, step_duration_s=sc.step_s, warmup_s=sc.warmup_s)
+    run_replay(cfg, plan, Workload(profile=sc.profile, seed=seed), out,
+               ReplayOptions(metrics_interval_s=metrics_interval_s, start_epoch=1.7e9), observer=observe)
     return truth(log, sc, resolved.max_num_seqs, resolved.max_num_batched_tokens)
 
 
