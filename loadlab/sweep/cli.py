@@ -49,7 +49,7 @@ def sweep(scenario: str | None, what_if: bool, resume: Path | None, out: Path | 
     for record in result.manifest.points:
         text = result.verdicts.get(record.name) or next(iter((record.error or "").splitlines()), "")
         click.echo(f"  {record.name}: {record.status}{': ' + text if text else ''}")
-    click.echo(f"report: {result.report}" if result.report else "report: not written (no report module)")
+    click.echo(f"report: {result.report}" if result.report else f"report: not written (try `loadlab report {folder}`)")
     failed = [r.name for r in result.manifest.points if r.status == "failed"]
     if failed:
         raise LoadlabError(f"{len(failed)} of {len(result.manifest.points)} points failed "

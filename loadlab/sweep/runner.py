@@ -239,12 +239,8 @@ def _run_point(scenario: Scenario, point: Point, out: Path, what_if: bool,
 
 def write_sweep_report(out: Path, manifest: SweepManifest) -> Path | None:
     """The HTML report of the sweep folder; written also for a partial sweep."""
-    try:
-        from loadlab.report.page import write_report
-    except ModuleNotFoundError:
-        # REPORT CALL SITE: loadlab.report (helper d1) writes RUN/report.html; until it is on
-        # main the sweep leaves the folder without one and says so.
-        return None
+    from loadlab.report.page import write_report  # plotly and jinja2: only now
+
     try:
         path = write_report(out, None)
     except Exception as exc:  # noqa: BLE001 - everything measured is on disk; say why there is no page
