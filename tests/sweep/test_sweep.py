@@ -36,7 +36,7 @@ sweep:
 
 def sweep(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "loadlab", "sweep", *args],
-                          capture_output=True, text=True, timeout=timeout)
+                          check=False, capture_output=True, text=True, timeout=timeout)
 
 
 def test_bad_scenario_exits_2_naming_file_field_and_fix(tmp_path):

@@ -78,7 +78,8 @@ def test_killed_point_fails_interrupt_reports_and_resume_finishes(tmp_path):
     assert by_name["a"].status == "complete" and (out / "a" / "analysis.json").exists()
     assert by_name["b"].status == "failed"
     assert "signal 9" in by_name["b"].error and "sim server" in by_name["b"].error
-    assert "b failed" in err and "the sweep goes on" in err
+    assert "2/3 b] failed" in err and "the sweep goes on" in err
+    assert (out / "report.html").exists(), "an interrupted sweep still writes its report"
     assert by_name["c"].status == "interrupted"
     killed = load_manifest(out / "b")
     assert isinstance(killed, RunManifest) and killed.status == "failed" and killed.stop_reason
