@@ -1,4 +1,4 @@
-"""The README's first command: `loadlab demo` runs end to end on the simulator."""
+"""The README's first command: `loadlab demo` runs end to end on the simulator (quick variant)."""
 
 from __future__ import annotations
 
@@ -6,39 +6,31 @@ import json
 import subprocess
 import sys
 
-import pandas as pd
+from loadlab.runstore.manifest import SweepManifest, load_manifest
 
 
-def test_demo_quick_shows_the_sequence_cap_picture(tmp_path):
+def test_demo_quick_sweeps_ab_and_caps_reports_and_prints_verdicts(tmp_path):
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "loadlab", "demo", "--quick", "--out", str(out)],
-                          check=False, capture_output=True, text=True, timeout=400)
+                          check=False, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Live run" in proc.stdout and "--max-num-seqs 48" in proc.stdout
-    # it ends with a verdict per run: the live one and each what-if point
-    verdicts = proc.stdout.split("\nVerdicts:\n")[1].splitlines()
-    assert [v.split(":")[0].strip() for v in verdicts[:3]] == [
-        "live", "what-if --max-num-seqs 12", "what-if --max-num-seqs 48"]
-    assert "knee between 12 and 24 concurrent" in verdicts[0] and "sequence cap" in verdicts[0]
-    assert "knee between 12 and 24 concurrent" in verdicts[1] and "running held at 12" in verdicts[1]
-    assert "knee between 48 and 96 concurrent" in verdicts[2] and "running held at 48" in verdicts[2]
-    manifest = json.loads((out / "live" / "manifest.json").read_text())
-    assert manifest["status"] == "complete"
-    assert [s["concurrency"] for s in manifest["steps"]] == [3, 6, 12, 24]
-    # the analyzer's view of the live run, re-read from the folder as a user would
-    table = json.loads(subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(out / "live"), "--json"],
-                                      capture_output=True, text=True, check=True).stdout)["steps"]
-    last = table[-1]
-    assert last["running_max"] == 12            # pinned at --max-num-seqs 12
-    assert last["waiting_max"] >= 8             # 24 users, 12 slots
-    assert last["kv_max"] < 0.5                 # while KV usage stays low
-    requests = pd.read_parquet(out / "live" / "requests.parquet")
-    assert (requests.status == "ok").sum() > 20
-    # what-if: a larger cap removes the queue at 48 users
-    small = json.loads(subprocess.run([sys.executable, "-m", "loadlab", "analyze",
-                                       str(out / "whatif-max-num-seqs-12"), "--json"],
-                                      capture_output=True, text=True, check=True).stdout)["steps"]
-    large = json.loads(subprocess.run([sys.executable, "-m", "loadlab", "analyze",
-                                       str(out / "whatif-max-num-seqs-48"), "--json"],
-                                      capture_output=True, text=True, check=True).stdout)["steps"]
-    assert small[3]["waiting_mean"] > 30 and large[3]["waiting_mean"] < 1
+    live, whatif = load_manifest(out / "live"), load_manifest(out / "whatif")
+    assert isinstance(live, SweepManifest) and isinstance(whatif, SweepManifest)
+    assert live.status == whatif.status == "complete" and live.sweep.mode == "matrix"
+    names = [p.name for p in live.points]
+    assert names == [p.name for p in whatif.points] and len(names) == 4
+    assert all(p.status == "complete" for p in live.points) and all(p.what_if for p in whatif.points)
+    # the report is written and its path printed
+    assert (out / "live" / "report.html").exists() and str(out / "live" / "report.html") in proc.stdout
+    analyses = {p.name: json.loads((out / "live" / p.dir / "analysis.json").read_text()) for p in live.points}
+    for name, analysis in analyses.items():
+        assert analysis["verdict"] in proc.stdout
+        # 16 users against 8 slots (and 24): the sequence cap, KV far from full
+        if name.startswith("max-num-seqs-8_"):
+            assert analysis["knee"]["upper"] == 16 and analysis["cause"]["name"] == "seq_cap", analysis["verdict"]
+    # prefix caching: hits with it on, none off; the same seeded requests went to every point
+    on = analyses["max-num-seqs-8_enable-prefix-caching-on"]["steps"]
+    off = analyses["max-num-seqs-8_enable-prefix-caching-off"]["steps"]
+    assert all(s["prefix_hit_rate"] > 0.2 for s in on) and not any(s["prefix_hit_rate"] for s in off)
+    assert on[0]["ttft_p50_ms"] < off[0]["ttft_p50_ms"]
+    assert "predicted:" in proc.stdout and "hit rate" in proc.stdout
