@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +41,7 @@ from loadlab.loadgen.preflight import preflight
 from loadlab.sweep.launcher import launch_target
 from loadlab.sweep.server_flags import to_argv
 
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+STDERR_LINE = partial(print, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -61,7 +60,7 @@ class PointSpec:
     remote_workers: int = 0
     master_bind: str = "127.0.0.1:0"
     manifest_extra: dict[str, Any] = field(default_factory=dict)
-    progress: Callable[[str], None] = _stderr
+    progress: Callable[[str], None] = STDERR_LINE
     judge: Callable[[int], bool] | None = None        # knee search: did step k stall?
 
 

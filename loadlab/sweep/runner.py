@@ -29,7 +29,6 @@ from the plan and, once a point has finished, from the time points really took.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,14 +43,11 @@ from loadlab.runstore.manifest import (
     load_manifest,
     write_manifest,
 )
+from loadlab.sweep.point import STDERR_LINE
 from loadlab.sweep.verdicts import analyze_point, step_judge
 
 NOT_RUN = "not run yet"
 STARTUP_GUESS_S = {"sim": 5.0, "vllm": 90.0, None: 0.0}
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -145,7 +141,7 @@ def _set_aside(folder: Path) -> None:
 
 
 def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, resume: bool = False,
-              progress: Callable[[str], None] = _stderr) -> SweepResult:
+              progress: Callable[[str], None] = STDERR_LINE) -> SweepResult:
     """Run every point of ``scenario`` into ``out`` (see the module docstring)."""
     if resume:
         scenario, manifest = _resumed(out, scenario)
@@ -244,8 +240,7 @@ def write_sweep_report(out: Path, manifest: SweepManifest) -> Path | None:
     try:
         path = write_report(out, None)
     except Exception as exc:  # noqa: BLE001 - everything measured is on disk; say why there is no page
-        print(f"report not written: {type(exc).__name__}: {exc} (try `loadlab report {out}`)",
-              file=sys.stderr, flush=True)
+        STDERR_LINE(f"report not written: {type(exc).__name__}: {exc} (try `loadlab report {out}`)")
         return None
     manifest.report = str(path.relative_to(out)) if path.is_relative_to(out) else str(path)
     write_manifest(out, manifest)
