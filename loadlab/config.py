@@ -11,8 +11,8 @@ scenario YAML file into :class:`Scenario` and turns validation errors into one-l
 - ``rate``: open loop, requests/s per step, gamma inter-arrivals of shape
   ``burstiness`` (1 = Poisson), the schedule of step k seeded from (seed, k);
 - ``trace``: replay a trace's arrivals (x ``time_scale``) and lengths, one step;
-- ``search``: an adaptive knee search (:mod:`loadlab.sweep.knee_search`) instead of a
-  fixed list of levels;
+- ``search``: an adaptive knee search over closed-loop users
+  (:mod:`loadlab.loadgen.knee_search`) instead of a fixed list of levels;
 
 each step ``step_duration_s`` long with its first ``warmup_s`` cut by the analyzer
 (default :func:`default_warmup`: ``WARMUP_SHARE`` (a fifth) of the step, at most
@@ -157,12 +157,11 @@ class Slo(_Strict):
 
 
 class KneeSearch(_Strict):
-    """Adaptive knee search over the grid start, start+resolution, ..., max."""
+    """Adaptive knee search over closed-loop users: the grid start, start+resolution, ..., max."""
 
-    unit: Literal["concurrency", "rate"] = Field("concurrency", description="what a level is")
-    start: float = Field(gt=0, description="the lowest level tried (first of the grid)")
-    max: float = Field(gt=0, description="the highest level tried (last of the grid)")
-    resolution: float = Field(gt=0, description="grid spacing: the levels a full linear scan would run")
+    start: int = Field(gt=0, description="the fewest users tried (first of the grid)")
+    max: int = Field(gt=0, description="the most users tried (last of the grid)")
+    resolution: int = Field(gt=0, description="grid spacing: the levels a full linear scan would run")
     factor: float = Field(2.0, gt=1, description="coarse pass: each level this times the last")
     settle_s: float | None = Field(None, ge=0, description="extra seconds run and cut after a stalled "
                                    "step while its queue drains (default: the warm-up)")
@@ -172,18 +171,12 @@ class KneeSearch(_Strict):
         if self.max < self.start:
             raise _bad("max {max} is below start {start}", "give max >= start",
                        max=self.max, start=self.start)
-        if self.unit == "concurrency" and any(v != int(v) for v in (self.start, self.max, self.resolution)):
-            raise _bad("concurrency search levels must be whole numbers",
-                       "use whole numbers for start, max and resolution")
         return self
 
-    def grid(self) -> list[float]:
+    def grid(self) -> list[int]:
         """Every level of the equivalent linear scan."""
-        n = math.floor((self.max - self.start) / self.resolution + 1e-9)
-        levels = [self.start + i * self.resolution for i in range(n + 1)]
-        if levels[-1] < self.max:
-            levels.append(self.max)
-        return [int(v) for v in levels] if self.unit == "concurrency" else levels
+        levels = list(range(self.start, self.max + 1, self.resolution))
+        return levels if levels[-1] == self.max else [*levels, self.max]
 
 
 class LoadPlan(_Strict):
@@ -230,7 +223,7 @@ class LoadPlan(_Strict):
     def mode(self) -> Literal["closed", "rate", "replay"]:
         if self.trace is not None:
             return "replay"
-        if self.rate is not None or (self.search is not None and self.search.unit == "rate"):
+        if self.rate is not None:
             return "rate"
         return "closed"
 
