@@ -124,6 +124,19 @@ def _resumed(out: Path, scenario: Scenario | None) -> tuple[Scenario, SweepManif
     return scenario or recorded, manifest
 
 
+def _check_runnable(scenario: Scenario, what_if: bool) -> None:
+    """What would fail every point the same way fails the sweep before it starts (exit 2)."""
+    if what_if and scenario.load.trace is not None:
+        raise InputError("--what-if replays concurrency or rate steps, not a trace", field="load.trace",
+                         fix="give the scenario a concurrency, rate or search plan")
+    if not what_if and scenario.target.launch == "vllm":
+        from loadlab.sweep.launcher import find_vllm
+
+        if find_vllm() is None:
+            raise InputError("vLLM is not installed", field="target.launch",
+                             fix="run `bash tools/install_vllm.sh`, set LOADLAB_VLLM_BIN, or try --what-if")
+
+
 def _fresh(out: Path) -> None:
     if (out / "manifest.json").exists():
         raise InputError("this folder already holds a run", source=out,
@@ -151,9 +164,7 @@ def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, re
         assert scenario is not None
         _fresh(out)
         manifest = new_manifest(scenario, what_if)
-    if what_if and scenario.load.trace is not None:
-        raise InputError("--what-if replays concurrency or rate steps, not a trace", field="load.trace",
-                         fix="give the scenario a concurrency, rate or search plan")
+    _check_runnable(scenario, what_if)
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out, manifest)
     points = {p.name: p for p in scenario.points()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +35,9 @@ sweep:
 """
 
 
-def sweep(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadlab", "sweep", *args],
+def sweep(*args: str, timeout: float = 300, env: dict[str, str] | None = None
+          ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loadlab", "sweep", *args], env=env,
                           check=False, capture_output=True, text=True, timeout=timeout)
 
 
@@ -49,6 +51,17 @@ def test_bad_scenario_exits_2_naming_file_field_and_fix(tmp_path):
     assert "\n" not in line and "Traceback" not in line
     assert str(bad) in line and "sweep.matrix.max_num_seq" in line and "max_num_seqs" in line
     assert not out.exists(), "nothing may start for a bad scenario"
+
+
+def test_a_vllm_scenario_without_vllm_exits_2_before_anything(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(WHATIF.replace("launch: sim\n  model: llama-3.1-8b", "launch: vllm\n  model: m")
+                        .replace("  gpu: h100\n", "  enforce-eager: true\n"))
+    out = tmp_path / "out"
+    env = {**os.environ, "LOADLAB_VLLM_BIN": str(tmp_path / "absent")}
+    proc = sweep(str(scenario), "--out", str(out), env=env)
+    assert proc.returncode == 2 and "install_vllm.sh" in proc.stderr and "--what-if" in proc.stderr
+    assert not out.exists()
 
 
 def test_whatif_sweep_predicts_each_points_knee(tmp_path):
