@@ -89,6 +89,22 @@ def test_whatif_sweep_predicts_each_points_knee(tmp_path):
     assert "point 2/2" in proc.stderr
 
 
+def test_whatif_knee_search_point(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(WHATIF.replace("  concurrency: [4, 8, 16, 32]\n",
+                                       "  search: {start: 4, max: 32, resolution: 4}\n")
+                        .replace("max-num-seqs: [8, 24]", "max-num-seqs: [12]"))
+    out = tmp_path / "run"
+    proc = sweep(str(scenario), "--what-if", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = load_manifest(out / "max-num-seqs-12")
+    assert (run.search["lower"], run.search["upper"]) == (12, 16)
+    levels = [s.concurrency for s in run.steps]
+    assert levels[:4] == [4, 8, 16, 12] and len(levels) < len(range(4, 33, 4))
+    analysis = json.loads((out / "max-num-seqs-12" / "analysis.json").read_text())
+    assert (analysis["knee"]["lower"], analysis["knee"]["upper"]) == (12, 16)
+
+
 def test_an_existing_sweep_folder_is_refused_without_resume(tmp_path):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(WHATIF.replace("[4, 8, 16, 32]", "[4]"))

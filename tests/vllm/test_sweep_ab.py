@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -47,7 +48,8 @@ def test_prefix_caching_ab_sweep(require_vllm, tmp_path):
     path.write_text(yaml.safe_dump(scenario))
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "loadlab", "sweep", str(path), "--out", str(out)],
-                          capture_output=True, text=True, timeout=900, env={**os.environ, **VLLM_ENV})
+                          check=False, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **VLLM_ENV})
     assert proc.returncode == 0, proc.stderr[-4000:]
     manifest = load_manifest(out)
     assert isinstance(manifest, SweepManifest) and manifest.sweep.baseline == "caching-off"
@@ -62,5 +64,12 @@ def test_prefix_caching_ab_sweep(require_vllm, tmp_path):
     assert steps["caching-on"]["ttft_p50_ms"] < steps["caching-off"]["ttft_p50_ms"]
     for point in manifest.points:
         assert (out / point.dir / "vllm-server.log").exists()
+    # the report's A/B section: the TTFT change of caching-on against caching-off, and hit rates
     report = (out / "report.html").read_text()
-    assert "caching-on" in report and "caching-off" in report
+    section = report[report.index('<section id="ab"'):]
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", section[:section.index("</section>")]))
+    assert "caching-on vs caching-off" in text and "TTFT p50" in text, text
+    ttft_change = re.search(r"TTFT p50 .*? \d+ (?:/ \d+ )?[\d.]+ → [\d.]+ ([+-][\d.]+)%", text)
+    assert ttft_change and float(ttft_change.group(1)) < 0, text
+    hit = re.search(r"— → (\d+)%", text)
+    assert hit and int(hit.group(1)) > 50, text
