@@ -28,11 +28,11 @@ def small_cfg(**kw: object) -> SimConfig:
 
 
 def replay(tmp: Path, cfg: SimConfig | None = None, profile: str = "sharegpt", seed: int = 0,
-           **plan: object) -> tuple[pd.DataFrame, pd.DataFrame]:
+           metrics_interval_s: float = 1.0, **plan: object) -> tuple[pd.DataFrame, pd.DataFrame]:
     kw = {k: v for k, v in {"concurrency": [4, 12], "step_duration_s": 15.0, "warmup_s": 3.0,
                             **plan}.items() if v is not None}
     summary = run_replay(cfg or small_cfg(), LoadPlan(**kw), Workload(profile=profile, seed=seed), tmp,
-                         ReplayOptions(start_epoch=EPOCH))
+                         ReplayOptions(start_epoch=EPOCH, metrics_interval_s=metrics_interval_s))
     requests = read_table(tmp / "requests.parquet", REQUESTS)
     metrics = read_table(tmp / "metrics.parquet", METRICS)
     assert summary.requests == len(requests) and summary.metrics_rows == len(metrics)
@@ -131,7 +131,8 @@ def test_manifest(tmp_path: Path) -> None:
 
 def test_the_finished_folder_is_compacted_without_losing_a_row(tmp_path: Path) -> None:
     # 0.1 s samples over 200 virtual s: ~580k metric rows, three parts of 200k before compaction
-    requests, metrics = replay(tmp_path, concurrencies=(2,), step_s=200.0, warmup_s=5.0, metrics_interval_s=0.1)
+    requests, metrics = replay(tmp_path, concurrency=[2], step_duration_s=200.0, warmup_s=5.0,
+                                metrics_interval_s=0.1)
     parts = sorted(p.name for p in (tmp_path / "metrics.parquet").glob("part-*.parquet"))
     assert len(parts) == 1 and "~" in parts[0], parts       # one part, the compacted one
     assert len(metrics) > 400_000 and len(requests) > 0
