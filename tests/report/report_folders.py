@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from loadlab.analyze.steps import step_table
+from loadlab.config import LoadPlan, Workload
 from loadlab.runstore import read_manifest, write_manifest
 from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import ReplayPlan, run_replay
+from loadlab.sim.replay import ReplayOptions, run_replay
 
 
 def replay(out: Path, *, levels: tuple[int, ...] = (2, 4, 8, 16, 32), point: str = "",
            profile: str = "sharegpt", step_s: float = 30.0, seed: int = 0, **sim: Any) -> Path:
     """A closed-loop step load through the simulator into ``out``."""
-    plan = ReplayPlan(concurrencies=levels, step_s=step_s, warmup_s=5.0, profile=profile, seed=seed,
-                      point=point)
-    run_replay(SimConfig(**sim), plan, out)
+    plan = LoadPlan(concurrency=list(levels), step_duration_s=step_s, warmup_s=5.0)
+    run_replay(SimConfig(**sim), plan, Workload(profile=profile, seed=seed), out, ReplayOptions(point=point))
     return out
 
 
