@@ -2,7 +2,8 @@
 
 argv: serve MODEL [flags...] --host H --port P.  FAKE_MODE=ok|die|never.
 In "ok" mode it also starts a child process (like vLLM's engine core) and writes its
-pid to FAKE_CHILD_PID_FILE, so tests can check the whole process group is stopped.
+pid to FAKE_CHILD_PID_FILE, so tests can check the whole process group is stopped;
+with FAKE_CHILD_CPUS (a CPU list) the child first binds itself to those CPUs.
 """
 
 import json
@@ -41,7 +42,13 @@ class Handler(BaseHTTPRequestHandler):
 
 
 if mode == "ok" and os.environ.get("FAKE_CHILD_PID_FILE"):
-    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
+    # FAKE_CHILD_CPUS: the child binds itself there first (as vLLM's worker binds its threads).
+    bind = os.environ.get("FAKE_CHILD_CPUS")
+    code = (f"import os, time\nos.sched_setaffinity(0, {{{bind}}})\nprint('bound', flush=True)\n" if bind
+            else "import time\n") + "while True: time.sleep(1)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE if bind else None)
+    if bind:
+        child.stdout.readline()
     with open(os.environ["FAKE_CHILD_PID_FILE"], "w") as f:
         f.write(str(child.pid))
 ThreadingHTTPServer((host, port), Handler).serve_forever()
