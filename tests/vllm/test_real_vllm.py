@@ -9,7 +9,9 @@ exhaustion (usage near 1, preemptions), prefix-cache counters that move only wit
 on and a first token that comes sooner with it. Gauges are 0.5 s snapshots, so assertions
 on them leave room for a snapshot taken between a finish and the next admission.
 Client-vs-server TTFT differences and the gauge-lag figures per step are printed (run with
--s) and written to ``ttft_overhead.json`` and ``gauge_lag.json`` in the run folder.
+-s) and written to ``ttft_overhead.json`` and ``gauge_lag.json`` in the run folder. Server
+and client run on CPUs of their own (realvllm.ISOLATION), and every load asserts it was
+applied: ``loadlab run`` exits 3 when the client fell short (loadrun.run_steps).
 """
 
 from __future__ import annotations
@@ -58,12 +60,22 @@ def test_seq_cap_step_load(step_load_a):
     assert itl[16] < 2.5 * itl[1], itl
 
 
+# Client TTFT mean within this of vLLM's histogram mean, per step: TTFT_TOL_MS plus
+# TTFT_TOL_REL of the server's figure (the two means are over nearly the same requests:
+# first tokens inside the window by the client's clock, histogram deltas between 0.5 s
+# scrapes inside it).
+TTFT_TOL_MS, TTFT_TOL_REL = 15.0, 0.05
+
+
 def test_client_ttft_matches_server_histogram(step_load_a):
-    """vLLM stamps its TTFT when the API server's output handler takes the first token;
-    the SSE write comes after. On 2 cores that API server shares a core with the engine
-    core, which busy-polls its worker, and in bursts a whole stream reaches the client at
-    once (``burst_share``: streams whose chunks all came within 2 ms), whichever client
-    reads it; that, not the client, is most of the difference here."""
+    """vLLM stamps its TTFT from the request's arrival at the engine to the API server's
+    output handler taking the first token; the client adds the front end around that (HTTP
+    parsing and tokenising before, the SSE write and loopback after). With the server and
+    the client on CPUs of their own that is a few ms at every level (isolated, measured here:
+    -10 to +9 ms, 1 to 16 users), so each step's client mean must lie within
+    TTFT_TOL_MS + TTFT_TOL_REL x the server's mean. Sharing the cores it did not: +33 to
+    +103 ms at 8 and 16 users, with 13-32% of the streams delivered whole
+    (benchmarks/bench_isolation.py). ``burst_share`` is reported beside it."""
     res = step_load_a
     server = res.histogram("vllm:time_to_first_token_seconds")["mean"]
     client = res.client_ttft()
@@ -75,9 +87,8 @@ def test_client_ttft_matches_server_histogram(step_load_a):
               for c in LEVELS}
     (res.run / "ttft_overhead.json").write_text(json.dumps(report, indent=2))
     print("\nclient - server TTFT mean per step (ms):", report)
-    # Both sides saw the same queueing: the client's figure tracks the server's jump.
-    assert client[16] > 4 * client[4], report
-    assert (client.notna() & server.notna()).all(), report
+    for c in LEVELS:
+        assert abs(diff_ms[c]) <= TTFT_TOL_MS + TTFT_TOL_REL * server[c] * 1000, (c, report)
 
 
 def test_gauge_lag_is_measured(step_load_a):
