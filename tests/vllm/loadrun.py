@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 from realvllm import ISOLATION
 
-from loadlab.collect.scraper import Scraper
 from loadlab.analyze.windows import counter_windows, gauge_windows, histogram_windows
+from loadlab.collect.scraper import Scraper
 from loadlab.runstore import read_table
 from loadlab.runstore.schema import METRICS, REQUESTS
 from loadlab.sweep.cpus import CpuSet, format_cpu_list, inherited_affinity

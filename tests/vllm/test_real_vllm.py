@@ -6,7 +6,7 @@ Two servers, each started once (module order groups the tests by server):
 What each test asserts is the scheduler picture real-vllm.md describes: the sequence cap
 (running pinned at 4, the rest waiting, KV low, TTFT jumping while ITL stays flat), KV
 exhaustion (usage near 1, preemptions), prefix-cache counters that move only with caching
-on and a first token that comes sooner with it. Gauges are 0.5 s snapshots, so assertions
+on and a first token that needs fewer engine steps with it. Gauges are 0.5 s snapshots, so assertions
 on them leave room for a snapshot taken between a finish and the next admission.
 Client-vs-server TTFT differences and the gauge-lag figures per step are printed (run with
 -s) and written to ``ttft_overhead.json`` and ``gauge_lag.json`` in the run folder. Server
@@ -144,11 +144,20 @@ def test_prefix_caching_off_counts_no_hits(vllm_server, tmp_path_factory, prefix
                     step_s=6.0, warmup_s=0.5)
     assert (res.requests.status == "ok").sum() > 0
     assert res.total("vllm:prefix_cache_hits") == 0
-    # With caching on only the 64 unshared tokens of each prompt are prefilled, so the
-    # first token comes sooner: by the server's histogram and by the client's clock.
-    ttft = {name: float(r.histogram("vllm:time_to_first_token_seconds")["mean"].iloc[0])
-            for name, r in (("on", prefix_on), ("off", res))}
-    client = {name: float(r.client_ttft().iloc[0]) for name, r in (("on", prefix_on), ("off", res))}
-    print("\nTTFT mean, prefix caching on/off: server", ttft, "client", client)
-    assert ttft["on"] < ttft["off"], ttft
-    assert client["on"] < client["off"], client
+    # With caching on only the 64 unshared tokens of each prompt are prefilled (one engine
+    # step), with it off all 320 (a 256-token chunk, then 64): the first token needs fewer
+    # steps. Counted in decode steps of the same run (prefill = scheduled -> first token,
+    # over the ITL mean, both engine-stamped): the two runs are on different servers
+    # minutes apart, and on this shared 2-core box the step time of the one-core server
+    # moved 3-6x between such runs (ITL 6.8 to 42 ms), far more than one step. Measured
+    # here: on 2.1 steps (three runs), off 3.2-5.2.
+    runs = (("on", prefix_on), ("off", res))
+    steps = {name: float(r.histogram("vllm:request_prefill_time_seconds")["mean"].iloc[0]
+                         / r.histogram("vllm:inter_token_latency_seconds")["mean"].iloc[0]) for name, r in runs}
+    ttft = {name: float(r.histogram("vllm:time_to_first_token_seconds")["mean"].iloc[0]) for name, r in runs}
+    client = {name: float(r.client_ttft().iloc[0]) for name, r in runs}
+    print("\nprefix caching on/off: prefill in decode steps", steps, "TTFT mean: server", ttft, "client", client)
+    assert steps["on"] < steps["off"], steps
+    # ... and the client sees each run's first token where vLLM does (see the seq-cap test).
+    for name, server_s in ttft.items():
+        assert abs(client[name] - server_s) * 1000 <= TTFT_TOL_MS + TTFT_TOL_REL * server_s * 1000, (client, ttft)
