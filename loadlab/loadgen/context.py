@@ -126,6 +126,11 @@ class LoadContext:
     def in_flight(self) -> int:
         return self.meter.in_flight
 
+    @property
+    def sent(self) -> int:
+        """Requests begun by this process so far (each must have a row)."""
+        return self.meter.issued
+
     # -- users ---------------------------------------------------------------------
     def next_user_id(self) -> int:
         return next(self._user_ids)

@@ -53,6 +53,7 @@ class ClientMeter:
         self._cpu = cpu
         self.in_flight = 0
         self.backing_off = 0
+        self.issued = 0                  # requests begun since the start (never reset)
         self._t_change = self._t_cut = clock()
         self._cpu_cut = cpu()
         self._reset()
@@ -76,6 +77,7 @@ class ClientMeter:
         now = self._clock()
         self._advance(now)
         self.in_flight += 1
+        self.issued += 1
         self._sent += 1
         if t_scheduled is not None:
             self._send_lags.append(now - t_scheduled)

@@ -42,7 +42,7 @@ def test_integral_sends_lags_and_cuts() -> None:
     second = meter.cut()
     assert second["inflight_s"] == pytest.approx(0.5) and second["backoff_s"] == pytest.approx(0.5)
     assert second["sent"] == 0 and second["send_lags_s"] == [] and second["loop_lag_ticks"] == 0
-    assert meter.in_flight == 0 and meter.backing_off == 0
+    assert meter.in_flight == 0 and meter.backing_off == 0 and meter.issued == 2
     assert meter.cut() is None  # no time passed since the last cut
 
 
