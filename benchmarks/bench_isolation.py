@@ -15,8 +15,8 @@ prompts, 32-token outputs), ``--workers 0``, 15 s steps with 3 s of warm-up:
 - ``isolated+nice``: both.
 
 Per step: the client's in-flight mean and event-loop lag mean (the run's manifest),
-``running`` max (gauge), client TTFT p50 and mean and vLLM's TTFT histogram mean (first
-tokens inside the window), bursts (share of streams whose chunks all arrived within
+``running`` max (gauge), client TTFT p50 and mean and vLLM's TTFT histogram mean (over
+the same requests: ``LoadResult.counted_requests``), bursts (share of streams whose chunks all arrived within
 2 ms: held back by a starved API server and delivered whole), requests/s, and whether
 loadlab marked the step client limited, with the machine's load average after each run.
 Printed as a table; written to isolation.json.
@@ -82,11 +82,11 @@ def figures(res: LoadResult) -> dict[int, dict]:
     running = res.gauge("vllm:num_requests_running")["max"]
     server_ttft = res.histogram("vllm:time_to_first_token_seconds")["mean"]
     table = step_table(res.run / "load").set_index("concurrency")
-    ok = res.requests[res.requests.status == "ok"]
+    counted = res.counted_requests()
     out = {}
     for s in res.steps.itertuples():
         c = int(s.concurrency)
-        inside = ok[(ok.t_first_token >= s.t_start) & (ok.t_first_token < s.t_end)].ttft_s
+        inside = counted[c].ttft_s
         out[c] = {
             "inflight": round(float(s.inflight_mean), 2), "loop_lag_ms": round(s.loop_lag_mean_s * 1e3, 2),
             "running_max": float(running[c]), "client_ttft_p50_ms": round(float(inside.median()) * 1e3, 1),

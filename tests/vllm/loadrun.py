@@ -54,11 +54,15 @@ class LoadResult:
         return float(counter_windows(self.metrics, family, [(t0, t1)])["delta"].sum())
 
     def client_ttft(self) -> pd.Series:
-        """Mean client TTFT per step, of the requests vLLM's TTFT histogram counted there:
-        first tokens between the two scrapes whose difference is the window's histogram
-        delta (the last scrape at or before each edge, as ``histogram_windows`` takes them).
-        Over the window itself the two means would cover different requests, and at 16 users
-        on the seq cap TTFTs range 0.3-1.8 s: their means differed by up to 50 ms that way."""
+        """Mean client TTFT per step over :meth:`counted_requests`."""
+        return pd.Series({c: rows.ttft_s.mean() for c, rows in self.counted_requests().items()})
+
+    def counted_requests(self) -> dict[int, pd.DataFrame]:
+        """Per step, the ok requests vLLM's TTFT histogram counted there: first tokens
+        between the two scrapes whose difference is the window's histogram delta (the last
+        scrape at or before each edge, as ``histogram_windows`` takes them). Over the window
+        itself client and server means would cover different requests, and at 16 users on
+        the seq cap TTFTs range 0.3-1.8 s: their means differed by up to 50 ms that way."""
         ok = self.requests[self.requests.status == "ok"]
         family = self.metrics[self.metrics.family == "vllm:time_to_first_token_seconds"]
         scrapes = np.sort(family.t.unique())
@@ -66,9 +70,8 @@ class LoadResult:
         for s in self.steps.itertuples():
             first, last = np.searchsorted(scrapes, [s.t_start, s.t_end], side="right") - 1
             t0, t1 = scrapes[max(first, 0)], scrapes[last]
-            inside = ok[(ok.t_first_token >= t0) & (ok.t_first_token < t1)]
-            out[s.concurrency] = inside.ttft_s.mean()
-        return pd.Series(out)
+            out[s.concurrency] = ok[(ok.t_first_token >= t0) & (ok.t_first_token < t1)]
+        return out
 
     def _windows(self) -> pd.DataFrame:
         return self.steps[["t_start", "t_end", "concurrency"]]
