@@ -14,9 +14,9 @@ Steps of :func:`run_load`:
 4. Closed loop: per step, ``ll_step`` then ``runner.start(concurrency)``, sleep to the
    step's absolute end, write the step window to the manifest. Open loop: ``ll_step``
    with ``t0`` = now + ``START_LEAD_S``, one dispatcher user per worker, windows at
-   ``t0`` + cumulative durations. Once every worker's samples reach a window's end (the
-   next step already running), the load it achieved and whether the client fell short
-   (:mod:`loadlab.loadgen.achieved`) join its entry, and ``client_limited_steps``.
+   ``t0`` + cumulative durations. The load each step achieved and whether the client
+   fell short join its entry as soon as every worker's samples reach its end
+   (:mod:`loadlab.loadgen.step_entries`), the next step already running.
 5. Drain: ``ll_drain`` (no new requests; in-flight ones get ``drain_s`` to finish),
    then ``runner.stop()`` (anything left is recorded ``aborted``), wait for every
    worker's ``ll_done`` and check the row counts, close the tables.
@@ -56,13 +56,12 @@ from locust.env import Environment
 
 from loadlab import __version__
 from loadlab.errors import RunInterrupted, TargetError
-from loadlab.loadgen.achieved import due_in, limited_reasons, step_fields, step_name
+from loadlab.loadgen.achieved import limited_reasons
 from loadlab.loadgen.context import RunSettings
-from loadlab.loadgen.meter import SAMPLE_S
 from loadlab.loadgen.preflight import split_address
-from loadlab.loadgen.prepare import TraceSpecs
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
-from loadlab.loadgen.shapes import LoadPlan, arrivals
+from loadlab.loadgen.shapes import LoadPlan
+from loadlab.loadgen.step_entries import StepEntries, schedule
 from loadlab.loadgen.user import (
     CONFIG_MSG,
     DRAIN_MSG,
@@ -82,11 +81,6 @@ from loadlab.runstore.claim import owner_entry
 
 START_LEAD_S = 0.3
 JOIN_TIMEOUT_S = 60.0
-# A step's achieved load is summarised once every worker's samples reach its end: the
-# worker cuts one there, and ships it within FLUSH_S; after COVER_WAIT_S it is summarised
-# with what came. EDGE_TOLERANCE_S: how far a worker's view of an edge may precede the master's.
-COVER_WAIT_S = 2 * SAMPLE_S + 1.0
-EDGE_TOLERANCE_S = 0.05
 
 # A step starts all its users at once on purpose (the warm-up cut absorbs the ramp);
 # Locust's "spawn rate is very high" warning would repeat at every step.
@@ -220,7 +214,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
             raise TargetError(f"only {len(master.ready)} of {len(workers)} workers got ready within "
                               f"{JOIN_TIMEOUT_S:.0f} s")
         ticker = gevent.spawn(_progress_loop, runner, recorder, master, plan, opts)
-        windows = _Windows(out, recorder, _schedule(settings, plan), len(workers), stop, opts.progress)
+        windows = StepEntries(out, recorder, schedule(settings, plan), len(workers), stop, opts.progress)
         interrupted = _drive(runner, mlink, master, plan, len(workers), stop, windows)
         ticker.kill(block=False)
         if not interrupted:
@@ -255,7 +249,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
 
 
 def _drive(runner: Any, link: Link, master: _Master, plan: LoadPlan, n_workers: int, stop: Event,
-           windows: _Windows) -> bool:
+           windows: StepEntries) -> bool:
     """Execute the plan's steps; True when interrupted or halted (no drain then)."""
     t0 = time.time() + START_LEAD_S
     windows.t0 = t0
@@ -279,53 +273,6 @@ def _drive(runner: Any, link: Link, master: _Master, plan: LoadPlan, n_workers: 
             return True
         step_start = step_end
     return False
-
-
-class _Windows:
-    """The manifest's step entries: written when a step ends, completed with the load it
-    achieved once every worker's samples reach its end (meanwhile the next step runs)."""
-
-    def __init__(self, out: Path, recorder: Recorder, schedule: list[float] | None,
-                 n_workers: int, stop: Event, progress: Callable[[str], None]) -> None:
-        self.out, self.recorder, self.schedule = out, recorder, schedule
-        self.n_workers, self.stop, self.progress = n_workers, stop, progress
-        self.t0 = 0.0
-        self.entries: list[dict[str, Any]] = []
-        self._pending: list[gevent.Greenlet] = []
-
-    def add(self, window: dict[str, Any]) -> None:
-        self.entries.append(window)
-        update_manifest(self.out, steps=self.entries)
-        self._pending.append(gevent.spawn(self._complete, window))
-
-    def join(self) -> None:
-        gevent.joinall(self._pending)
-
-    def _complete(self, window: dict[str, Any]) -> None:
-        start, end = window["t_start"] + window["warmup_s"], window["t_end"]
-        deadline = time.monotonic() + COVER_WAIT_S
-        while (not self.recorder.covers(end - EDGE_TOLERANCE_S, self.n_workers)
-               and time.monotonic() < deadline and not self.stop.is_set()):
-            gevent.sleep(0.1)
-        due = None if self.schedule is None else due_in(self.schedule, start - self.t0, end - self.t0)
-        concurrency = window["concurrency"]
-        window.update(step_fields(self.recorder.client_achieved(start, end, concurrency, due), concurrency))
-        open_starts = [w["t_start"] + w["warmup_s"] for w in self.entries if "client_limited" not in w]
-        self.recorder.forget_before(min(open_starts, default=end))
-        update_manifest(self.out, steps=self.entries,
-                        client_limited_steps=[w["step"] for w in self.entries if w.get("client_limited")])
-        if window["client_limited"]:
-            self.progress(f"{step_name(window)}: client limited: " + "; ".join(window["client_limited_reasons"]))
-
-
-def _schedule(settings: RunSettings, plan: LoadPlan) -> list[float] | None:
-    """Open loop: every arrival's offset from t0, sorted (what each window had due)."""
-    if plan.mode == "closed":
-        return None
-    replay = None
-    if plan.mode == "replay":
-        replay = [s.arrival_s or 0.0 for s in TraceSpecs(settings.trace or "", settings.time_scale).specs]
-    return [a.offset_s for a in arrivals(plan, settings.seed, replay)]
 
 
 def _progress_loop(runner: Any, recorder: Recorder, master: _Master, plan: LoadPlan,
