@@ -60,7 +60,10 @@ def test_seq_cap_step_load(step_load_a):
     itl = res.histogram("vllm:inter_token_latency_seconds")["mean"]
     assert ttft[16] > 4 * ttft[4], ttft
     assert ttft[8] > 2 * ttft[4], ttft
-    assert itl[16] < 2.5 * itl[1], itl
+    # ... while ITL stays flat across the cap: 4 decode at 4, 8 and 16 users. Against the
+    # cap level, the step before: the one-core server's step time drifts with whatever else
+    # the shared box runs on that core (ITL at 1 user and at 16, 30 s apart, differed 3x).
+    assert itl[16] < 2.5 * itl[4] and itl[8] < 2.5 * itl[4], itl
 
 
 # Client TTFT mean within this of vLLM's histogram mean, per step: TTFT_TOL_MS plus
