@@ -1,9 +1,11 @@
 """Every step records the load it achieved; a starved client is told apart from a healthy one.
 
-Real runs of ``loadlab run`` against the simulator: one with server and client on CPUs of
-their own (not client limited, exit 0), one whose client is starved for real: after it
-started, its threads drop to nice 19 and two busy loops take its CPU (client limited,
-exit 3, everything written).
+Real runs of ``loadlab run`` against the simulator: healthy ones, closed and open loop
+(not client limited, exit 0), and one whose client is starved for real: server and client
+on CPUs of their own, and after it started the client's threads drop to nice 19 while two
+busy loops take its CPU (client limited, exit 3, everything written). The healthy runs
+leave placement to the kernel: on a box other work keeps busy, a client pinned to one CPU
+cannot step aside from a busy loop there.
 """
 
 from __future__ import annotations
@@ -51,17 +53,14 @@ def _wait_for(cond: Callable[[], bool], proc: subprocess.Popen, timeout_s: float
         time.sleep(0.05)
 
 
-@needs_two_cpus
-def test_isolated_healthy_run_applies_its_load(cli, load, tiny_profile, tmp_path) -> None:
+def test_healthy_run_applies_its_load(cli, load, tiny_profile, tmp_path) -> None:
     out = tmp_path / "healthy"
-    res = cli("--launch", "sim", *_cpus(), "--profile", str(tiny_profile), "--concurrency", "2,8",
+    res = cli("--launch", "sim", "--profile", str(tiny_profile), "--concurrency", "2,8",
               "--step-duration", "4", "--warmup", "1", "--workers", "0", "--out", str(out),
               "--", "--max-num-seqs", "16")
     assert res.returncode == 0, res.stderr
     df, manifest = load(out)
-    assert manifest["isolation"] == {"server_cpus": sorted(SPLIT.server_cpus),
-                                     "client_cpus": sorted(SPLIT.client_cpus)}
-    assert manifest["client_limited_steps"] == []
+    assert manifest["isolation"] is None and manifest["client_limited_steps"] == []
     assert "load achieved per step" in res.stderr
     for step in manifest["steps"]:
         users = step["concurrency"]
@@ -115,6 +114,8 @@ def test_starved_client_is_marked_client_limited_and_exits_3(tiny_profile, tmp_p
     assert proc.returncode == 3, stderr[-3000:]
     manifest = _manifest(out)
     assert manifest["status"] == "complete" and manifest["records"]["rows"] > 0
+    assert manifest["isolation"] == {"server_cpus": sorted(SPLIT.server_cpus),
+                                     "client_cpus": sorted(SPLIT.client_cpus)}
     assert manifest["client_limited_steps"] == [0, 1]
     for step in manifest["steps"]:
         assert step["client_limited"] is True and step["loop_lag_mean_s"] > LOOP_LAG_MEAN_MAX_S, step
