@@ -23,7 +23,9 @@ clients, so the comparison between them is fair even where the absolute is not.
 ``tools/install_vllm.sh``, ``--max-num-seqs 4``, levels 1,2,4,8,16 by default, no time
 scale): whatever part of the client-added TTFT both clients share is the server's own
 front end (HTTP parsing and tokenising before vLLM stamps its arrival time, and the SSE
-write after), on the same 2 cores as the client.
+write after). Server and clients run on CPUs of their own (tests/vllm/realvllm.py
+``ISOLATION``: on 2 cores vLLM on core 0; either client, and the histogram poller, on
+core 1); sharing the cores, the client measures its own starvation (real-vllm.md).
 
 A second pass runs both clients against ``tests/loadgen/fault_server.py`` (aiohttp),
 which logs the wall time it wrote each request's first token (by ``X-Request-Id``):
@@ -52,6 +54,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from loadlab.sweep.cpus import CpuSet, format_cpu_list, inherited_affinity
 
 PROMPT_TOKENS = 40
 OUTPUT_TOKENS = 96
@@ -195,15 +199,18 @@ class Measured:
         }
 
 
-def run_loadlab(url: str, level: int, duration: float, warmup: float, tmp: Path) -> Measured:
+def run_loadlab(url: str, level: int, duration: float, warmup: float, tmp: Path,
+                cpus: CpuSet | None = None) -> Measured:
     from loadlab.runstore import REQUESTS, read_manifest, read_table
 
     out = tmp / f"loadlab-{level}-{time.time_ns()}"
     cmd = [sys.executable, "-m", "loadlab", "run", "--target", url, "--model", MODEL, "--profile",
            str(_profile(tmp)), "--concurrency", str(level), "--step-duration", str(duration),
            "--warmup", str(warmup), "--workers", "1", "--no-calibrate", "--seed", str(time.time_ns() % 10**9),
-           "--out", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True)
+           "--out", str(out)] + (["--client-cpus", format_cpu_list(cpus)] if cpus else [])
+    # exit 3: the client fell short of the load; the figures below show by how much
+    if subprocess.run(cmd, check=False, capture_output=True).returncode not in (0, 3):
+        raise RuntimeError(f"loadlab run failed at level {level}; see {out}")
     df = read_table(out / "requests.parquet", REQUESTS)
     w = read_manifest(out)["steps"][0]
     t0, t1 = w["t_start"] + w["warmup_s"], w["t_end"]
@@ -212,10 +219,12 @@ def run_loadlab(url: str, level: int, duration: float, warmup: float, tmp: Path)
                     dict(zip(sel.request_id, sel.t_first_token)))
 
 
-def run_peer(url: str, level: int, duration: float, warmup: float, tmp: Path) -> Measured:
-    proc = subprocess.run([sys.executable, __file__, "--peer", url, "--levels", str(level),
-                           "--duration", str(duration), "--warmup", str(warmup)],
-                          check=True, capture_output=True, text=True)
+def run_peer(url: str, level: int, duration: float, warmup: float, tmp: Path,
+             cpus: CpuSet | None = None) -> Measured:
+    with inherited_affinity(cpus):
+        proc = subprocess.run([sys.executable, __file__, "--peer", url, "--levels", str(level),
+                               "--duration", str(duration), "--warmup", str(warmup)],
+                              check=True, capture_output=True, text=True)
     r = json.loads(proc.stdout.splitlines()[-1])
     t0, t1 = r["t_start"] + r["warmup_s"], r["t_end"]
     sel = [x for x in r["rows"] if t0 <= x[0] < t1 and x[1] is not None]
@@ -232,7 +241,7 @@ def compare(url: str, levels: list[int], args: argparse.Namespace, tmp: Path,
     for i, level in enumerate(levels):
         pair = [run_peer, run_loadlab]
         for go in pair if i % 2 == 0 else pair[::-1]:
-            measured.append(go(url, level, args.duration, args.warmup, tmp))
+            measured.append(go(url, level, args.duration, args.warmup, tmp, args.client_cpus))
     firsts = server_firsts()
     return [m.figures(server_ttft(m.t0, m.t1), firsts) for m in measured]
 
@@ -261,6 +270,7 @@ def main() -> None:
     ap.add_argument("--peer", help=argparse.SUPPRESS)
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    args.client_cpus = None
     if args.peer:
         peer_main(args.peer, levels, args.duration, args.warmup)
         return
@@ -290,18 +300,21 @@ def main() -> None:
 
 def vllm_main(levels: list[int], args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "vllm"))
-    from realvllm import missing_reason, tiny_vllm
+    from realvllm import ISOLATION, missing_reason, tiny_vllm
 
     if missing_reason():
         sys.exit(missing_reason())
+    args.client_cpus = ISOLATION.client_cpus
     with tempfile.TemporaryDirectory() as tmp, \
             tiny_vllm(Path(tmp) / "server", served_model_name=MODEL, max_num_seqs=4,
                       num_gpu_blocks_override=512) as target:
         poller = HistPoller(target.base_url)
-        poller.start()
+        with inherited_affinity(args.client_cpus):
+            poller.start()
         results = compare(target.base_url, levels, args, Path(tmp), poller.mean_between, dict)
         poller.stop.set()
-    report("real vLLM (tiny model, --max-num-seqs 4; mean+ = client TTFT - vLLM's TTFT histogram)",
+    report("real vLLM (tiny model, --max-num-seqs 4, server and clients on their own CPUs; "
+           "mean+ = client TTFT - vLLM's TTFT histogram)",
            results, levels)
 
 

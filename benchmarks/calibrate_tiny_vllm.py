@@ -23,11 +23,13 @@ whatever the buckets), their durations stamped in the engine core:
     first token back) and the closed loop's turnaround R = per-user cycle (c x 32 tokens /
     tokens per s) - (queue + prefill + decode), the time a user's next request takes to
     reach the engine after its previous one ended (API server both ways, the client), at
-    the levels below the cap. Neither is a constant here: the API server shares its core
-    with the engine core, which busy-polls the worker, so both grow with the token rate it
-    streams (F 5.9 -> 13.9 ms, R 13 -> 48 ms from 170 to 510 tokens/s at normal priority;
-    less with the engine core at nice 10, as ``tiny_vllm`` starts it). Each is fitted as a
-    line in that rate.
+    the levels below the cap. Neither is a constant here: the API server shares the
+    server's CPU with the engine core, which busy-polls the worker, so both grow with the
+    token rate it streams (F 5.9 -> 13.9 ms, R 13 -> 48 ms from 170 to 510 tokens/s, measured
+    with the client on the same cores). Each is fitted as a line in that rate.
+Server and client run on CPUs of their own (``tiny_vllm`` and ``run_steps``: on 2 cores
+vLLM on core 0, the load generator and the scraper on core 1), so the client's own
+starvation stays out of F and R; a load the client could not apply stops the calibration.
 Check, per level: server TTFT mean (engine TTFT + F at the simulated rate) and output
 tokens/s, real against loadlab's Engine in virtual time with that step time, two ways:
   - closed loop: each user's next request reaches the engine R(rate) after its previous

@@ -9,6 +9,10 @@ Hierarchy (every class carries the process exit code the CLI uses):
   - ``TargetError`` (exit 1): the server under test misbehaved in a way that stops
     the run (never answered /health, died at start). Per-request failures are
     *records*, not exceptions.
+  - ``ClientLimited`` (exit 3): the run finished and everything is written, but at
+    some steps the load generator did not apply the load it was asked for (too few
+    requests in flight, sends late, its event loop lagging): those steps measured the
+    client, not the server. The message names the steps and why.
   - ``RunInterrupted`` (exit 130): Ctrl-C or SIGTERM; raised after everything
     measured so far has been flushed to the run folder.
 
@@ -67,6 +71,12 @@ class InputError(LoadlabError):
 
 class TargetError(LoadlabError):
     """The server under test cannot be used at all (did not start, never healthy)."""
+
+
+class ClientLimited(LoadlabError):
+    """The run is complete, but the client fell short of the asked load at some steps."""
+
+    exit_code = 3
 
 
 class RunInterrupted(LoadlabError):

@@ -24,6 +24,7 @@ COLUMNS = [  # (column, header, format)
     ("running_mean", "running", "{:.1f}"),
     ("running_max", "run max", "{:.0f}"), ("running_itl", "run (ITL)", "{:.1f}"),
     ("gauge_stale", "stale 0s", "{:.2f}"), ("inflight", "in flight", "{:.1f}"),
+    ("achieved_ratio", "achieved", "{:.0%}"),
     ("waiting_mean", "waiting", "{:.1f}"), ("waiting_little", "wait (Q)", "{:.1f}"),
     ("waiting_max", "wait max", "{:.0f}"), ("waiting_occupancy", "P(wait)", "{:.2f}"),
     ("kv_mean", "KV use", "{:.2f}"), ("kv_max", "KV max", "{:.2f}"),

@@ -12,6 +12,13 @@ Across machines: start the master with ``--master-bind 0.0.0.0:5557
 (same loadlab version; the API key variable set there too; records travel to the
 master, which alone writes the run folder).
 
+CPU isolation (client and server on one host): ``--client-cpus 1`` runs the load
+generator and its local workers on CPU 1; with ``--launch``, ``--server-cpus 0`` runs
+every thread of the server's process tree on CPU 0 (:mod:`loadlab.sweep.cpus`). Each
+step records the load it achieved; when the client fell short at any step (too few
+in flight, late sends, a lagging event loop: :mod:`loadlab.loadgen.achieved`) the run
+is still complete and written, and the command exits 3 naming the steps and why.
+
 The API key is read from the environment variable named by ``--api-key-env``
 (default ``LOADLAB_API_KEY``) and sent as ``Authorization: Bearer``; it is never
 printed or recorded.
@@ -21,11 +28,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from loadlab.errors import InputError
+from loadlab.errors import ClientLimited, InputError
 from loadlab.runstore.claim import claim_run_dir
+
+if TYPE_CHECKING:
+    from loadlab.sweep.cpus import Isolation
 
 
 def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trace: str | None,
@@ -97,19 +108,24 @@ def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trac
               help="Start the target first; server flags follow '--'. --target is then not needed.")
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Fit prompt text to exact token counts with the server's /tokenize.")
+@click.option("--server-cpus", help="With --launch: run the server's every thread on these CPUs, e.g. 0 or 0-3.")
+@click.option("--client-cpus", help="Run the load generator (and its local workers) on these CPUs, e.g. 1.")
 def run(target, model, api, profile, seed, concurrency, geometric, rate, burstiness, trace, time_scale,
         step_duration, warmup, max_in_flight, workers, remote_workers, master_bind, join, out, overwrite, point,
-        api_key_env, timeout, drain, collect, collect_interval, launch, calibrate, server_args) -> None:
+        api_key_env, timeout, drain, collect, collect_interval, launch, calibrate, server_cpus, client_cpus,
+        server_args) -> None:
     """Drive a load (steps, Poisson/gamma rate, trace replay) at a server and record every request.
 
     Example: loadlab run --launch sim --concurrency 1,2,4 --step-duration 20 --collect -- --max-num-seqs 4
     """
     from loadlab.loadgen.preflight import api_key, check_url, split_address
 
+    isolation = _isolation(server_cpus, client_cpus, launch)
     if join:
         split_address(join, "--join", need_port=True)
         from loadlab.loadgen.worker import join_master
 
+        _pin_client(isolation)
         join_master(join)
         return
     if server_args and not launch:
@@ -148,17 +164,44 @@ def run(target, model, api, profile, seed, concurrency, geometric, rate, burstin
         # Imported before Locust patches the process (httpx/httpcore must load unpatched).
         from loadlab.sweep.launcher import launch_target
 
-        with launch_target(launch, list(server_args), out_dir, model=model) as launched:
-            extra = {"target": {"launch": launched.manifest_entry()}, "server": launched.server_settings()}
+        with launch_target(launch, list(server_args), out_dir, model=model,
+                           server_cpus=isolation.server_cpus) as launched:
+            extra = {"target": {"launch": launched.manifest_entry()}, "server": launched.server_settings(),
+                     "isolation": isolation.manifest_entry()}
             _run(launched.base_url, model or launched.model, extra, out_dir, stamp, plan, trace, params,
-                 target_check=launched.exit_reason)
+                 isolation, target_check=launched.exit_reason)
         return
-    _run(target, model, {}, out_dir, stamp, plan, trace, params)
+    _run(target, model, {"isolation": isolation.manifest_entry()}, out_dir, stamp, plan, trace, params,
+         isolation)
+
+
+def _isolation(server_cpus: str | None, client_cpus: str | None, launch: str | None) -> Isolation:
+    """The CPU sets of --server-cpus / --client-cpus, checked (loadlab.sweep.cpus)."""
+    from loadlab.sweep.cpus import check_isolation, parse_cpu_list
+
+    if server_cpus and not launch:
+        raise InputError("--server-cpus pins a server loadlab starts", field="--server-cpus",
+                         fix="use it with --launch sim|vllm, or pin your server yourself (taskset)")
+    return check_isolation(parse_cpu_list(server_cpus, "--server-cpus") if server_cpus else None,
+                           parse_cpu_list(client_cpus, "--client-cpus") if client_cpus else None)
+
+
+def _pin_client(isolation: Isolation) -> None:
+    """Every thread of this process onto the client CPUs; worker processes inherit them."""
+    import os
+
+    from loadlab.sweep.cpus import pin_threads
+
+    if isolation.client_cpus is not None:
+        pin_threads(os.getpid(), isolation.client_cpus)
 
 
 def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, trace: str | None,
-         o: dict, target_check=None) -> None:
-    """Build the settings and drive the run (Locust is imported from here on); ``o``: the CLI params."""
+         o: dict, isolation: Isolation, target_check=None) -> None:
+    """Build the settings and drive the run (Locust is imported from here on); ``o``: the CLI params.
+    Exits 3 (:class:`~loadlab.errors.ClientLimited`) after everything is written when the
+    client fell short of the asked load at some step."""
+    _pin_client(isolation)
     if o["collect"]:
         import loadlab.collect.scraper  # noqa: F401  (before Locust's monkey-patching, like httpx)
     from loadlab.loadgen.preflight import preflight
@@ -169,6 +212,7 @@ def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, 
     extra = {**extra, "target": {**extra.get("target", {}), "max_model_len": info.max_model_len}}
 
     from loadlab.loadgen import driver  # Locust (gevent patching) from here on
+    from loadlab.loadgen.achieved import format_summary, limited_message
     from loadlab.loadgen.context import RunSettings
 
     settings = RunSettings(
@@ -183,4 +227,8 @@ def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, 
                              target_check=target_check)
     manifest = driver.run_load(settings, plan, opts, extra)
     rec = manifest.get("records", {})
+    click.echo(format_summary(manifest["steps"]), err=True)
     click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out_dir}")
+    limited = limited_message(manifest["steps"])
+    if limited:
+        raise ClientLimited(limited)

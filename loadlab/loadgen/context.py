@@ -20,16 +20,17 @@ Every finished row also goes through a :class:`~loadlab.loadgen.guards.FailureWa
 when one of its rules trips (target gone, every request refused) the context stops
 sending and calls ``on_stop`` with the reason.
 
-Self-monitor (:meth:`LoadContext._monitor`): a greenlet sleeps ``LAG_TICK_S`` at a
-time and records how much later than asked it woke (scheduling lag: a busy event
-loop delays every timestamp by as much); every ``SAMPLE_S`` it emits a CLIENT row
-with the process CPU time used (``os.times`` user + system) over the interval.
+Self-monitor: a :class:`~loadlab.loadgen.meter.ClientMeter` keeps the exact in-flight
+integral, sends and send lags; a greenlet (:meth:`LoadContext._monitor`) sleeps
+``LAG_TICK_S`` at a time and records how much later than asked it woke (event-loop lag:
+a busy loop delays every timestamp by as much). A CLIENT row is cut every ``SAMPLE_S``
+and at each window edge of the plan (step start, warm-up end, step end), so the
+master sums whole samples per measured window.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -40,14 +41,13 @@ from gevent.event import Event
 
 from loadlab.loadgen.client import StreamingClient
 from loadlab.loadgen.guards import FailureWatch
+from loadlab.loadgen.meter import LAG_TICK_S, SAMPLE_S, ClientMeter, window_edges
 from loadlab.loadgen.preflight import api_key
 from loadlab.loadgen.prepare import Prefetcher, Prepared, RequestFactory
 from loadlab.loadgen.shapes import LoadPlan, Step, plan_from_dict
 from loadlab.loadgen.transport import SocketTransport
 from loadlab.workload.fit import FitCounts
 
-LAG_TICK_S = 0.05
-SAMPLE_S = 1.0
 FLUSH_S = 0.5
 CLIENT_ERROR_BACKOFF_S = 0.1
 CANCEL_TIMEOUT_S = 10.0   # close(): cancelling in-flight requests is local, this is a backstop
@@ -106,8 +106,7 @@ class LoadContext:
                 else itertools.count(worker_index, self.n_workers))
         self.prefetcher = Prefetcher(self.factory, seqs)
         self.step: Step = self.plan.steps[0]
-        self.in_flight = 0
-        self.sent = 0
+        self.meter = ClientMeter(worker)
         self.draining = False
         self.released = Event()       # set when users may stop waiting (run over)
         self.started = Event()        # open loop: set once t0 is known
@@ -123,6 +122,15 @@ class LoadContext:
         self._user_ids = itertools.count()
         self._greenlets = [gevent.spawn(self._monitor), gevent.spawn(self._ticker)]
 
+    @property
+    def in_flight(self) -> int:
+        return self.meter.in_flight
+
+    @property
+    def sent(self) -> int:
+        """Requests begun by this process so far (each must have a row)."""
+        return self.meter.issued
+
     # -- users ---------------------------------------------------------------------
     def next_user_id(self) -> int:
         return next(self._user_ids)
@@ -134,6 +142,10 @@ class LoadContext:
         if t0 is not None:
             self.settings.t0 = t0
             self.started.set()
+        self._emit_sample()  # the edge between steps (closed loop: as this worker heard of it)
+        start = t0 if t0 is not None else time.time()
+        self._greenlets += [gevent.spawn_later(max(0.0, edge - time.time()), self._emit_sample)
+                            for edge in window_edges(self.plan, index, start)]
 
     def _client(self) -> StreamingClient:
         if self._clients:
@@ -149,8 +161,7 @@ class LoadContext:
         client = self._client()
         client.last = None
         me = gevent.getcurrent()
-        self.in_flight += 1
-        self.sent += 1
+        self.meter.begin(t_scheduled)
         self.fit_counts.add(prepared.fitted)
         self._live.add(me)
         try:
@@ -160,7 +171,7 @@ class LoadContext:
                 self.sink.add_row(self._row(prepared, client.last, user, t_scheduled, step))
             raise
         finally:
-            self.in_flight -= 1
+            self.meter.end()
             self._live.discard(me)
         self._clients.append(client)
         row = self._row(prepared, outcome, user, t_scheduled, step)
@@ -175,7 +186,8 @@ class LoadContext:
         if outcome.status == "client_error":
             # No connection (server down or restarting): pause so a closed-loop user does
             # not spin out thousands of error rows a second; the run itself goes on.
-            gevent.sleep(CLIENT_ERROR_BACKOFF_S)
+            with self.meter.backoff():
+                gevent.sleep(CLIENT_ERROR_BACKOFF_S)
         return row
 
     def _row(self, prepared: Prepared, outcome: Any, user: int, t_scheduled: float | None,
@@ -217,6 +229,7 @@ class LoadContext:
         gevent.killall(live, block=True, timeout=CANCEL_TIMEOUT_S)
         for g in self._greenlets:
             g.kill(block=False)
+        self._emit_sample()
         self.sink.flush()
 
     def _ticker(self) -> None:
@@ -225,32 +238,14 @@ class LoadContext:
             self.sink.tick()
 
     def _monitor(self) -> None:
-        last_wall = time.time()
-        last_cpu = _cpu_s()
-        last_sent = 0
         while True:
-            lags: list[float] = []
-            end = time.perf_counter() + SAMPLE_S
-            while time.perf_counter() < end:
-                t = time.perf_counter()
-                gevent.sleep(LAG_TICK_S)
-                lags.append(max(0.0, time.perf_counter() - t - LAG_TICK_S))
-            now, cpu = time.time(), _cpu_s()
-            self._emit_sample(now, now - last_wall, cpu - last_cpu, lags, self.sent - last_sent)
-            last_wall, last_cpu, last_sent = now, cpu, self.sent
+            t = time.perf_counter()
+            gevent.sleep(LAG_TICK_S)
+            self.meter.tick(max(0.0, time.perf_counter() - t - LAG_TICK_S))
+            if self.meter.since_cut_s >= SAMPLE_S:
+                self._emit_sample()
 
-    def _emit_sample(self, now: float, wall: float, cpu: float, lags: list[float], sent: int = 0) -> None:
-        if wall <= 0:
-            return
-        self.sink.add_client({
-            "t": now, "worker": self.worker, "interval_s": wall, "cpu_s": cpu,
-            "cpu_frac": cpu / wall,
-            "sched_lag_mean_s": sum(lags) / len(lags) if lags else 0.0,
-            "sched_lag_max_s": max(lags) if lags else 0.0,
-            "in_flight": self.in_flight, "sent": sent,
-        })
-
-
-def _cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
+    def _emit_sample(self) -> None:
+        sample = self.meter.cut()
+        if sample is not None:
+            self.sink.add_client(sample)

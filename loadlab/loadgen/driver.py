@@ -12,9 +12,11 @@ Steps of :func:`run_load`:
    ``loadlab run --join MASTER_HOST:PORT`` (the master binds ``master_bind``).
 3. Send every worker ``ll_config`` with its index; wait for ``ll_ready``.
 4. Closed loop: per step, ``ll_step`` then ``runner.start(concurrency)``, sleep to the
-   step's absolute end, write the step window (with the client's CPU and lag) to the
-   manifest. Open loop: ``ll_step`` with ``t0`` = now + ``START_LEAD_S``, one
-   dispatcher user per worker, windows at ``t0`` + cumulative durations.
+   step's absolute end, write the step window to the manifest. Open loop: ``ll_step``
+   with ``t0`` = now + ``START_LEAD_S``, one dispatcher user per worker, windows at
+   ``t0`` + cumulative durations. The load each step achieved and whether the client
+   fell short join its entry as soon as every worker's samples reach its end
+   (:mod:`loadlab.loadgen.step_entries`), the next step already running.
 5. Drain: ``ll_drain`` (no new requests; in-flight ones get ``drain_s`` to finish),
    then ``runner.stop()`` (anything left is recorded ``aborted``), wait for every
    worker's ``ll_done`` and check the row counts, close the tables.
@@ -57,10 +59,12 @@ from locust.env import Environment
 
 from loadlab import __version__
 from loadlab.errors import RunInterrupted, TargetError
+from loadlab.loadgen.achieved import limited_reasons
 from loadlab.loadgen.context import RunSettings
 from loadlab.loadgen.preflight import split_address
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
 from loadlab.loadgen.shapes import LoadPlan
+from loadlab.loadgen.step_entries import StepEntries, schedule
 from loadlab.loadgen.user import (
     CONFIG_MSG,
     DRAIN_MSG,
@@ -213,11 +217,13 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
             raise TargetError(f"only {len(master.ready)} of {len(workers)} workers got ready within "
                               f"{JOIN_TIMEOUT_S:.0f} s")
         ticker = gevent.spawn(_progress_loop, runner, recorder, master, plan, opts)
-        interrupted = _drive(runner, mlink, master, recorder, plan, len(workers), out, stop)
+        windows = StepEntries(out, recorder, schedule(settings, plan), len(workers), stop, opts.progress)
+        interrupted = _drive(runner, mlink, master, plan, len(workers), stop, windows)
         ticker.kill(block=False)
         if not interrupted:
             mlink.send(DRAIN_MSG, {"deadline_s": opts.drain_s})
             master.wait_for(lambda: len(master.drained) >= len(workers), opts.drain_s + 10, stop)
+        windows.join()
         runner.stop()
         master.wait_for(lambda: len(recorder.done_workers) >= len(workers), 15.0)
         if stop.is_set():
@@ -248,11 +254,11 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
     return manifest
 
 
-def _drive(runner: Any, link: Link, master: _Master, recorder: Recorder, plan: LoadPlan,
-           n_workers: int, out: Path, stop: Event) -> bool:
+def _drive(runner: Any, link: Link, master: _Master, plan: LoadPlan, n_workers: int, stop: Event,
+           windows: StepEntries) -> bool:
     """Execute the plan's steps; True when interrupted or halted (no drain then)."""
-    windows: list[dict[str, Any]] = []
     t0 = time.time() + START_LEAD_S
+    windows.t0 = t0
     step_start = t0
     for step in plan.steps:
         step_end = step_start + step.duration_s
@@ -267,12 +273,8 @@ def _drive(runner: Any, link: Link, master: _Master, recorder: Recorder, plan: L
             runner.start(n_workers, spawn_rate=1000.0)
         while time.time() < step_end and not stop.is_set() and not master.halted():
             stop.wait(min(0.2, max(0.0, step_end - time.time())))
-        window = {"step": step.index, "concurrency": step.concurrency, "target_rate": step.target_rate,
-                  "t_start": step_start, "t_end": min(step_end, time.time()), "warmup_s": step.warmup_s}
-        gevent.sleep(0)  # let pending client samples land before summarising
-        window.update(recorder.client_summary(window["t_start"], window["t_end"]))
-        windows.append(window)
-        update_manifest(out, steps=windows)
+        windows.add({"step": step.index, "concurrency": step.concurrency, "target_rate": step.target_rate,
+                     "t_start": step_start, "t_end": min(step_end, time.time()), "warmup_s": step.warmup_s})
         if stop.is_set() or master.halted():
             return True
         step_start = step_end
@@ -287,12 +289,18 @@ def _progress_loop(runner: Any, recorder: Recorder, master: _Master, plan: LoadP
         steps = sorted(set(recorder.ok) | set(recorder.errors)) or [0]
         step = steps[-1]
         p50 = recorder.ttft_p50(step)
-        level = plan.steps[step].concurrency or plan.steps[step].target_rate
+        users = plan.steps[step].concurrency
+        level = users or plan.steps[step].target_rate
+        now = time.time()
+        live = recorder.client_achieved(now - opts.progress_s, now, users)
+        load = "-" if live.inflight_mean is None else (
+            f"in_flight={live.inflight_mean:.1f}/{users}" if users else f"sent={live.achieved_rate:.1f}/s")
+        lag = "-" if live.loop_lag_mean_s is None else f"{live.loop_lag_mean_s * 1000:.1f}ms"
         opts.progress(
-            f"[{time.time() - t_begin:6.1f}s] step {step + 1}/{len(plan.steps)} level={level} "
+            f"[{now - t_begin:6.1f}s] step {step + 1}/{len(plan.steps)} level={level} "
             f"users={runner.user_count} ok={recorder.ok[step]} err={recorder.errors[step]} "
-            f"in_flight={sum(recorder.in_flight.values())} "
-            f"ttft_p50={'-' if p50 is None else f'{p50 * 1000:.1f}ms'}"
+            f"{load} loop_lag={lag} ttft_p50={'-' if p50 is None else f'{p50 * 1000:.1f}ms'}"
+            + (" CLIENT LIMITED" if limited_reasons(live, users) else "")
         )
 
 
@@ -312,10 +320,11 @@ def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: di
         "loadgen": {"workers": opts.workers, "remote_workers": opts.remote_workers,
                     "timeout_s": settings.timeout_s, "drain_s": opts.drain_s,
                     "api_key_env": settings.api_key_env,
-                    "client_table": "client.parquet (per-worker 1 s samples); steps[] carry the summary"},
+                    "client_table": "client.parquet (per-worker samples, cut every 1 s and at window edges); "
+                                    "steps[] carry the load each step achieved"},
         "host": {"hostname": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version()},
         "versions": {"loadlab": __version__, "locust": locust.__version__},
-        "steps": [],
+        "steps": [], "client_limited_steps": [], "isolation": None,
         **extra,
     }
 

@@ -11,8 +11,8 @@ tables, and :meth:`Recorder.missing` compares the counts (every request begun mu
 have a row: a shortfall is a lost record, and the manifest says so).
 
 The recorder also keeps the live figures the progress line shows (per step:
-ok / error counts, TTFT median) and the client samples per step that
-:meth:`Recorder.client_summary` turns into the manifest's step entries.
+ok / error counts, TTFT median) and the client samples that
+:meth:`Recorder.client_achieved` turns into the load a window achieved.
 """
 
 from __future__ import annotations
@@ -24,11 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loadlab.loadgen.achieved import Achieved, summarise
+
 # Seconds between requests parts: a crash (SIGKILL, power) loses at most this much of
 # finished requests (a stop, Ctrl-C or SIGTERM flushes everything). An hour at 1 s made
 # 3,600 parts whose reading cost the analyzer ~5 s of CPU, at 5 s ~1.6 s (the run is
 # compacted at its end anyway: benchmarks/bench_analyze.py).
 REQUESTS_FLUSH_S = 5.0
+
 ROWS_MSG = "ll_rows"
 CLIENT_MSG = "ll_client"
 DONE_MSG = "ll_done"
@@ -51,7 +54,7 @@ class Recorder:
         self.errors: dict[int, int] = defaultdict(int)
         self._ttfts: dict[int, list[float]] = defaultdict(list)
         self._samples: list[dict[str, Any]] = []
-        self.in_flight: dict[str, int] = {}
+        self._last_sample: dict[str, float] = {}
         self.rows_by_worker: dict[str, int] = defaultdict(int)
         self.done_workers: dict[str, int] = {}
         self.issued_by_worker: dict[str, int] = {}
@@ -74,7 +77,7 @@ class Recorder:
         with self._lock:
             self._samples.extend(samples)
             for s in samples:
-                self.in_flight[s["worker"]] = s["in_flight"]
+                self._last_sample[s["worker"]] = max(s["t"], self._last_sample.get(s["worker"], 0.0))
         self.client.extend(samples)
 
     def mark_done(self, worker: str, rows_sent: int, issued: int | None = None,
@@ -102,25 +105,22 @@ class Recorder:
         values = self._ttfts.get(step)
         return statistics.median(values) if values else None
 
-    def client_summary(self, t_start: float, t_end: float) -> dict[str, Any]:
-        """Client CPU (cores, summed over workers) and scheduling lag in a window."""
+    def client_achieved(self, t_start: float, t_end: float, concurrency: int | None = None,
+                        due: int | None = None) -> Achieved:
+        """What the client did in a window (:func:`loadlab.loadgen.achieved.summarise`)."""
         with self._lock:
-            inside = [s for s in self._samples if t_start < s["t"] <= t_end + 0.5]
-        if not inside:
-            return {"client_cpu_cores": None, "client_cpu_max_worker": None,
-                    "sched_lag_max_s": None, "sched_lag_mean_s": None}
-        per_worker: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-        for s in inside:
-            acc = per_worker[s["worker"]]
-            acc[0] += s["cpu_s"]
-            acc[1] += s["interval_s"]
-        fracs = {w: cpu / wall for w, (cpu, wall) in per_worker.items() if wall > 0}
-        return {
-            "client_cpu_cores": round(sum(fracs.values()), 4),
-            "client_cpu_max_worker": round(max(fracs.values()), 4),
-            "sched_lag_max_s": max(s["sched_lag_max_s"] for s in inside),
-            "sched_lag_mean_s": statistics.fmean(s["sched_lag_mean_s"] for s in inside),
-        }
+            samples = list(self._samples)
+        return summarise(samples, t_start, t_end, concurrency=concurrency, due=due)
+
+    def covers(self, t: float, n_workers: int) -> bool:
+        """True once ``n_workers`` workers have sent samples reaching ``t``."""
+        with self._lock:
+            return sum(last >= t for last in self._last_sample.values()) >= n_workers
+
+    def forget_before(self, t: float) -> None:
+        """Drop samples that ended before ``t`` (every window up to it is summarised)."""
+        with self._lock:
+            self._samples = [s for s in self._samples if s["t"] >= t]
 
     def flush(self) -> None:
         self.requests.flush()

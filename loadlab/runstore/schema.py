@@ -54,7 +54,9 @@ REQUESTS = pa.schema(
 )
 
 # The load generator watching itself: one row per worker per sampling interval
-# (client.parquet), so the analyzer can tell "client limited" from a server stall.
+# (client.parquet; cut every second and at every step and warm-up edge, so a step's
+# measured window is a union of whole rows), so the analyzer can tell "client
+# limited" from a server stall.
 CLIENT = pa.schema(
     [
         ("t", pa.float64()),               # end of the interval (unix s)
@@ -62,10 +64,14 @@ CLIENT = pa.schema(
         ("interval_s", pa.float64()),      # wall time covered
         ("cpu_s", pa.float64()),           # process CPU time (user + system) used in the interval
         ("cpu_frac", pa.float64()),        # cpu_s / interval_s: 1.0 = one core saturated
-        ("sched_lag_mean_s", pa.float64()),  # oversleep of a monitor greenlet's short sleeps
-        ("sched_lag_max_s", pa.float64()),
+        ("loop_lag_mean_s", pa.float64()),  # event-loop lag: oversleep of a monitor greenlet's short sleeps
+        ("loop_lag_max_s", pa.float64()),
+        ("loop_lag_ticks", pa.int32()),    # sleeps measured (weights the mean across samples)
         ("in_flight", pa.int32()),         # requests open at the end of the interval
-        ("sent", pa.int32()),              # requests sent during the interval
+        ("inflight_s", pa.float64()),      # time integral of requests open (request-seconds), exact
+        ("backoff_s", pa.float64()),       # same, of users pausing after a failed connection
+        ("sent", pa.int32()),              # requests begun during the interval
+        ("send_lags_s", pa.list_(pa.float64())),  # open loop: each begun request's lateness vs its schedule
     ]
 )
 

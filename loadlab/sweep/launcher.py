@@ -22,6 +22,9 @@ Steps:
    when the server does, so a server that dies is noticed at once. Death or deadline ->
    ``TargetError`` carrying the log tail.
 4. Ask ``GET /v1/models`` for the served model name (falls back to the flags).
+   With ``server_cpus`` the server (and its guardian) start on those CPUs and, once
+   healthy, every thread of the server's process tree is narrowed to them
+   (:mod:`loadlab.sweep.cpus`).
 5. On exit (normal, exception, Ctrl-C): close the pipe; the guardian sends SIGTERM to
    the process group, waits ``stop_timeout_s`` (20 s) for all of it, then SIGKILL, and
    returns once the group is empty. ``LaunchedTarget.exit_reason()`` says whether (and
@@ -49,6 +52,7 @@ from typing import Any
 import httpx
 
 from loadlab.errors import InputError, TargetError
+from loadlab.sweep.cpus import CpuSet, check_omp_bind, inherited_affinity, pin_tree
 from loadlab.sweep.server_flags import parse_flags, redact_argv, redacted_values
 
 KINDS = ("sim", "vllm")
@@ -264,8 +268,13 @@ def launch_target(
     startup_timeout_s: float | None = None,
     stop_timeout_s: float = 20.0,
     poll_s: float = 0.25,
+    server_cpus: CpuSet | None = None,
 ) -> Iterator[LaunchedTarget]:
-    """Start a target server, yield it once healthy, stop it on the way out."""
+    """Start a target server, yield it once healthy, stop it on the way out.
+
+    ``server_cpus``: the server starts on these CPUs (inherited by all it starts) and,
+    once healthy, every thread of its process tree is narrowed to them (:mod:`loadlab.sweep.cpus`).
+    """
     if kind not in KINDS:
         raise InputError(f"unknown target kind {kind!r}", field="kind",
                          fix=f"use one of: {', '.join(KINDS)}")
@@ -280,10 +289,15 @@ def launch_target(
     child_env = {**os.environ, **(VLLM_BASE_ENV if kind == "vllm" else {}), **(env or {})}
     timeout_s = startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S[kind]
     base_url = f"http://{host}:{port}"
+    if server_cpus is not None and kind == "vllm":
+        check_omp_bind(child_env.get("VLLM_CPU_OMP_THREADS_BIND"), server_cpus)
     t0 = time.monotonic()
-    proc = GuardedServer(argv, log_path, child_env, stop_timeout_s)
+    with inherited_affinity(server_cpus):
+        proc = GuardedServer(argv, log_path, child_env, stop_timeout_s)
     try:
         _wait_healthy(proc, base_url, log_path, timeout_s, poll_s)
+        if server_cpus is not None:
+            pin_tree(proc.pid, server_cpus)
         api_key = parsed.values.get("api_key")
         fallback = str(parsed.values.get("served_model_name")
                        or (parsed.positional[0] if parsed.positional else model or "sim"))

@@ -11,6 +11,7 @@ from loadlab.analyze.display import format_step_table
 from loadlab.analyze.steps import burst_share, step_table
 from loadlab.config import LoadPlan, Workload
 from loadlab.errors import InputError
+from loadlab.runstore import read_manifest, update_manifest
 from loadlab.sim.config import SimConfig
 from loadlab.sim.replay import run_replay
 
@@ -80,3 +81,15 @@ def test_burst_share_counts_streams_delivered_whole():
 
 def test_simulated_streams_are_paced_not_burst(seq_capped):
     assert (seq_capped.burst_share == 0).all()
+
+
+def test_table_shows_the_load_each_step_achieved(tmp_path):
+    run_replay(SimConfig(max_num_seqs=8), ReplayPlan(concurrencies=(2, 4), step_s=5.0, warmup_s=1.0,
+                                                     profile="azure-conv", seed=1), tmp_path)
+    manifest = read_manifest(tmp_path)
+    steps = [{**manifest["steps"][0], "achieved_ratio": 0.995, "client_limited": False},
+             {**manifest["steps"][1], "achieved_ratio": 0.26, "client_limited": True}]
+    update_manifest(tmp_path, steps=steps)
+    lines = format_step_table(step_table(tmp_path)).splitlines()
+    end = lines[0].index("achieved") + len("achieved")  # cells are right-aligned under headers
+    assert [line[:end].split()[-1] for line in lines[1:]] == ["100%", "26%"]

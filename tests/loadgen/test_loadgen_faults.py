@@ -21,7 +21,9 @@ def test_every_failure_is_a_record_and_the_run_goes_on(fault, cli, load, tiny_pr
                   "--drain", "2", "--out", str(out))
         success = float(httpx.get(f"{url}/metrics").text.split()[-1])
         server_first = httpx.get(f"{url}/debug/first_token").json()
-    assert res.returncode == 0, res.stderr
+    # 3 (complete, client limited) is a fair verdict too: replies that take a millisecond
+    # leave each user's turnaround between requests a visible share of its time.
+    assert res.returncode in (0, 3), res.stderr
     df, manifest = load(out)
     assert manifest["status"] == "complete"
     counts = df.status.value_counts().to_dict()

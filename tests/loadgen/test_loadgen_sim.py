@@ -60,7 +60,7 @@ def test_closed_loop_steps_counts_ttft_and_exact_prompts(sim, cli, load, tiny_pr
         assert abs(len(rows) - expected) <= 0.15 * expected + c, (len(rows), expected)
         assert (rows.concurrency == c).all()
         assert _max_overlap(rows) <= c
-        assert window["client_cpu_cores"] is not None and window["sched_lag_max_s"] is not None
+        assert window["client_cpu_cores"] is not None and window["loop_lag_max_s"] is not None
     assert _max_overlap(df[df.step == 1]) == 4
     # Prompts hit their target token count exactly; outputs are pinned by max/min_tokens.
     assert (df.prompt_tokens == df.target_prompt_tokens).all()

@@ -3,7 +3,8 @@
 argv: serve MODEL [flags...] --host H --port P.  FAKE_MODE=ok|die|never.
 In "ok" mode it also starts a child process (like vLLM's engine core) and writes its
 pid to FAKE_CHILD_PID_FILE, so tests can check the whole process group is stopped;
-with FAKE_CHILD_IGNORES_TERM=1 that child ignores SIGTERM (only SIGKILL stops it).
+with FAKE_CHILD_IGNORES_TERM=1 that child ignores SIGTERM (only SIGKILL stops it), and
+with FAKE_CHILD_CPUS (a CPU list) it first binds itself to those CPUs.
 """
 
 import json
@@ -42,9 +43,11 @@ class Handler(BaseHTTPRequestHandler):
 
 
 CHILD = """
-import signal, sys, time
+import os, signal, sys, time
 if sys.argv[1] == "1":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if sys.argv[2]:  # binds itself, as vLLM's worker binds its threads
+    os.sched_setaffinity(0, {int(c) for c in sys.argv[2].split(",")})
 print("ready", flush=True)
 while True:
     time.sleep(1)
@@ -52,8 +55,10 @@ while True:
 
 if mode == "ok" and os.environ.get("FAKE_CHILD_PID_FILE"):
     ignore = os.environ.get("FAKE_CHILD_IGNORES_TERM", "0")
-    child = subprocess.Popen([sys.executable, "-c", CHILD, ignore], stdout=subprocess.PIPE)
-    assert child.stdout is not None and child.stdout.readline() == b"ready\n"  # handler installed
+    bind = os.environ.get("FAKE_CHILD_CPUS", "")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, ignore, bind], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline() == b"ready
+"  # handler installed, bound
     with open(os.environ["FAKE_CHILD_PID_FILE"], "w") as f:
         f.write(str(child.pid))
 ThreadingHTTPServer((host, port), Handler).serve_forever()

@@ -128,3 +128,29 @@ def test_launch_builtin_simulator(tmp_path):
         assert 'num_gpu_blocks="64"' in metrics
         pid = target.pid
     assert not _alive(pid)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable CPUs")
+def test_server_cpus_hold_every_thread_of_the_tree(fake_vllm, tmp_path, monkeypatch):
+    """Started on the set (inherited) and, once healthy, narrowed to it: a child that bound
+    itself elsewhere on its own (as vLLM's worker does) is brought back."""
+    import psutil
+
+    allowed = sorted(os.sched_getaffinity(0))
+    server, elsewhere = frozenset(allowed[:1]), allowed[-1]
+    child_file = tmp_path / "child.pid"
+    monkeypatch.setenv("FAKE_CHILD_PID_FILE", str(child_file))
+    monkeypatch.setenv("FAKE_CHILD_CPUS", str(elsewhere))
+    with launch_target("vllm", ["m"], tmp_path / "run", startup_timeout_s=30, server_cpus=server) as target:
+        procs = [psutil.Process(target.pid), psutil.Process(int(child_file.read_text()))]
+        threads = [t.id for p in procs for t in p.threads()]
+        assert len(threads) >= 2
+        assert {t: os.sched_getaffinity(t) for t in threads} == dict.fromkeys(threads, server)
+    assert os.sched_getaffinity(0) == set(allowed)  # the launcher's own thread got its CPUs back
+
+
+def test_explicit_vllm_thread_binding_outside_the_server_cpus_is_refused(fake_vllm, tmp_path):
+    with (pytest.raises(InputError, match="VLLM_CPU_OMP_THREADS_BIND"),
+          launch_target("vllm", ["m"], tmp_path, env={"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
+                        server_cpus=frozenset({5}))):
+        pytest.fail("must not start")

@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import psutil
-
+from loadlab.sweep.cpus import CpuSet, default_split
 from loadlab.sweep.launcher import LaunchedTarget, find_vllm, launch_target
 from loadlab.sweep.server_flags import to_argv
 
@@ -57,30 +56,19 @@ def missing_reason() -> str | None:
     return None
 
 
-# vLLM's engine-core process busy-polls its worker (sched_yield for a second after each
-# read) on the one core the CPU backend leaves to everything but the worker, so on 2
-# cores the API server and the client starve beside it: about 10-40% of streams at
-# concurrency 1-2 reached the client whole at the end (client TTFT mean 39-87 ms against
-# 19-21 ms once the engine core yields). A GPU host gives the API server a core of its
-# own; lowering the engine core's priority is the 2-core stand-in for that.
-ENGINE_CORE_NICE = 10
+# Server and client on CPUs of their own (loadlab.sweep.cpus): on 2 cores vLLM's worker,
+# engine core and API server on core 0, the load generator and the scraper on core 1.
+# Sharing the cores, the client applied 1.9-2.7 of 8 users and a third of the streams
+# reached it whole (real-vllm.md, "Sharing 2 cores"); benchmarks/bench_isolation.py
+# measures the placements.
+ISOLATION = default_split()
 
 
 @contextmanager
-def tiny_vllm(run_dir: Path, startup_timeout_s: float = 300, **overrides: object) -> Iterator[LaunchedTarget]:
-    """``vllm serve`` of the tiny model with BASE_FLAGS + overrides, engine core deprioritised."""
+def tiny_vllm(run_dir: Path, startup_timeout_s: float = 300, server_cpus: CpuSet | None = ISOLATION.server_cpus,
+              **overrides: object) -> Iterator[LaunchedTarget]:
+    """``vllm serve`` of the tiny model with BASE_FLAGS + overrides, on ``server_cpus``."""
     argv = [str(tiny_model_dir()), *to_argv({**BASE_FLAGS, **overrides})]
-    with launch_target("vllm", argv, run_dir, env=VLLM_ENV, startup_timeout_s=startup_timeout_s) as target:
-        deprioritise_engine_core(target.pid)
+    with launch_target("vllm", argv, run_dir, env=VLLM_ENV, startup_timeout_s=startup_timeout_s,
+                       server_cpus=server_cpus) as target:
         yield target
-
-
-def deprioritise_engine_core(server_pid: int) -> int:
-    """Renice every thread of the server's engine-core process; returns how many."""
-    count = 0
-    for child in psutil.Process(server_pid).children(recursive=True):
-        if child.name().startswith("VLLM::EngineCor"):
-            for thread in child.threads():
-                os.setpriority(os.PRIO_PROCESS, thread.id, ENGINE_CORE_NICE)
-                count += 1
-    return count

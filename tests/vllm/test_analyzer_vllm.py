@@ -11,6 +11,9 @@ modest; servers are shared through the ``vllm_server`` factory (one start per fl
 - after its first step, the client moved to a core a busy loop keeps at 100%, at the
   lowest priority: the load generator falls short of its users, and the verdict is
   client_limited, not a knee.
+
+The server runs on the server CPUs and the load generator on the client CPUs
+(realvllm.ISOLATION: on 2 cores 0 and 1), as every real-vLLM test here does.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from realvllm import ISOLATION
 
 from loadlab.analyze.analysis import analyze_run
 from loadlab.runstore import read_manifest
+from loadlab.sweep.cpus import format_cpu_list
 
 pytestmark = pytest.mark.vllm
 
@@ -40,7 +45,8 @@ def load_argv(target, out: Path, profile: str, levels: list[int], step_s: float,
             "--model", target.model, "--profile", str(PROFILES / f"{profile}.yaml"),
             "--concurrency", ",".join(map(str, levels)), "--step-duration", str(step_s),
             "--warmup", str(warmup_s), "--workers", "0", "--drain", "10", "--collect",
-            "--collect-interval", "0.5", "--out", str(out)]
+            "--collect-interval", "0.5", "--out", str(out)] + (
+        ["--client-cpus", format_cpu_list(ISOLATION.client_cpus)] if ISOLATION.client_cpus else [])
 
 
 def load(target, out: Path, profile: str, levels: list[int], step_s: float, warmup_s: float) -> Path:
@@ -67,10 +73,10 @@ def test_seq_cap_verdict_is_the_same_in_three_runs(vllm_server, tmp_path_factory
     assert len(set(verdicts)) == 1, verdicts
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs")
+@pytest.mark.skipif(ISOLATION.client_cpus is None, reason="needs 2 CPUs")
 def test_starved_client_is_client_limited_not_a_knee(vllm_server, tmp_path_factory):
-    """After its first step, the load generator moves (every thread) to a core a busy loop
-    keeps at 100%, at the lowest priority: it falls far short of its users."""
+    """After its first step, the load generator drops (every thread) to the lowest priority
+    and a busy loop takes its core: it falls far short of its users."""
     target = vllm_server(**SEQ_CAP)
     out = tmp_path_factory.mktemp("starved")
     proc = subprocess.Popen(load_argv(target, out, "tiny-short", [1, 2, 4, 8], 5.0, 1.5),
@@ -80,10 +86,11 @@ def test_starved_client_is_client_limited_not_a_knee(vllm_server, tmp_path_facto
         while not (read_manifest(out) if (out / "manifest.json").exists() else {}).get("steps"):
             with pytest.raises(subprocess.TimeoutExpired):  # the load must still be running
                 proc.wait(timeout=0.2)
-        spin = "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"
+        cpu = min(ISOLATION.client_cpus)  # the client's own core, away from the server's
+        spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
         hog = subprocess.Popen([sys.executable, "-c", spin])
         for thread in psutil.Process(proc.pid).threads():
-            os.sched_setaffinity(thread.id, {0})
+            os.sched_setaffinity(thread.id, {cpu})
             os.setpriority(os.PRIO_PROCESS, thread.id, 19)
         _, err = proc.communicate(timeout=600)
     finally:

@@ -6,10 +6,12 @@ Two servers, each started once (module order groups the tests by server):
 What each test asserts is the scheduler picture real-vllm.md describes: the sequence cap
 (running pinned at 4, the rest waiting, KV low, TTFT jumping while ITL stays flat), KV
 exhaustion (usage near 1, preemptions), prefix-cache counters that move only with caching
-on and a first token that comes sooner with it. Gauges are 0.5 s snapshots, so assertions
+on and a first token that needs fewer engine steps with it. Gauges are 0.5 s snapshots, so assertions
 on them leave room for a snapshot taken between a finish and the next admission.
 Client-vs-server TTFT differences and the gauge-lag figures per step are printed (run with
--s) and written to ``ttft_overhead.json`` and ``gauge_lag.json`` in the run folder.
+-s) and written to ``ttft_overhead.json`` and ``gauge_lag.json`` in the run folder. Server
+and client run on CPUs of their own (realvllm.ISOLATION), and every load asserts it was
+applied: ``loadlab run`` exits 3 when the client fell short (loadrun.run_steps).
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ LEVELS = [1, 2, 4, 8, 16]
 @pytest.fixture(scope="module")
 def step_load_a(vllm_server, tmp_path_factory):
     target = vllm_server(**SERVER_A)
+    # A 3 s warm-up: a step's new users arrive at once, and at 16 users their first tokens
+    # come up to ~2 s later, each having waited in the API server beside the streams it
+    # serves (outside vLLM's TTFT histogram): the measured window starts past that burst.
     return run_steps(target, tmp_path_factory.mktemp("seqcap"), "tiny-short", LEVELS,
-                     step_s=6.0, warmup_s=1.5)
+                     step_s=7.5, warmup_s=3.0)
 
 
 def test_seq_cap_step_load(step_load_a):
@@ -55,15 +60,26 @@ def test_seq_cap_step_load(step_load_a):
     itl = res.histogram("vllm:inter_token_latency_seconds")["mean"]
     assert ttft[16] > 4 * ttft[4], ttft
     assert ttft[8] > 2 * ttft[4], ttft
-    assert itl[16] < 2.5 * itl[1], itl
+    # ... while ITL stays flat across the cap: 4 decode at 4, 8 and 16 users. Against the
+    # cap level, the step before: the one-core server's step time drifts with whatever else
+    # the shared box runs on that core (ITL at 1 user and at 16, 30 s apart, differed 3x).
+    assert itl[16] < 2.5 * itl[4] and itl[8] < 2.5 * itl[4], itl
+
+
+# Client TTFT mean within this of vLLM's histogram mean, per step: TTFT_TOL_MS plus
+# TTFT_TOL_REL of the server's figure (both over the same requests: LoadResult.client_ttft).
+TTFT_TOL_MS, TTFT_TOL_REL = 15.0, 0.05
 
 
 def test_client_ttft_matches_server_histogram(step_load_a):
-    """vLLM stamps its TTFT when the API server's output handler takes the first token;
-    the SSE write comes after. On 2 cores that API server shares a core with the engine
-    core, which busy-polls its worker, and in bursts a whole stream reaches the client at
-    once (``burst_share``: streams whose chunks all came within 2 ms), whichever client
-    reads it; that, not the client, is most of the difference here."""
+    """vLLM stamps its TTFT from the request's arrival at the engine to the API server's
+    output handler taking the first token; the client adds the front end around that (HTTP
+    parsing and tokenising before, the SSE write and loopback after). With the server and
+    the client on CPUs of their own that is a few ms at every level (measured here: +2 to
+    +12 ms, 1 to 16 users), so each step's client mean must lie within TTFT_TOL_MS +
+    TTFT_TOL_REL x the server's mean. Sharing the cores it did not: +33 to +103 ms at 8 and
+    16 users, with 13-32% of the streams delivered whole (benchmarks/bench_isolation.py).
+    ``burst_share`` is reported beside it."""
     res = step_load_a
     server = res.histogram("vllm:time_to_first_token_seconds")["mean"]
     client = res.client_ttft()
@@ -75,9 +91,8 @@ def test_client_ttft_matches_server_histogram(step_load_a):
               for c in LEVELS}
     (res.run / "ttft_overhead.json").write_text(json.dumps(report, indent=2))
     print("\nclient - server TTFT mean per step (ms):", report)
-    # Both sides saw the same queueing: the client's figure tracks the server's jump.
-    assert client[16] > 4 * client[4], report
-    assert (client.notna() & server.notna()).all(), report
+    for c in LEVELS:
+        assert abs(diff_ms[c]) <= TTFT_TOL_MS + TTFT_TOL_REL * server[c] * 1000, (c, report)
 
 
 def test_gauge_lag_is_measured(step_load_a):
@@ -133,11 +148,20 @@ def test_prefix_caching_off_counts_no_hits(vllm_server, tmp_path_factory, prefix
                     step_s=6.0, warmup_s=0.5)
     assert (res.requests.status == "ok").sum() > 0
     assert res.total("vllm:prefix_cache_hits") == 0
-    # With caching on only the 64 unshared tokens of each prompt are prefilled, so the
-    # first token comes sooner: by the server's histogram and by the client's clock.
-    ttft = {name: float(r.histogram("vllm:time_to_first_token_seconds")["mean"].iloc[0])
-            for name, r in (("on", prefix_on), ("off", res))}
-    client = {name: float(r.client_ttft().iloc[0]) for name, r in (("on", prefix_on), ("off", res))}
-    print("\nTTFT mean, prefix caching on/off: server", ttft, "client", client)
-    assert ttft["on"] < ttft["off"], ttft
-    assert client["on"] < client["off"], client
+    # With caching on only the 64 unshared tokens of each prompt are prefilled (one engine
+    # step), with it off all 320 (a 256-token chunk, then 64): the first token needs fewer
+    # steps. Counted in decode steps of the same run (prefill = scheduled -> first token,
+    # over the ITL mean, both engine-stamped): the two runs are on different servers
+    # minutes apart, and on this shared 2-core box the step time of the one-core server
+    # moved 3-6x between such runs (ITL 6.8 to 42 ms), far more than one step. Measured
+    # here: on 2.1 steps (three runs), off 3.2-5.2.
+    runs = (("on", prefix_on), ("off", res))
+    steps = {name: float(r.histogram("vllm:request_prefill_time_seconds")["mean"].iloc[0]
+                         / r.histogram("vllm:inter_token_latency_seconds")["mean"].iloc[0]) for name, r in runs}
+    ttft = {name: float(r.histogram("vllm:time_to_first_token_seconds")["mean"].iloc[0]) for name, r in runs}
+    client = {name: float(r.client_ttft().iloc[0]) for name, r in runs}
+    print("\nprefix caching on/off: prefill in decode steps", steps, "TTFT mean: server", ttft, "client", client)
+    assert steps["on"] < steps["off"], steps
+    # ... and the client sees each run's first token where vLLM does (see the seq-cap test).
+    for name, server_s in ttft.items():
+        assert abs(client[name] - server_s) * 1000 <= TTFT_TOL_MS + TTFT_TOL_REL * server_s * 1000, (client, ttft)
