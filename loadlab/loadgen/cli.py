@@ -184,3 +184,6 @@ def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, 
     manifest = driver.run_load(settings, plan, opts, extra)
     rec = manifest.get("records", {})
     click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out_dir}")
+    if rec.get("unwritten"):
+        click.echo(f"warning: {rec['unwritten']} requests could not be written: {'; '.join(rec['write_errors'])}",
+                   err=True)
