@@ -33,6 +33,7 @@ import math
 import os
 import threading
 import uuid
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 # a value Arrow cannot convert to the column's type, or the file system refusing.
 ROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError)
 WRITE_ERRORS = (OSError, pa.ArrowException)
+UNREADABLE = (OSError, pa.ArrowException)  # what reading a damaged part file raises
 
 
 class PartWriter:
@@ -283,6 +285,10 @@ class PartWriter:
         self.close()
 
 
+class CorruptPartWarning(UserWarning):
+    """A part file of a table could not be read and was left out."""
+
+
 def read_table(
     table_dir: str | Path,
     schema: pa.Schema,
@@ -303,7 +309,9 @@ def read_table(
     pandas Categoricals, read straight from Parquet's dictionary pages (a long-format
     METRICS table repeats a few hundred strings millions of times: 10x less memory, and
     comparisons and groupbys on codes; categories sorted, unused ones dropped). A part written before a column was added
-    reads as nulls in it.
+    reads as nulls in it. A part that cannot be read (truncated, empty, not Parquet) is
+    left out with a :class:`CorruptPartWarning` naming it: one damaged file must not hide
+    the rest of a run (found part by part, only when the one-pass scan fails).
     """
     parts = live_parts(table_dir)
     read_schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type))
@@ -312,8 +320,22 @@ def read_table(
     if not parts:
         return read_schema.empty_table().select(names).to_pandas()
     fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=list(categorical)))
-    dataset = ds.dataset([str(p) for p in parts], schema=read_schema, format=fmt)
-    frame = dataset.to_table(columns=names, filter=where).to_pandas(self_destruct=True)
+
+    def scan(paths: list[Path]) -> pa.Table:
+        return ds.dataset([str(p) for p in paths], schema=read_schema, format=fmt).to_table(
+            columns=names, filter=where)
+
+    try:
+        table = scan(parts)
+    except UNREADABLE:
+        tables = []
+        for part in parts:
+            try:
+                tables.append(scan([part]))
+            except UNREADABLE as exc:
+                warnings.warn(f"{part}: unreadable part skipped ({exc})", CorruptPartWarning, stacklevel=2)
+        table = pa.concat_tables(tables) if tables else read_schema.empty_table().select(names)
+    frame = table.to_pandas(self_destruct=True)
     for name in set(categorical) & set(names):
         frame[name] = _sorted_categories(frame[name].array)
     return frame

@@ -16,13 +16,8 @@ import pyarrow as pa
 import pytest
 
 from loadlab.errors import StoreError
-from loadlab.runstore import (
-    REQUESTS,
-    PartWriter,
-    read_manifest,
-    read_table,
-    update_manifest,
-)
+from loadlab.runstore import REQUESTS, PartWriter, read_manifest, read_table, update_manifest
+from loadlab.runstore.writer import CorruptPartWarning
 
 SMALL = pa.schema([("a", pa.int64()), ("b", pa.string())])
 
@@ -174,3 +169,16 @@ def test_manifest_updates_merge_one_level(tmp_path):
     m = read_manifest(tmp_path)
     assert m == {"status": "running", "target": {"base_url": "http://x", "model": "m"}, "steps": [{"step": 0}]}
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "not parquet"])
+def test_one_corrupt_part_is_skipped_with_a_warning_naming_it(tmp_path, damage):
+    table = tmp_path / "c.parquet"
+    with PartWriter(table, SMALL, writer_id="w", flush_rows=2, flush_interval_s=math.inf) as w:
+        w.extend({"a": i, "b": "x"} for i in range(6))
+    bad = table / "part-w-000002.parquet"
+    data = bad.read_bytes()
+    bad.write_bytes({"truncated": data[: len(data) // 2], "empty": b"", "not parquet": b"a,b\n1,x\n"}[damage])
+    with pytest.warns(CorruptPartWarning, match="part-w-000002.parquet: unreadable part skipped"):
+        df = read_table(table, SMALL)
+    assert df["a"].tolist() == [0, 1, 4, 5]
