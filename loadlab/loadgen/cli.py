@@ -184,6 +184,9 @@ def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, 
     manifest = driver.run_load(settings, plan, opts, extra)
     rec = manifest.get("records", {})
     click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out_dir}")
+    workload = manifest.get("workload", {})
+    if workload.get("calibrate") and workload.get("calibrated") is False:
+        click.echo(f"note: prompt lengths not exact: {workload['calibration_reason']}", err=True)
     if rec.get("unwritten"):
         click.echo(f"warning: {rec['unwritten']} requests could not be written: {'; '.join(rec['write_errors'])}",
                    err=True)

@@ -51,6 +51,7 @@ class Recorder:
         self.done_workers: dict[str, int] = {}
         self.issued_by_worker: dict[str, int] = {}
         self.fit_counts: dict[str, int] = {}    # summed over workers (workload.fit)
+        self.calibration: dict[str, dict[str, Any]] = {}
 
     def add_rows(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -107,6 +108,19 @@ class Recorder:
                 "by_worker": by_worker, "issued_by_worker": issued, "missing_by_worker": self.missing(),
                 "unwritten": self.requests.rows_pending + self.requests.rows_rejected,
                 "write_errors": errors}
+
+    def note_calibration(self, report: dict[str, Any]) -> None:
+        """Keep a worker's latest calibration report (``ll_ready`` / ``ll_done`` data)."""
+        if "calibration" in report:
+            with self._lock:
+                self.calibration[report["worker"]] = report["calibration"]
+
+    def workload_summary(self) -> dict[str, Any]:
+        """The manifest's workload keys ``calibrated``, ``calibration_reason``, ``uncalibrated_prompts``."""
+        from loadlab.loadgen.prepare import merge_calibrations
+
+        with self._lock:
+            return merge_calibrations(list(self.calibration.values()))
 
     def ttft_p50(self, step: int) -> float | None:
         values = self._ttfts.get(step)

@@ -47,6 +47,7 @@ def test_closed_loop_steps_counts_ttft_and_exact_prompts(sim, cli, load, tiny_pr
     after = {n: _metric(sim, n) for n in before}
 
     assert manifest["status"] == "complete"
+    assert (manifest["workload"]["calibrated"], manifest["workload"]["calibration_reason"]) == (True, None)
     assert [(s["step"], s["concurrency"]) for s in manifest["steps"]] == [(0, 1), (1, 4)]
     assert set(df.status) == {"ok"}
     # Nothing lost or duplicated: every request the server completed has exactly one row.

@@ -59,3 +59,5 @@ def test_a_lone_row_reaches_disk_on_the_timer_while_the_run_goes_on(fault, load,
     df, manifest = load(out)
     assert sorted(df.status) == ["aborted", "ok", "ok"]
     assert manifest["records"]["rows"] == 3 and manifest["records"]["unwritten"] == 0
+    assert manifest["workload"]["calibrated"] is False
+    assert "--no-calibrate" in manifest["workload"]["calibration_reason"]
