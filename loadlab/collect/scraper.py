@@ -24,6 +24,8 @@ Algorithm (one background thread per endpoint, all on one shared clock):
    a crash loses seconds, and an hour at 1 Hz makes ~720 part files per endpoint,
    not thousands).
 
+Ticks and timestamps come from ``clock`` (:class:`SystemClock`; tests pass a manual
+clock so tick accounting is checked without depending on the machine's speed).
 Defaults: ``interval_s`` 1.0 (0.1 at the finest), ``timeout_s`` 0.8 x interval,
 API key read from ``$LOADLAB_API_KEY`` (name configurable) and sent as
 ``Authorization: Bearer``; the key is never written anywhere.
@@ -39,7 +41,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from loadlab.collect import catalog
 from loadlab.collect.fetch import MetricsFetcher, endpoint_urls
@@ -55,6 +57,29 @@ from loadlab.runstore import SCRAPES, PartWriter, update_manifest
 
 MIN_INTERVAL_S = 0.1
 DEFAULT_API_KEY_ENV = "LOADLAB_API_KEY"
+
+
+class Clock(Protocol):
+    """Where the scrape loops read the time and wait for a tick (tests drive a manual one)."""
+
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float: ...
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        """Wait ``seconds`` or until ``stop`` is set; True when it is."""
+        ...
+
+
+class SystemClock:
+    """The real clocks: ``time.monotonic`` for ticks, ``time.time`` for timestamps."""
+
+    monotonic = staticmethod(time.monotonic)
+    time = staticmethod(time.time)
+
+    @staticmethod
+    def wait(stop: threading.Event, seconds: float) -> bool:
+        return stop.wait(seconds)
 
 
 @dataclass
@@ -84,27 +109,28 @@ class _EndpointLoop:
         self.thread = threading.Thread(target=self._run, name=f"loadlab-scrape-{index}", daemon=True)
 
     def _run(self) -> None:
-        owner, interval = self.owner, self.owner.interval_s
+        owner, interval, clock = self.owner, self.owner.interval_s, self.owner.clock
         k = 0
         while True:
-            wait = owner._t0 + k * interval - time.monotonic()
-            if wait > 0 and owner._stop.wait(wait):
+            wait = owner._t0 + k * interval - clock.monotonic()
+            if wait > 0 and clock.wait(owner._stop, wait):
                 break
             if owner._stop.is_set():
                 break
             try:
                 self._scrape_once()
             except Exception as exc:  # noqa: BLE001  a full disk must leave a gap, not end sampling
-                self._record(time.time(), None, None, 0, f"collector error: {type(exc).__name__}")
-            next_k = max(k + 1, math.floor((time.monotonic() - owner._t0) / interval) + 1)
+                self._record(clock.time(), None, None, 0, f"collector error: {type(exc).__name__}")
+            next_k = max(k + 1, math.floor((clock.monotonic() - owner._t0) / interval) + 1)
             for skipped in range(k + 1, next_k):
                 self._record(owner._wall0 + skipped * interval, None, None, 0, "missed tick")
             k = next_k
         self.fetcher.close()
 
     def _scrape_once(self) -> None:
-        t = time.time()
-        start = time.monotonic()
+        clock = self.owner.clock
+        t = clock.time()
+        start = clock.monotonic()
         result = self.fetcher.fetch()
         n, error = 0, result.error
         if error is None:
@@ -117,11 +143,11 @@ class _EndpointLoop:
                 if n == 0:
                     error = "no vllm metrics"
                 else:
-                    self.sink.add_scrape(t, time.monotonic() - start, scrape)
+                    self.sink.add_scrape(t, clock.monotonic() - start, scrape)
                     if len(self.parser.families) != self._n_families:
                         self._n_families = len(self.parser.families)
                         self.owner._describe(self.label, self.parser, scrape.ids)
-        self._record(t, time.monotonic() - start, result.status, n, error)
+        self._record(t, clock.monotonic() - start, result.status, n, error)
 
     def _record(self, t: float, duration: float | None, status: int | None, n: int, error: str | None) -> None:
         self.owner._scrapes.add(
@@ -156,6 +182,7 @@ class Scraper:
         source: str = "direct",
         flush_interval_s: float = 5.0,
         write_manifest: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         if not endpoints:
             raise InputError("no endpoint to scrape", field="ENDPOINT", fix="give at least one server URL")
@@ -167,6 +194,7 @@ class Scraper:
             raise InputError(f"scrape timeout {timeout_s} s must be above 0 and below the interval "
                              f"{interval_s} s", field="--timeout",
                              fix="leave it unset (0.8 x interval) or lower it")
+        self.clock: Clock = clock or SystemClock()
         self.interval_s = float(interval_s)
         self.timeout_s = float(timeout_s)
         self.out_dir = Path(out_dir)
@@ -220,8 +248,8 @@ class Scraper:
                 "interval_s": self.interval_s, "timeout_s": self.timeout_s,
                 "endpoints": {}, "api_key_env": self.api_key_env,
             })
-        self._t0 = time.monotonic()
-        self._wall0 = time.time()
+        self._t0 = self.clock.monotonic()
+        self._wall0 = self.clock.time()
         for loop in self._loops:
             loop.thread.start()
         return self
