@@ -129,9 +129,9 @@ def test_bad_settings_are_input_errors(tmp_path, kwargs):
 
 
 def test_a_page_without_vllm_metrics_is_a_gap(tmp_path):
-    with PageServer("# TYPE python_info gauge\npython_info 1.0\n") as server:
-        with Scraper([server.url], tmp_path, interval_s=0.2) as scraper:
-            assert scraper.wait_until(lambda st: st[server.url].attempts >= 2, 10)
+    with (PageServer("# TYPE python_info gauge\npython_info 1.0\n") as server,
+          Scraper([server.url], tmp_path, interval_s=0.2) as scraper):
+        assert scraper.wait_until(lambda st: st[server.url].attempts >= 2, 10)
     _, scrapes = tables(tmp_path)
     attempts = scrapes[scrapes.error != "missed tick"]
     assert set(attempts.error) == {"no vllm metrics"} and not scrapes.ok.any()
