@@ -11,10 +11,10 @@ Algorithm (one background thread per endpoint, all on one shared clock):
 3. If the scrape ran past later ticks, those ticks are skipped, each recorded as
    a SCRAPES row with error ``missed tick``: coverage stays honest.
 4. Failures (timeout, refused, closed connection, ``http 500``, ``parse error``,
-   ``no vllm metrics``, ``collector error: <class>`` e.g. a full disk) are rows,
-   never exceptions: the thread goes on, other
-   endpoints are not affected, and a server that vanishes mid-run only leaves
-   a gap.
+   ``no vllm metrics``, ``collector error: <class>``) are rows, never exceptions: the
+   thread goes on, other endpoints are not affected, and a server that vanishes
+   mid-run only leaves a gap. A full disk is not a gap: the writers keep the rows
+   in memory and retry (:class:`~loadlab.runstore.PartWriter`).
 5. Whenever an endpoint's set of families grows (first good scrape, late
    families), the manifest's ``metrics`` key is rewritten: per endpoint the
    families found, the role -> family map, V1 or V0, and the typed
@@ -52,7 +52,7 @@ from loadlab.collect.parse import (
     cache_config,
 )
 from loadlab.collect.sink import MetricsSink
-from loadlab.errors import InputError
+from loadlab.errors import InputError, StoreError
 from loadlab.runstore import SCRAPES, PartWriter, update_manifest
 
 MIN_INTERVAL_S = 0.1
@@ -216,6 +216,7 @@ class Scraper:
         self._t0 = 0.0
         self._wall0 = 0.0
         self._started = False
+        self.write_errors: list[str] = []
 
     @property
     def endpoints(self) -> list[str]:
@@ -255,13 +256,21 @@ class Scraper:
         return self
 
     def stop(self) -> None:
-        """Stop sampling and flush every buffered row; safe to call twice."""
+        """Stop sampling and write every buffered row; safe to call twice.
+
+        Never raises for a table that cannot be written (a load run beside the collector
+        must still close its own): its rows stay in memory and ``write_errors`` says why.
+        """
         self._stop.set()
         for loop in self._loops:
             if loop.thread.is_alive():
                 loop.thread.join(self.interval_s + self.timeout_s + 5.0)
-            loop.sink.close()
-        self._scrapes.close()
+        self.write_errors = []
+        for writer in [*(loop.sink for loop in self._loops), self._scrapes]:
+            try:
+                writer.close()
+            except StoreError as exc:
+                self.write_errors.append(str(exc))
 
     def __enter__(self) -> Scraper:
         return self.start()

@@ -139,3 +139,20 @@ def test_a_page_without_vllm_metrics_is_a_gap(tmp_path):
 
 def test_page_fixture_is_the_real_vllm_text():
     assert LOAD_PAGE.read_text().count("\nvllm:") > 300
+
+
+def test_a_table_that_cannot_be_written_keeps_its_rows_until_it_can(tmp_path, page_server):
+    server = page_server("ok")
+    scraper = Scraper([server.url], tmp_path, interval_s=0.2, flush_interval_s=3600).start()
+    assert scraper.wait_until(lambda st: st[server.url].ok >= 2, 20)
+    metrics_dir = tmp_path / "metrics.parquet"
+    metrics_dir.rmdir()  # nothing written yet: every scrape is buffered
+    metrics_dir.write_text("a file where the table folder was")
+    scraper.stop()  # does not raise: says why, keeps the rows
+    assert len(scraper.write_errors) == 1 and "metrics.parquet" in scraper.write_errors[0]
+    ok = scraper.stats()[server.url].ok
+    metrics_dir.unlink()
+    metrics_dir.mkdir()
+    scraper.stop()  # again, once the folder is back
+    assert scraper.write_errors == []
+    assert len(read_table(metrics_dir, METRICS)) == N_VLLM_SAMPLES * ok
