@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import threading
 import uuid
@@ -90,7 +89,7 @@ class PartWriter:
         self._part = 0
         self._closing = threading.Event()
         self._timer: threading.Thread | None = None
-        self._timed = math.isfinite(flush_interval_s)
+        self._timed = flush_interval_s < threading.TIMEOUT_MAX  # math.inf: no timer
         self._logged = ""
         self.rows_written = 0
         self.rejected: list[Mapping[str, Any]] = []
