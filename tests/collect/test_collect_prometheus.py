@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from collect_pages import GENERATED, RUNNING
 
+from loadlab.analyze.windows import counter_windows, coverage_windows, gauge_windows
 from loadlab.cli import main
 from loadlab.collect.prometheus import (
     histogram_quantile_query,
@@ -17,7 +18,6 @@ from loadlab.collect.prometheus import (
 )
 from loadlab.collect.scraper import Scraper
 from loadlab.collect.testing import prometheus_binary, running_prometheus
-from loadlab.analyze.windows import counter_windows, coverage_windows, gauge_windows
 from loadlab.runstore import METRICS, SCRAPES, read_manifest, read_table
 
 pytestmark = [
