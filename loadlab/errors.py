@@ -15,6 +15,10 @@ Hierarchy (every class carries the process exit code the CLI uses):
     client, not the server. The message names the steps and why.
   - ``RunInterrupted`` (exit 130): Ctrl-C or SIGTERM; raised after everything
     measured so far has been flushed to the run folder.
+  - ``StoreError`` (exit 1): rows could not be written to a run-folder table (disk
+    full, read-only folder, a row that does not fit the schema). The rows are not
+    dropped: they stay in memory for the next attempt (or, when they can never fit,
+    go to a ``_rejected-*.jsonl`` file beside the parts).
 
 Messages are written for the person at the terminal: say what to do, not only what
 broke.
@@ -83,3 +87,7 @@ class RunInterrupted(LoadlabError):
     """The run was stopped by the user; what was measured is already on disk."""
 
     exit_code = 130
+
+
+class StoreError(LoadlabError):
+    """A run-folder table could not take some rows; the message says where they are now."""

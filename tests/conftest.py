@@ -1,17 +1,63 @@
-"""Suite-wide guard: nothing may gevent-monkey-patch the pytest process.
+"""Suite-wide rules: no skip where one is not allowed; nothing gevent-patches pytest.
 
-Importing Locust runs gevent's ``monkey.patch_all()``. Inside the test process that
-silently turns every later test's threads into greenlets and breaks ssl (RecursionError),
-in-thread servers (never start) and asyncio — failures that show up far from their cause.
-Tests that need Locust run ``loadlab run`` (or a helper script) in a subprocess. This guard
-names the offending test instead of letting the damage surface elsewhere.
+Skips. A test skips, with instructions, when an optional real component is missing
+(Prometheus, real vLLM, the shared traces). Where everything must run, a skip is a
+failure naming the test and the skip's reason:
+
+- ``CI`` set (to anything but ``""``, ``0`` or ``false``) or ``LOADLAB_REQUIRE_ALL=1``
+  (``.ci/run`` sets it): any skip;
+- ``LOADLAB_REQUIRE_PROMETHEUS=1``: a skip of a test marked ``prometheus``;
+- ``LOADLAB_REQUIRE_VLLM=1``: a skip of a test marked ``vllm``.
+
+Monkey-patching. Importing Locust runs gevent's ``monkey.patch_all()``. Inside the test
+process that silently turns every later test's threads into greenlets and breaks ssl
+(RecursionError), in-thread servers (never start) and asyncio — failures that show up far
+from their cause. Tests that need Locust run ``loadlab run`` (or a helper script) in a
+subprocess. The guard names the offending test instead of letting the damage surface
+elsewhere.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
+
+REQUIRED_BY_MARKER = {"prometheus": "LOADLAB_REQUIRE_PROMETHEUS", "vllm": "LOADLAB_REQUIRE_VLLM"}
+
+
+def _forbidding_skip(item: pytest.Item | pytest.Collector) -> str | None:
+    """The environment variable under which ``item`` may not skip, if one is set."""
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        return "CI"
+    if os.environ.get("LOADLAB_REQUIRE_ALL") == "1":
+        return "LOADLAB_REQUIRE_ALL=1"
+    for marker, var in REQUIRED_BY_MARKER.items():
+        if item.get_closest_marker(marker) is not None and os.environ.get(var) == "1":
+            return f"{var}=1"
+    return None
+
+
+def _fail_skip(report: pytest.TestReport | pytest.CollectReport, forbidden_by: str | None) -> None:
+    if not report.skipped or hasattr(report, "wasxfail") or forbidden_by is None:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"{report.nodeid} skipped, which {forbidden_by} does not allow: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    _fail_skip(outcome.get_result(), _forbidding_skip(item))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """A whole module skipped at import (``allow_module_level``, ``importorskip``)."""
+    outcome = yield
+    _fail_skip(outcome.get_result(), _forbidding_skip(collector))
 
 
 def _patched() -> bool:

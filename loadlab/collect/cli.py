@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from loadlab.errors import InputError
+from loadlab.errors import InputError, StoreError
 
 
 def _seconds(text: str | None, name: str) -> float | None:
@@ -122,3 +122,5 @@ def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeou
                    f"engine {info.get('vllm_engine', 'unknown')}, "
                    f"{len(info.get('families', []))} vllm families"
                    + (f", last error: {st.last_error}" if st.last_error else ""))
+    if scraper.write_errors:
+        raise StoreError("; ".join(scraper.write_errors))

@@ -11,10 +11,10 @@ Algorithm (one background thread per endpoint, all on one shared clock):
 3. If the scrape ran past later ticks, those ticks are skipped, each recorded as
    a SCRAPES row with error ``missed tick``: coverage stays honest.
 4. Failures (timeout, refused, closed connection, ``http 500``, ``parse error``,
-   ``no vllm metrics``, ``collector error: <class>`` e.g. a full disk) are rows,
-   never exceptions: the thread goes on, other
-   endpoints are not affected, and a server that vanishes mid-run only leaves
-   a gap.
+   ``no vllm metrics``, ``collector error: <class>``) are rows, never exceptions: the
+   thread goes on, other endpoints are not affected, and a server that vanishes
+   mid-run only leaves a gap. A full disk is not a gap: the writers keep the rows
+   in memory and retry (:class:`~loadlab.runstore.PartWriter`).
 5. Whenever an endpoint's set of families grows (first good scrape, late
    families), the manifest's ``metrics`` key is rewritten: per endpoint the
    families found, the role -> family map, V1 or V0, and the typed
@@ -24,6 +24,8 @@ Algorithm (one background thread per endpoint, all on one shared clock):
    a crash loses seconds, and an hour at 1 Hz makes ~720 part files per endpoint,
    not thousands).
 
+Ticks and timestamps come from ``clock`` (:class:`SystemClock`; tests pass a manual
+clock so tick accounting is checked without depending on the machine's speed).
 Defaults: ``interval_s`` 1.0 (0.1 at the finest), ``timeout_s`` 0.8 x interval,
 API key read from ``$LOADLAB_API_KEY`` (name configurable) and sent as
 ``Authorization: Bearer``; the key is never written anywhere.
@@ -39,16 +41,39 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from loadlab.collect.fetch import MetricsFetcher, endpoint_urls
 from loadlab.collect.parse import ExpositionError, ExpositionParser, describe_endpoint
 from loadlab.collect.sink import MetricsSink
-from loadlab.errors import InputError
+from loadlab.errors import InputError, StoreError
 from loadlab.runstore import SCRAPES, PartWriter, update_manifest
 
 MIN_INTERVAL_S = 0.1
 DEFAULT_API_KEY_ENV = "LOADLAB_API_KEY"
+
+
+class Clock(Protocol):
+    """Where the scrape loops read the time and wait for a tick (tests drive a manual one)."""
+
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float: ...
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        """Wait ``seconds`` or until ``stop`` is set; True when it is."""
+        ...
+
+
+class SystemClock:
+    """The real clocks: ``time.monotonic`` for ticks, ``time.time`` for timestamps."""
+
+    monotonic = staticmethod(time.monotonic)
+    time = staticmethod(time.time)
+
+    @staticmethod
+    def wait(stop: threading.Event, seconds: float) -> bool:
+        return stop.wait(seconds)
 
 
 @dataclass
@@ -78,27 +103,28 @@ class _EndpointLoop:
         self.thread = threading.Thread(target=self._run, name=f"loadlab-scrape-{index}", daemon=True)
 
     def _run(self) -> None:
-        owner, interval = self.owner, self.owner.interval_s
+        owner, interval, clock = self.owner, self.owner.interval_s, self.owner.clock
         k = 0
         while True:
-            wait = owner._t0 + k * interval - time.monotonic()
-            if wait > 0 and owner._stop.wait(wait):
+            wait = owner._t0 + k * interval - clock.monotonic()
+            if wait > 0 and clock.wait(owner._stop, wait):
                 break
             if owner._stop.is_set():
                 break
             try:
                 self._scrape_once()
             except Exception as exc:  # noqa: BLE001  a full disk must leave a gap, not end sampling
-                self._record(time.time(), None, None, 0, f"collector error: {type(exc).__name__}")
-            next_k = max(k + 1, math.floor((time.monotonic() - owner._t0) / interval) + 1)
+                self._record(clock.time(), None, None, 0, f"collector error: {type(exc).__name__}")
+            next_k = max(k + 1, math.floor((clock.monotonic() - owner._t0) / interval) + 1)
             for skipped in range(k + 1, next_k):
                 self._record(owner._wall0 + skipped * interval, None, None, 0, "missed tick")
             k = next_k
         self.fetcher.close()
 
     def _scrape_once(self) -> None:
-        t = time.time()
-        start = time.monotonic()
+        clock = self.owner.clock
+        t = clock.time()
+        start = clock.monotonic()
         result = self.fetcher.fetch()
         n, error = 0, result.error
         if error is None:
@@ -111,11 +137,11 @@ class _EndpointLoop:
                 if n == 0:
                     error = "no vllm metrics"
                 else:
-                    self.sink.add_scrape(t, time.monotonic() - start, scrape)
+                    self.sink.add_scrape(t, clock.monotonic() - start, scrape)
                     if len(self.parser.families) != self._n_families:
                         self._n_families = len(self.parser.families)
                         self.owner._describe(self.label, self.parser, scrape.ids)
-        self._record(t, time.monotonic() - start, result.status, n, error)
+        self._record(t, clock.monotonic() - start, result.status, n, error)
 
     def _record(self, t: float, duration: float | None, status: int | None, n: int, error: str | None) -> None:
         self.owner._scrapes.add(
@@ -150,6 +176,7 @@ class Scraper:
         source: str = "direct",
         flush_interval_s: float = 5.0,
         write_manifest: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         if not endpoints:
             raise InputError("no endpoint to scrape", field="ENDPOINT", fix="give at least one server URL")
@@ -161,6 +188,7 @@ class Scraper:
             raise InputError(f"scrape timeout {timeout_s} s must be above 0 and below the interval "
                              f"{interval_s} s", field="--timeout",
                              fix="leave it unset (0.8 x interval) or lower it")
+        self.clock: Clock = clock or SystemClock()
         self.interval_s = float(interval_s)
         self.timeout_s = float(timeout_s)
         self.out_dir = Path(out_dir)
@@ -182,6 +210,7 @@ class Scraper:
         self._t0 = 0.0
         self._wall0 = 0.0
         self._started = False
+        self.write_errors: list[str] = []
 
     @property
     def endpoints(self) -> list[str]:
@@ -214,20 +243,28 @@ class Scraper:
                 "interval_s": self.interval_s, "timeout_s": self.timeout_s,
                 "endpoints": {}, "api_key_env": self.api_key_env,
             })
-        self._t0 = time.monotonic()
-        self._wall0 = time.time()
+        self._t0 = self.clock.monotonic()
+        self._wall0 = self.clock.time()
         for loop in self._loops:
             loop.thread.start()
         return self
 
     def stop(self) -> None:
-        """Stop sampling and flush every buffered row; safe to call twice."""
+        """Stop sampling and write every buffered row; safe to call twice.
+
+        Never raises for a table that cannot be written (a load run beside the collector
+        must still close its own): its rows stay in memory and ``write_errors`` says why.
+        """
         self._stop.set()
         for loop in self._loops:
             if loop.thread.is_alive():
                 loop.thread.join(self.interval_s + self.timeout_s + 5.0)
-            loop.sink.close()
-        self._scrapes.close()
+        self.write_errors = []
+        for writer in [*(loop.sink for loop in self._loops), self._scrapes]:
+            try:
+                writer.close()
+            except StoreError as exc:
+                self.write_errors.append(str(exc))
 
     def __enter__(self) -> Scraper:
         return self.start()

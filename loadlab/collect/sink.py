@@ -5,13 +5,13 @@ a second. Building a dict per row and handing it to ``PartWriter.add`` costs
 more CPU than the whole rest of the collector (``pa.Table.from_pylist`` alone
 is ~4 us a row), so this writer keeps, per scrape, only the parser's series ids
 and values, and at flush time builds each column in one ``take`` from the
-per-series strings. Part names and the write-then-rename step are PartWriter's, so readers see
-one ``metrics.parquet/`` table whatever wrote it.
+per-series strings. Part names, the write-then-rename step, the flush timer and keeping
+scrapes buffered until their part is on disk are PartWriter's, so readers see one
+``metrics.parquet/`` table whatever wrote it.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -48,28 +48,27 @@ class MetricsSink(PartWriter):
         raise NotImplementedError("MetricsSink takes whole scrapes: call add_scrape()")
 
     def add_scrape(self, t: float, scrape_s: float | None, scrape: Scrape) -> None:
-        """Queue one parsed page; flushes when the buffer is big or old enough."""
+        """Queue one parsed page; flushes when the buffer is big (and on PartWriter's timer)."""
         with self._lock:
             self._scrapes.append((t, scrape_s, scrape))
             self._n_buffered += len(scrape.ids)
-            due = self._n_buffered >= self.flush_rows or self._age_due()
-        if due:
-            self.flush()
+            pending = self._n_buffered
+        self._buffered(pending)
 
-    def _age_due(self) -> bool:
-        return time.monotonic() - self._last_flush >= self.flush_interval_s
+    def _snapshot(self) -> tuple[int, list[tuple[float, float | None, Scrape]]]:
+        return len(self._scrapes), self._scrapes[:]
 
-    def flush(self) -> None:
-        """Write buffered scrapes as one part (no-op when empty)."""
-        with self._lock:
-            scrapes, self._scrapes = self._scrapes, []
-            self._n_buffered = 0
-            self._last_flush = time.monotonic()
-            if not scrapes or not any(s.ids for _, _, s in scrapes):
-                return
-            self._part += 1
-            part = self._part
-        self._write_part(self._table(scrapes), part)
+    def _forget(self, items: int) -> None:
+        self._n_buffered -= sum(len(s.ids) for _, _, s in self._scrapes[:items])
+        del self._scrapes[:items]
+
+    def _pending_rows(self) -> int:
+        return self._n_buffered
+
+    def _to_table(self, scrapes: list[tuple[float, float | None, Scrape]]) -> tuple[pa.Table, list]:
+        if not any(s.ids for _, _, s in scrapes):
+            return METRICS.empty_table(), []
+        return self._table(scrapes), []
 
     def _table(self, scrapes: list[tuple[float, float | None, Scrape]]) -> pa.Table:
         counts = np.array([len(s.ids) for _, _, s in scrapes])

@@ -4,7 +4,10 @@
   page (by default the real vLLM 0.32 text shipped in ``tests/fixtures``) whose
   sample values a test can change while it runs, or misbehaving on purpose:
   ``mode`` = ``ok`` | ``slow`` (answers only after ``release()``) | ``500`` |
-  ``garbage`` | ``close`` (hangs up without answering).
+  ``garbage`` | ``close`` (hangs up without answering). :meth:`PageServer.hold` makes
+  later requests wait at a gate (``PageServer.held`` is set when one arrives) until
+  :meth:`PageServer.let_go`: a scrape that takes exactly as long as a test wants.
+- :class:`ManualClock`: a scraper clock that moves only when the test advances it.
 - :func:`running_prometheus`: starts a real Prometheus binary with a temporary
   config and storage, scraping given targets every second; yields its URL.
 - ``python -m loadlab.collect.testing N PAGE``: serves N ok pages in a separate
@@ -76,6 +79,9 @@ class PageServer:
         self._rates: dict[str, tuple[float, float, float]] = {}
         self._lock = threading.Lock()
         self._released = threading.Event()
+        self._gate = threading.Event()
+        self._gate.set()
+        self.held = threading.Event()
         self.requests = 0
         self.last_authorization: str | None = None
         self._httpd = _QuietServer(("127.0.0.1", 0), self._handler())
@@ -118,6 +124,14 @@ class PageServer:
         """Let a ``slow`` server's pending requests finish (they answer 503)."""
         self._released.set()
 
+    def hold(self) -> None:
+        """Make requests from now on wait (up to 30 s) until :meth:`let_go`."""
+        self.held.clear()
+        self._gate.clear()
+
+    def let_go(self) -> None:
+        self._gate.set()
+
     def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
         server = self
 
@@ -127,6 +141,9 @@ class PageServer:
             def do_GET(self) -> None:
                 server.requests += 1
                 server.last_authorization = self.headers.get("Authorization")
+                if not server._gate.is_set():
+                    server.held.set()
+                    server._gate.wait(30)
                 mode = server.mode
                 if mode == "close":
                     self.close_connection = True
@@ -162,6 +179,7 @@ class PageServer:
 
     def stop(self) -> None:
         self._released.set()
+        self._gate.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._httpd.drop_connections()
@@ -171,6 +189,39 @@ class PageServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ManualClock:
+    """A :class:`~loadlab.collect.scraper.Clock` that moves only on :meth:`advance`.
+
+    ``wait`` blocks until the clock reaches the deadline or the stop event is set; the
+    stop event is re-checked every 50 ms of real time, which only bounds how soon a
+    stopped scraper notices, never what it records.
+    """
+
+    def __init__(self, wall0: float = 1_800_000_000.0) -> None:
+        self.wall0 = wall0
+        self._now = 0.0
+        self._moved = threading.Condition()
+
+    def monotonic(self) -> float:
+        with self._moved:
+            return self._now
+
+    def time(self) -> float:
+        return self.wall0 + self.monotonic()
+
+    def wait(self, stop: threading.Event, seconds: float) -> bool:
+        with self._moved:
+            deadline = self._now + seconds
+            while self._now < deadline and not stop.is_set():
+                self._moved.wait(0.05)
+        return stop.is_set()
+
+    def advance(self, seconds: float) -> None:
+        with self._moved:
+            self._now += seconds
+            self._moved.notify_all()
 
 
 def free_port() -> int:

@@ -229,6 +229,12 @@ def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, 
     rec = manifest.get("records", {})
     click.echo(format_summary(manifest["steps"]), err=True)
     click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out_dir}")
+    workload = manifest.get("workload", {})
+    if workload.get("calibrate") and workload.get("calibrated") is False:
+        click.echo(f"note: prompt lengths not exact: {workload['calibration_reason']}", err=True)
+    if rec.get("unwritten"):
+        click.echo(f"warning: {rec['unwritten']} requests could not be written: {'; '.join(rec['write_errors'])}",
+                   err=True)
     limited = limited_message(manifest["steps"])
     if limited:
         raise ClientLimited(limited)

@@ -129,13 +129,13 @@ class _Master:
     def attach(self, link: Link) -> None:
         link.on(ROWS_MSG, self.recorder.add_rows)
         link.on(CLIENT_MSG, self.recorder.add_client)
-        link.on(READY_MSG, lambda d: self._note(self.ready, d["worker"]))
+        link.on(READY_MSG, lambda d: (self.recorder.note_calibration(d), self._note(self.ready, d["worker"])))
         link.on(DRAINED_MSG, lambda d: self._note(self.drained, d["worker"]))
         link.on(FAILED_MSG, lambda d: (self.failures.append(d["error"]), self.changed.set()))
         link.on(STOP_MSG, lambda d: self._halt(d["reason"]))
         link.on(DONE_MSG, lambda d: (self.recorder.mark_done(d["worker"], d["rows"], d.get("issued"),
                                                              d.get("fit")),
-                                     self.changed.set()))
+                                     self.recorder.note_calibration(d), self.changed.set()))
 
     def _note(self, group: set[str], worker: str) -> None:
         group.add(worker)
@@ -239,7 +239,8 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         recorder.close()
         manifest = update_manifest(out, status=status, error=error, finished=time.time(),
                                    stop_reason=master.stop_reason, records=recorder.records_entry(),
-                                   workload={"fit": _fit_entry(settings, recorder.fit_counts)})
+                                   workload={"fit": _fit_entry(settings, recorder.fit_counts),
+                                             **recorder.workload_summary()})
         try:
             env.runner.quit() if env.runner else None
         finally:

@@ -12,8 +12,12 @@ Bodies always carry ``stream``, ``stream_options.include_usage``, ``max_tokens``
 controlled. With the server's ``max_model_len`` known, specs pass through
 :class:`loadlab.workload.fit.ContextFit` first, so no body exceeds the context (a 400). Prompt text is calibrated through the server's ``POST /tokenize`` when it
 has one (``calibrate=True``); target and server-reported counts both land in the
-record. :class:`Prefetcher` builds requests ahead of use in a background greenlet so
-a closed-loop user never pauses between requests to count tokens.
+record. When /tokenize is missing at start, or fails for a prompt mid-run (one of
+``CALIBRATION_ERRORS``: the server restarting, overloaded, answering without a count),
+prompts are sized by estimate instead and :class:`Calibration` says so and why; the
+run's manifest carries it (``workload.calibrated``, ``workload.calibration_reason``).
+:class:`Prefetcher` builds requests ahead of use in a background greenlet so a
+closed-loop user never pauses between requests to count tokens.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from loadlab.errors import TargetError
 from loadlab.loadgen.transport import (
     ConnectionFailed,
+    ProtocolError,
     SocketTransport,
     StreamClosed,
     TransportTimeout,
@@ -36,6 +41,11 @@ from loadlab.workload import RequestSpec, load_profile
 from loadlab.workload.fit import ContextFit, Fitted, budget
 from loadlab.workload.prompts import PromptSynth
 from loadlab.workload.traces import read_trace
+
+# What counting a prompt through /tokenize can raise: the transport's failures, and
+# TargetError when the server stops answering with a count.
+_TRANSPORT_ERRORS = (ConnectionFailed, TransportTimeout, StreamClosed, ProtocolError)
+CALIBRATION_ERRORS = (*_TRANSPORT_ERRORS, TargetError)
 
 
 def request_id(seed: int, seq: int) -> str:
@@ -50,6 +60,34 @@ class Prepared:
     spec: RequestSpec
     body: bytes
     fitted: str | None = None   # how the spec was made to fit the context, if it was
+
+
+@dataclass
+class Calibration:
+    """How one process sized its prompts (JSON-safe; workers report it to the master)."""
+
+    requested: bool
+    available: bool = False          # /tokenize answered with a count at start
+    reason: str | None = None        # why prompts are (partly) estimated, when they are
+    uncalibrated: int = 0            # prompts estimated after /tokenize failed mid-run
+
+    @property
+    def calibrated(self) -> bool:
+        return self.requested and self.available and self.uncalibrated == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def merge_calibrations(reports: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The manifest's workload keys from every process's :class:`Calibration` (empty if none)."""
+    parts = [Calibration(**r) for r in reports]
+    if not parts:
+        return {}
+    reasons = [p.reason for p in parts if not p.calibrated and p.reason]
+    return {"calibrated": all(p.calibrated for p in parts),
+            "calibration_reason": reasons[0] if reasons else None,
+            "uncalibrated_prompts": sum(p.uncalibrated for p in parts)}
 
 
 class SocketTokenCounter:
@@ -67,9 +105,10 @@ class SocketTokenCounter:
         self.chat = chat
         self.headers = {"Content-Type": "application/json", **headers}
         self.timeout_s = timeout_s
+        self.problem: str | None = None  # why the last count() returned None
 
     def count(self, text: str) -> int | None:
-        """Server count, or None when the server has no usable /tokenize."""
+        """Server count, or None (``problem`` says why) when the server has no usable /tokenize."""
         if self.chat:
             payload: dict[str, Any] = {"model": self.model, "messages": [{"role": "user", "content": text}]}
         else:
@@ -78,16 +117,18 @@ class SocketTokenCounter:
         resp = self.transport.open("POST", "/tokenize", self.headers, json.dumps(payload).encode(), deadline)
         body = resp.read_all()
         if resp.status != 200:
+            self.problem = f"HTTP {resp.status}: {body[:200].decode(errors='replace')}"
             return None
         try:
             return int(json.loads(body)["count"])
         except (ValueError, KeyError, TypeError):
+            self.problem = f"no count in the answer: {body[:200].decode(errors='replace')}"
             return None
 
     def __call__(self, text: str) -> int:
         n = self.count(text)
         if n is None:
-            raise TargetError("the server's /tokenize stopped answering with a count")
+            raise TargetError(f"the server's /tokenize stopped answering with a count ({self.problem})")
         return n
 
 
@@ -127,18 +168,23 @@ class RequestFactory:
             self.specs = prof.sampler(seed)
             common = prof.common_prefix_tokens
         counter = None
+        self.calibration = Calibration(requested=calibrate)
         if calibrate:
             counter = SocketTokenCounter(base_url, model, api == "chat", headers or {})
             try:
                 probe = counter.count("the")
-            except (ConnectionFailed, TransportTimeout, StreamClosed) as exc:
+            except _TRANSPORT_ERRORS as exc:
                 raise TargetError(f"cannot reach {base_url}/tokenize to calibrate prompts: {exc}",
                                   ) from None
             if probe is None:  # no /tokenize: estimate, and say so in the manifest
+                self.calibration.reason = f"{base_url}/tokenize unusable ({counter.problem}): prompts estimated"
                 counter = None
-        self.calibrated = counter is not None
+            else:
+                self.calibration.available = True
+        else:
+            self.calibration.reason = "calibration off (--no-calibrate): prompts estimated"
         # Lengths fitted to the server's context window (loadlab.workload.fit), when known.
-        self.fit = (ContextFit(self.specs, budget(max_model_len, self.calibrated), prof, seed)
+        self.fit = (ContextFit(self.specs, budget(max_model_len, self.calibration.available), prof, seed)
                     if max_model_len else None)
         self.synth = PromptSynth(seed, common_prefix_tokens=common, counter=counter, nonce=nonce)
         # Same text generator without the counter: used when /tokenize fails mid-run
@@ -155,8 +201,12 @@ class RequestFactory:
         spec = fitted.spec
         try:
             prompt = self.synth.prompt(spec)
-        except Exception:  # noqa: BLE001 - any counting failure: fall back, never stop the run
+        except CALIBRATION_ERRORS as exc:  # fall back for this prompt, never stop the run
             prompt = self.plain.prompt(spec)
+            cal = self.calibration
+            cal.uncalibrated += 1
+            if cal.reason is None:
+                cal.reason = f"/tokenize failed mid-run ({type(exc).__name__}: {exc}): some prompts estimated"
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": spec.output_tokens,

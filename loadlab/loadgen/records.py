@@ -59,6 +59,7 @@ class Recorder:
         self.done_workers: dict[str, int] = {}
         self.issued_by_worker: dict[str, int] = {}
         self.fit_counts: dict[str, int] = {}    # summed over workers (workload.fit)
+        self.calibration: dict[str, dict[str, Any]] = {}
 
     def add_rows(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -97,9 +98,37 @@ class Recorder:
                     if n != self.rows_by_worker.get(w, 0)}
 
     def records_entry(self) -> dict[str, Any]:
-        """The manifest's ``records`` block."""
-        return {"rows": sum(self.rows_by_worker.values()), "by_worker": dict(self.rows_by_worker),
-                "issued_by_worker": dict(self.issued_by_worker), "missing_by_worker": self.missing()}
+        """The manifest's ``records`` block: ``rows`` on disk in requests.parquet, ``received``
+        from the workers (``by_worker``), ``missing_by_worker`` (see :meth:`missing`),
+        ``unwritten`` (received, not on disk: kept in memory after a failed write, or set
+        aside as not fitting the schema) and ``write_errors`` saying why."""
+        errors = []
+        for table in (self.requests, self.client):
+            if table.rows_pending and table.error:
+                errors.append(f"{table.rows_pending} rows not written: {table.error}")
+            if table.rows_rejected:
+                errors.append(f"{table.rows_rejected} rows did not fit the schema: see "
+                              f"{table.table_dir}/_rejected-{table.writer_id}.jsonl")
+        with self._lock:
+            by_worker = dict(self.rows_by_worker)
+            issued = dict(self.issued_by_worker)
+        return {"rows": self.requests.rows_written, "received": sum(by_worker.values()),
+                "by_worker": by_worker, "issued_by_worker": issued, "missing_by_worker": self.missing(),
+                "unwritten": self.requests.rows_pending + self.requests.rows_rejected,
+                "write_errors": errors}
+
+    def note_calibration(self, report: dict[str, Any]) -> None:
+        """Keep a worker's latest calibration report (``ll_ready`` / ``ll_done`` data)."""
+        if "calibration" in report:
+            with self._lock:
+                self.calibration[report["worker"]] = report["calibration"]
+
+    def workload_summary(self) -> dict[str, Any]:
+        """The manifest's workload keys ``calibrated``, ``calibration_reason``, ``uncalibrated_prompts``."""
+        from loadlab.loadgen.prepare import merge_calibrations
+
+        with self._lock:
+            return merge_calibrations(list(self.calibration.values()))
 
     def ttft_p50(self, step: int) -> float | None:
         values = self._ttfts.get(step)
@@ -123,12 +152,21 @@ class Recorder:
             self._samples = [s for s in self._samples if s["t"] >= t]
 
     def flush(self) -> None:
-        self.requests.flush()
-        self.client.flush()
+        self._each_table("flush")
 
     def close(self) -> None:
-        self.requests.close()
-        self.client.close()
+        self._each_table("close")
+
+    def _each_table(self, method: str) -> None:
+        """flush / close both tables. A failed write does not stop the run: its rows stay in
+        the writer (its ``error`` says why) and :meth:`records_entry` reports them."""
+        from loadlab.errors import StoreError
+
+        for table in (self.requests, self.client):
+            try:
+                getattr(table, method)()
+            except StoreError:
+                pass
 
 
 class BatchSender:

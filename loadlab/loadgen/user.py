@@ -17,10 +17,13 @@ Protocol (message names; data JSON/msgpack-safe):
 
 - master -> worker: ``ll_config`` (RunSettings), ``ll_step`` ({"index"}),
   ``ll_drain`` ({"deadline_s"}): stop starting requests, report when idle.
-- worker -> master: ``ll_ready`` (or ``ll_failed`` with the reason), ``ll_rows`` / ``ll_client`` (record batches),
+- worker -> master: ``ll_ready`` ({"worker", "calibration"}; or ``ll_failed`` with the reason),
+  ``ll_rows`` / ``ll_client`` (record batches),
   ``ll_stop`` ({"worker", "reason"}: a :mod:`~loadlab.loadgen.guards` rule tripped, stop the run),
-  ``ll_drained``, ``ll_done`` ({"worker", "rows", "issued", "fit"}: rows shipped,
-  requests begun, requests fitted to the context) after Locust's ``test_stop``.
+  ``ll_drained``, ``ll_done`` ({"worker", "rows", "issued", "fit", "calibration"}: rows shipped,
+  requests begun, requests fitted to the context, how prompts were sized) after Locust's
+  ``test_stop``; "calibration" is the worker's :class:`~loadlab.loadgen.prepare.Calibration`
+  as a dict.
 
 :class:`Link` hides whether the other side is a message away (Locust runners) or
 in this process (a local run), so both paths run the same handlers.
@@ -144,7 +147,7 @@ def serve_worker(environment: Any, link: Link, worker: str,
             raise
         ctx.on_stop = lambda reason: link.send(STOP_MSG, {"worker": worker, "reason": reason})
         environment.loadlab = ctx
-        link.send(READY_MSG, {"worker": worker})
+        link.send(READY_MSG, {"worker": worker, "calibration": ctx.factory.calibration.to_dict()})
 
     def on_step(data: dict) -> None:
         environment.loadlab.set_step(data["index"], data.get("t0"))
@@ -162,7 +165,7 @@ def serve_worker(environment: Any, link: Link, worker: str,
             return
         ctx.close()
         link.send(DONE_MSG, {"worker": worker, "rows": ctx.sink.rows_sent, "issued": ctx.sent,
-                             "fit": ctx.fit_entry()})
+                             "fit": ctx.fit_entry(), "calibration": ctx.factory.calibration.to_dict()})
 
     link.on(CONFIG_MSG, on_config)
     link.on(STEP_MSG, on_step)

@@ -10,7 +10,8 @@ Public API (other parts of loadlab code against exactly this):
 - Arrival schedules in :mod:`loadlab.workload.arrivals`, prompt text in
   :mod:`loadlab.workload.prompts`, trace readers in :mod:`loadlab.workload.traces`.
 
-Shipped profiles live in the repository's ``profiles/`` folder and are regenerated
+Shipped profiles live in the repository's ``profiles/`` folder (inside the package
+once installed from a wheel: :func:`loadlab.datafiles.data_dir`) and are regenerated
 from the public traces by ``python -m loadlab.workload.shipped``; nothing here needs
 the traces at run time.
 """
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loadlab.datafiles import data_dir
 from loadlab.errors import InputError
 from loadlab.workload.model import read_profile_file
 from loadlab.workload.sampler import Profile, RequestSampler, RequestSpec
 
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
+PROFILES_DIR = data_dir("profiles")
 SUFFIX = ".yaml"
 
 __all__ = [

@@ -20,7 +20,7 @@ def test_collect_samples_endpoints_for_a_duration(tmp_path, page_server, capsys)
     assert f"{a.url}: " in out and "engine v1" in out
     assert "last error: http 500" in out
     scrapes = read_table(tmp_path / "scrapes.parquet", SCRAPES)
-    assert scrapes[scrapes.endpoint == a.url].ok.sum() >= 3
+    assert scrapes[scrapes.endpoint == a.url].ok.sum() >= 1  # how many in 1.2 s is the machine's speed
     assert read_table(tmp_path / "metrics.parquet", METRICS).endpoint.unique().tolist() == [a.url]
     assert read_manifest(tmp_path)["metrics"]["endpoints"][a.url]["vllm_engine"] == "v1"
 
@@ -57,23 +57,23 @@ def test_bad_input_exits_2_with_a_fix(tmp_path, argv, capsys):
 def test_scraper_follows_the_simulator_under_load(tmp_path):
     """V1 simulator in its own process: tokens generated show up as counter increases."""
     sim_testing = pytest.importorskip("loadlab.sim.testing")
-    from loadlab.collect.scraper import Scraper
     from loadlab.analyze.windows import counter_windows
+    from loadlab.collect.scraper import Scraper
 
-    with sim_testing.running_sim(max_num_seqs=4) as url:
-        with Scraper([url], tmp_path, interval_s=0.2) as scraper:
-            assert scraper.wait_until(lambda st: st[url].ok >= 1, 10)
-            t0 = time.time()
-            with httpx.Client(timeout=30) as client:
-                model = client.get(f"{url}/v1/models").json()["data"][0]["id"]
-                for _ in range(3):
-                    r = client.post(f"{url}/v1/completions",
-                                    json={"model": model, "prompt": "hello there", "max_tokens": 8,
-                                          "ignore_eos": True})
-                    assert r.status_code == 200
-            done = scraper.stats()[url].ok + 2
-            assert scraper.wait_until(lambda st: st[url].ok >= done, 10)
-            t1 = time.time()
+    with (sim_testing.running_sim(max_num_seqs=4) as url,
+          Scraper([url], tmp_path, interval_s=0.2) as scraper):
+        assert scraper.wait_until(lambda st: st[url].ok >= 1, 10)
+        t0 = time.time()
+        with httpx.Client(timeout=30) as client:
+            model = client.get(f"{url}/v1/models").json()["data"][0]["id"]
+            for _ in range(3):
+                r = client.post(f"{url}/v1/completions",
+                                json={"model": model, "prompt": "hello there", "max_tokens": 8,
+                                      "ignore_eos": True})
+                assert r.status_code == 200
+        done = scraper.stats()[url].ok + 2
+        assert scraper.wait_until(lambda st: st[url].ok >= done, 10)
+        t1 = time.time()
     metrics = read_table(tmp_path / "metrics.parquet", METRICS)
     gen = counter_windows(metrics, "vllm:generation_tokens", [(t0 - 1, t1)])
     assert gen.delta.iloc[0] == 24

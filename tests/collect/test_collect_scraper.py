@@ -8,7 +8,7 @@ import pytest
 from collect_pages import LOAD_PAGE
 
 from loadlab.collect.scraper import Scraper
-from loadlab.collect.testing import PageServer, free_port
+from loadlab.collect.testing import ManualClock, PageServer, free_port
 from loadlab.errors import InputError
 from loadlab.runstore import METRICS, SCRAPES, read_manifest, read_table
 
@@ -39,7 +39,8 @@ def test_each_fault_is_a_recorded_gap_while_good_endpoints_keep_being_sampled(tm
         assert cause in causes[url] and causes[url] <= {cause, "timeout"}, (url, causes[url])
     assert causes[good.url] <= {"timeout"}
     assert (attempts[attempts.error == "http 500"].http_status == 500).all()
-    assert attempts[attempts.endpoint == faulty["slow"].url].duration_s.max() < 1.0  # never 30 s
+    # the slow server holds every request 30 s: the 0.2 s deadline cut each one far sooner
+    assert attempts[attempts.endpoint == faulty["slow"].url].duration_s.max() < 10.0
     # the good endpoint: every scrape flushed on stop, every vllm sample of each kept raw
     ok = attempts[(attempts.endpoint == good.url) & attempts.ok]
     assert len(ok) == stats[good.url].ok
@@ -101,19 +102,24 @@ def test_api_key_is_sent_as_bearer_and_written_nowhere(tmp_path, page_server, mo
         assert secret.encode() not in path.read_bytes(), path
 
 
-def test_ticks_stay_on_the_grid_and_missed_ticks_are_recorded(tmp_path):
-    """A page whose first parse takes longer than the interval skips ticks, and says so."""
-    lines = ["# TYPE vllm:num_requests_running gauge"]
-    lines += [f'vllm:num_requests_running{{engine="{i}",model_name="m"}} {i % 7}.0' for i in range(4000)]
-    with PageServer("\n".join(lines) + "\n") as server:
-        interval = 0.1
-        with Scraper([server.url], tmp_path, interval_s=interval, timeout_s=0.09) as scraper:
-            assert scraper.wait_until(lambda st: st[server.url].ok >= 10 and st[server.url].missed >= 1, 20)
+def test_ticks_stay_on_the_grid_and_missed_ticks_are_recorded(tmp_path, vllm_page):
+    """A scrape that runs past three later ticks: those are recorded as missed, and the next
+    scrape happens on the grid. The clock is the test's, the slow scrape a held request."""
+    clock, interval = ManualClock(), 30.0
+    with PageServer(vllm_page) as server:
+        server.hold()
+        with Scraper([server.url], tmp_path, interval_s=interval, clock=clock) as scraper:
+            assert server.held.wait(30)       # tick 0's GET is at the server
+            clock.advance(100.0)              # ... and takes until 100 s, past ticks 1-3
+            server.let_go()
+            assert scraper.wait_until(lambda st: st[server.url].missed == 3, 30)
+            clock.advance(20.0)               # tick 4, on the grid at 120 s
+            assert scraper.wait_until(lambda st: st[server.url].ok == 2, 30)
     _, scrapes = tables(tmp_path)
-    assert (scrapes.error == "missed tick").sum() >= 1
-    offsets = (scrapes.t - scrapes.t.min()) / interval
-    # every tick from the first to the last is accounted for once: scraped or recorded as missed
-    assert abs(len(scrapes) - (round(offsets.max()) + 1)) <= 1
+    scrapes = scrapes.sort_values("t")
+    assert ((scrapes.t - clock.wall0) / interval).tolist() == [0, 1, 2, 3, 4]
+    assert scrapes.error.fillna("ok").tolist() == ["ok", "missed tick", "missed tick", "missed tick", "ok"]
+    assert scrapes.duration_s.tolist()[0] == 100.0
 
 
 @pytest.mark.parametrize("kwargs", [{"interval_s": 0.05}, {"interval_s": 1.0, "timeout_s": 1.5}])
@@ -123,9 +129,9 @@ def test_bad_settings_are_input_errors(tmp_path, kwargs):
 
 
 def test_a_page_without_vllm_metrics_is_a_gap(tmp_path):
-    with PageServer("# TYPE python_info gauge\npython_info 1.0\n") as server:
-        with Scraper([server.url], tmp_path, interval_s=0.2) as scraper:
-            assert scraper.wait_until(lambda st: st[server.url].attempts >= 2, 10)
+    with (PageServer("# TYPE python_info gauge\npython_info 1.0\n") as server,
+          Scraper([server.url], tmp_path, interval_s=0.2) as scraper):
+        assert scraper.wait_until(lambda st: st[server.url].attempts >= 2, 10)
     _, scrapes = tables(tmp_path)
     attempts = scrapes[scrapes.error != "missed tick"]
     assert set(attempts.error) == {"no vllm metrics"} and not scrapes.ok.any()
@@ -133,3 +139,20 @@ def test_a_page_without_vllm_metrics_is_a_gap(tmp_path):
 
 def test_page_fixture_is_the_real_vllm_text():
     assert LOAD_PAGE.read_text().count("\nvllm:") > 300
+
+
+def test_a_table_that_cannot_be_written_keeps_its_rows_until_it_can(tmp_path, page_server):
+    server = page_server("ok")
+    scraper = Scraper([server.url], tmp_path, interval_s=0.2, flush_interval_s=3600).start()
+    assert scraper.wait_until(lambda st: st[server.url].ok >= 2, 20)
+    metrics_dir = tmp_path / "metrics.parquet"
+    metrics_dir.rmdir()  # nothing written yet: every scrape is buffered
+    metrics_dir.write_text("a file where the table folder was")
+    scraper.stop()  # does not raise: says why, keeps the rows
+    assert len(scraper.write_errors) == 1 and "metrics.parquet" in scraper.write_errors[0]
+    ok = scraper.stats()[server.url].ok
+    metrics_dir.unlink()
+    metrics_dir.mkdir()
+    scraper.stop()  # again, once the folder is back
+    assert scraper.write_errors == []
+    assert len(read_table(metrics_dir, METRICS)) == N_VLLM_SAMPLES * ok

@@ -25,9 +25,10 @@ MODEL = "test-model"
 
 
 @contextmanager
-def fault_server(pattern: str = "ok", ttft_ms: float = 5.0, itl_ms: float = 2.0) -> Iterator[str]:
+def fault_server(pattern: str = "ok", ttft_ms: float = 5.0, itl_ms: float = 2.0,
+                 tokenize: str = "ok") -> Iterator[str]:
     """Start fault_server.py on an ephemeral port; yield its base URL."""
-    with fault_server_process(pattern, ttft_ms, itl_ms) as (_, url):
+    with fault_server_process(pattern, ttft_ms, itl_ms, "--tokenize-pattern", tokenize) as (_, url):
         yield url
 
 

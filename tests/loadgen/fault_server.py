@@ -14,6 +14,8 @@ in arrival order) behaves as ``pattern[i % len(pattern)]``:
 - ``hang``: sends headers, then nothing (the client's timeout must fire)
 - ``drop``: two content chunks, then closes the connection
 
+``POST /tokenize`` call ``j`` behaves as ``--tokenize-pattern[j % len]``: ``ok`` (a count:
+whitespace words), a status code (vLLM's JSON error body), or ``drop`` (connection closed).
 ``GET /v1/models`` lists ``--model`` (default ``m``) with ``--max-model-len``, unprotected.
 ``GET /metrics`` exposes ``vllm:request_success_total`` (completed ``ok`` streams) and
 ``GET /debug/first_token`` the server-side first-token unix time per request id.
@@ -38,8 +40,8 @@ def _chunk(api: str, text: str) -> bytes:
 
 
 def make_app(pattern: list[str], ttft_s: float, itl_s: float, model: str = "m",
-             max_model_len: int = 100_000) -> web.Application:
-    state = {"n": 0, "success": 0, "first_token": {}}
+             max_model_len: int = 100_000, tokenize_pattern: list[str] | None = None) -> web.Application:
+    state = {"n": 0, "success": 0, "first_token": {}, "tokenize": 0}
 
     async def generate(request: web.Request) -> web.StreamResponse:
         kind = pattern[state["n"] % len(pattern)]
@@ -93,7 +95,15 @@ def make_app(pattern: list[str], ttft_s: float, itl_s: float, model: str = "m",
         return web.json_response(state["first_token"])
 
     async def tokenize(request: web.Request) -> web.Response:
+        kinds = tokenize_pattern or ["ok"]
+        kind = kinds[state["tokenize"] % len(kinds)]
+        state["tokenize"] += 1
         body = await request.json()
+        if kind.isdigit():
+            err = {"message": f"injected {kind}", "type": "BadRequestError", "code": int(kind)}
+            return web.json_response({"error": err}, status=int(kind))
+        if kind == "drop":
+            request.transport.close()
         return web.json_response({"count": len(body.get("prompt", "").split())})
 
     async def models(_: web.Request) -> web.Response:
@@ -113,7 +123,7 @@ def make_app(pattern: list[str], ttft_s: float, itl_s: float, model: str = "m",
 
 async def _main(args: argparse.Namespace) -> None:
     app = make_app(args.pattern.split(","), args.ttft_ms / 1000, args.itl_ms / 1000, args.model,
-                   args.max_model_len)
+                   args.max_model_len, args.tokenize_pattern.split(","))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -130,4 +140,5 @@ if __name__ == "__main__":
     parser.add_argument("--itl-ms", type=float, default=2.0)
     parser.add_argument("--model", default="m")
     parser.add_argument("--max-model-len", type=int, default=100_000)
+    parser.add_argument("--tokenize-pattern", default="ok")
     asyncio.run(_main(parser.parse_args()))

@@ -14,7 +14,7 @@ from runs import fault_server_process, start_run, wait_for_rows
 from loadlab.loadgen.guards import REJECT_STREAK
 
 
-def _analyze(out) -> list[dict]:
+def _analyze(out) -> dict:
     res = subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(out), "--json"],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
@@ -53,7 +53,7 @@ def test_url_target_that_goes_away_stops_the_run_and_its_failures_count(load, ti
     assert "cannot connect" in manifest["stop_reason"]
     refused = df[df.status == "client_error"]
     assert len(refused) >= 10 and refused.t_issued.notna().all()
-    step = _analyze(out)[0]
+    step = _analyze(out)["steps"][0]
     assert step["n_err"] >= len(refused) and step["n_ok"] == (df.status == "ok").sum()
 
 

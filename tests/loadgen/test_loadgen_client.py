@@ -118,7 +118,7 @@ def test_statuses_over_real_http(fault, api: str) -> None:
     assert outs[5].error == "injected mid-stream failure"
     first = outs[0].fields()
     assert (first["prompt_tokens"], first["output_tokens"], first["n_chunks"]) == (3, 5, 5)
-    assert 0.004 < first["ttft_s"] < 0.2
+    assert 0.004 < first["ttft_s"] < first["e2e_s"]  # the server waits 5 ms, then streams 5 tokens
 
 
 def test_connection_refused_is_a_client_error() -> None:

