@@ -223,25 +223,22 @@ class StreamingClient:
             events = sse.feed(piece)
             if not events:
                 continue
-            n = count_content(events, marker)
-            if n is None:   # usage, [DONE], an error, or a shape the count cannot vouch for
-                cut = content_end(events, marker)
-                head = count_content(events[:cut], marker) if 0 < cut < len(events) else None
-                if head:
-                    if timings.t_first_token is None:
-                        timings.t_first_token = now
-                    offsets += [now - timings.t_sent] * head
-                state = self._events(events if head is None else events[cut:], marker, chat, now, outcome)
+            cut = content_end(events, marker)
+            n = count_content(events, marker, cut) if cut else None
+            if n is None:
+                cut = 0   # walk every event of the read
+            elif n:
+                if timings.t_first_token is None:
+                    timings.t_first_token = now
+                offsets += [now - timings.t_sent] * n
+            if cut < len(events):   # usage, [DONE], an error, or a shape the count cannot vouch for
+                state = self._events(events[cut:] if cut else events, marker, chat, now, outcome)
                 if state == "stop":
                     return
                 if state == "done":
                     for _ in response.body:  # read the chunked terminator: keeps the connection alive
                         pass
                     return
-            elif n:
-                if timings.t_first_token is None:
-                    timings.t_first_token = now
-                offsets += [now - timings.t_sent] * n
         if outcome.status == "ok":
             outcome.status = "aborted"
             outcome.error = "stream ended without [DONE]"

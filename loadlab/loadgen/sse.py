@@ -12,11 +12,12 @@ events only need to be *counted* per read, not handled one by one. Steps per rea
    content events are the markers not followed by ``"`` (an empty text, e.g. chat's
    role chunk, is not content): four C-level scans per read, whatever the number of
    events. This is the shape vLLM and the simulator send for every token.
-3. Anything else returns None: the usage chunk, ``[DONE]`` and error events (they have
-   no marker), spaced JSON, multi-line ``data:``, comments, other fields. The caller
-   counts the events up to the last marker (:func:`content_end`: the last read of a
-   stream often holds content, usage and ``[DONE]`` together) when they pass, and walks
-   the rest one by one with :func:`event_payloads`, parsing JSON where it must;
+   The count covers the events up to the last one holding a marker
+   (:func:`content_end`): the last read of a stream often holds content, then the usage
+   chunk and ``[DONE]``, which are walked one by one.
+3. Anything else returns None: error events and other markerless events among the
+   counted ones, spaced JSON, multi-line ``data:``, comments, other fields. Then every
+   event of the read is walked with :func:`event_payloads`, parsing JSON where it must;
    :func:`quick_kind` still spares the parse for a compact content chunk among them.
 
 Why the markers are safe: inside a JSON string a quote is always escaped, so no text can
@@ -53,23 +54,31 @@ class SseBuffer:
         return data[:end] if end < len(data) else data
 
 
-def count_content(events: bytes, marker: bytes) -> int | None:
-    """Content events among ``events`` (complete, LF-ended), or None when one needs a closer look.
+def count_content(events: bytes, marker: bytes, end: int) -> int | None:
+    """Content events among ``events[:end]`` (complete, LF-ended), or None when one needs a
+    closer look.
 
     Each event ends in a blank line, so one of ``k`` lines has ``k + 1`` newlines: twice as
     many newlines as markers means every event is one line holding one marker (no event
     holds two). Events without a marker ([DONE], usage, errors, comments) break the
-    equality; a chunk carrying usage is parsed for its counts.
+    equality; a chunk carrying usage is parsed for its counts. Bounds, not a slice: no copy.
     """
-    m = events.count(marker)
-    if events.count(b"\n") != 2 * m or not events.startswith(_DATA) or b'"usage":{' in events:
+    if events.find(b"\n", 0, end) == end - 2:   # one single-line event: the usual read
+        kind = quick_kind(events[:end] if end < len(events) else events, marker)
+        return None if kind is None or not events.startswith(_DATA) else int(kind)
+    m = events.count(marker, 0, end)
+    if (events.count(b"\n", 0, end) != 2 * m or not events.startswith(_DATA)
+            or events.find(b'"usage":{', 0, end) >= 0):
         return None
-    return m - events.count(marker + b'"')
+    return m - events.count(marker + b'"', 0, end)
 
 
 def content_end(events: bytes, marker: bytes) -> int:
-    """The end of the last event holding a content marker (0 if none): the last read of a
-    stream holds content, then usage and ``[DONE]``; the content before can still be counted."""
+    """Where the span to count ends: after the last event holding a content marker (0 if
+    none; a single event is its own span). What follows (the usage chunk and ``[DONE]`` at
+    the end of a stream) is walked event by event."""
+    if events.find(b"\n") == len(events) - 2:
+        return len(events)
     at = events.rfind(marker)
     return 0 if at < 0 else events.find(b"\n\n", at) + 2
 

@@ -41,19 +41,25 @@ USAGE = _event({"id": "c", "choices": [], "usage": {"prompt_tokens": 3, "complet
 DONE = _event(b"[DONE]")
 
 
+def _count(events: bytes, marker: bytes = TEXT_MARKER) -> int | None:
+    return count_content(events, marker, len(events))
+
+
 def test_plain_content_chunks_are_counted_in_one_go() -> None:
     events = _text(" a") + _text(" b") + _text("") + _text(" d")
-    assert count_content(events, TEXT_MARKER) == 3           # the empty text is not content
-    assert count_content(_text(" a"), TEXT_MARKER) == 1
+    assert _count(events) == 3           # the empty text is not content
+    assert _count(_text(" a")) == 1
     role = _event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-    assert count_content(role + _chat("x") + _chat("y"), CHAT_MARKER) == 2
-    assert count_content(_text('say "text":"x" [DONE]'), TEXT_MARKER) == 1   # quotes are escaped
+    assert _count(role + _chat("x") + _chat("y"), CHAT_MARKER) == 2
+    assert _count(_text('say "text":"x" [DONE]')) == 1   # quotes are escaped
+    tail = USAGE + DONE
+    assert count_content(events + tail, TEXT_MARKER, len(events)) == 3   # bounds, not the tail
 
 
 @pytest.mark.parametrize("events", [
     _text("a") + USAGE,                                   # usage chunk: no marker
     _text("a") + DONE,                                    # [DONE]
-    _text("a") + _event({"error": {"message": "boom"}}),  # error event
+    _event({"error": {"message": "boom"}}) + _text("a"),  # error event
     _text("a").replace(b'"text":"a"', b'"text": "a"'),    # spaced JSON: the marker is not there
     b'data: {"choices":[{"index":0,\ndata: "text":"a"}]}\n\n',   # multi-line data
     b": keep-alive\n\n" + _text("a"),                     # a comment
@@ -61,7 +67,7 @@ def test_plain_content_chunks_are_counted_in_one_go() -> None:
     _event({"choices": [{"text": "a"}], "usage": {"completion_tokens": 1}}),  # usage on content
 ])
 def test_anything_but_plain_content_needs_a_closer_look(events: bytes) -> None:
-    assert count_content(events, TEXT_MARKER) is None
+    assert _count(events) is None
 
 
 def test_buffer_cuts_at_the_last_blank_line_and_turns_crlf_into_lf() -> None:
