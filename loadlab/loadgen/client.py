@@ -6,7 +6,9 @@ Steps of :meth:`StreamingClient.send`:
    through the :class:`~loadlab.loadgen.transport.Transport` seam; the transport
    stamps ``t_sent`` just before the bytes are written.
 2. Split the SSE body on blank lines as bytes arrive; every event in one socket read
-   gets that read's arrival time (they did arrive together).
+   gets that read's arrival time (they did arrive together), so the events of a read
+   are counted, not handled one by one, whenever they are plain content chunks
+   (:mod:`loadlab.loadgen.sse`).
 3. A *content* event is a completions chunk with non-empty ``choices[0].text`` or a
    chat chunk with non-empty ``choices[0].delta.content`` (the empty role chunk is
    not content). The first sets ``t_first_token``; every one adds an offset from
@@ -29,9 +31,18 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import pairwise
-from typing import Any
+from operator import sub
+from typing import Any, Literal
 
+from loadlab.loadgen.sse import (
+    CHAT_MARKER,
+    TEXT_MARKER,
+    SseBuffer,
+    content_end,
+    count_content,
+    event_payloads,
+    quick_kind,
+)
 from loadlab.loadgen.transport import (
     ConnectionFailed,
     StreamClosed,
@@ -79,7 +90,8 @@ class Timings:
         offs = self.chunk_offsets_s
         if len(offs) < 2:
             return {"itl_mean_s": None, "itl_p50_s": None, "itl_p99_s": None, "itl_max_s": None}
-        gaps = sorted(b - a for a, b in pairwise(offs))
+        gaps = list(map(sub, offs[1:], offs[:-1]))   # C-level, no Python frame per gap
+        gaps.sort()
         n = len(gaps)
         return {
             "itl_mean_s": (offs[-1] - offs[0]) / n,
@@ -202,42 +214,53 @@ class StreamingClient:
     def _consume(self, response: Any, outcome: Outcome) -> None:
         timings = outcome.timings
         chat = self.api == "chat"
-        marker = _CHAT_CONTENT if chat else _TEXT
+        marker = CHAT_MARKER if chat else TEXT_MARKER
         offsets = timings.chunk_offsets_s
-        buf = b""
-        done = False
+        clock = self.clock
+        sse = SseBuffer()
         for piece in response.body:
-            now = self.clock()
-            buf += piece
-            if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
+            now = clock()
+            events = sse.feed(piece)
+            if not events:
                 continue
-            if b"\r\n" in buf:
-                buf = buf.replace(b"\r\n", b"\n")
-            *events, buf = buf.split(b"\n\n")
-            for event in events:
-                data = _event_data(event)
-                if data is None:
-                    continue
-                if data == b"[DONE]":
-                    done = True
-                    timings.t_done = now
-                    break
-                kind = _quick_kind(data, marker)
-                if kind is not None:  # compact content or empty chunk: no JSON parse needed
-                    if kind:
-                        if timings.t_first_token is None:
-                            timings.t_first_token = now
-                        offsets.append(now - timings.t_sent)
-                    continue
-                if not self._handle(_decode(data.decode()), chat, now, timings, outcome):
+            cut = content_end(events, marker)
+            n = count_content(events, marker, cut) if cut else None
+            if n is None:
+                cut = 0   # walk every event of the read
+            elif n:
+                if timings.t_first_token is None:
+                    timings.t_first_token = now
+                offsets += [now - timings.t_sent] * n
+            if cut < len(events):   # usage, [DONE], an error, or a shape the count cannot vouch for
+                state = self._events(events[cut:] if cut else events, marker, chat, now, outcome)
+                if state == "stop":
                     return
-            if done:
-                for _ in response.body:  # read the chunked terminator: keeps the connection alive
-                    pass
-                break
-        if not done and outcome.status == "ok":
+                if state == "done":
+                    for _ in response.body:  # read the chunked terminator: keeps the connection alive
+                        pass
+                    return
+        if outcome.status == "ok":
             outcome.status = "aborted"
             outcome.error = "stream ended without [DONE]"
+
+    def _events(self, events: bytes, marker: bytes, chat: bool, now: float,
+                outcome: Outcome) -> Literal["more", "done", "stop"]:
+        """Apply complete events one by one, up to ``[DONE]`` ("done") or an error event ("stop")."""
+        timings = outcome.timings
+        for data in event_payloads(events):
+            if data == b"[DONE]":
+                timings.t_done = now
+                return "done"
+            kind = quick_kind(data, marker)
+            if kind is not None:  # compact content or empty chunk: no JSON parse needed
+                if kind:
+                    if timings.t_first_token is None:
+                        timings.t_first_token = now
+                    timings.chunk_offsets_s.append(now - timings.t_sent)
+                continue
+            if not self._handle(_decode(data.decode()), chat, now, timings, outcome):
+                return "stop"
+        return "more"
 
     def _handle(self, obj: dict, chat: bool, now: float, timings: Timings, outcome: Outcome) -> bool:
         """Apply one SSE JSON event; False stops reading (an error event)."""
@@ -258,38 +281,6 @@ class StreamingClient:
             outcome.prompt_tokens = usage.get("prompt_tokens")
             outcome.output_tokens = usage.get("completion_tokens")
         return True
-
-
-_TEXT = b'"text":"'
-_CHAT_CONTENT = b'"content":"'
-_QUOTE = ord('"')
-
-
-def _quick_kind(data: bytes, marker: bytes) -> bool | None:
-    """Classify a compact (no-space) chunk without parsing it: True = content,
-    False = empty text/content (e.g. the chat role chunk), None = parse it properly.
-
-    vLLM serialises chunks compactly, so almost every event takes this path. An error
-    event never matches (it has no choices, and inside a JSON string a quote is always
-    escaped, so no message can spell the marker); a chunk carrying usage (vLLM's last,
-    or every chunk of servers that add usage to content) is parsed for its counts.
-    """
-    if b'"usage":{' in data:
-        return None
-    at = data.find(marker)
-    if at < 0 or at + len(marker) >= len(data):
-        return None
-    return data[at + len(marker)] != _QUOTE
-
-
-def _event_data(event: bytes) -> bytes | None:
-    """The ``data:`` payload of one SSE event (multi-line data joined), or None."""
-    if event.startswith(b"data: ") and b"\n" not in event:  # the one-line event servers send
-        return event[6:]
-    lines = [ln[5:].lstrip() for ln in event.split(b"\n") if ln.startswith(b"data:")]
-    if not lines:
-        return None
-    return lines[0] if len(lines) == 1 else b"\n".join(lines)
 
 
 def _message_of(obj: dict) -> str:

@@ -10,6 +10,11 @@ Routes (shapes in :mod:`loadlab.sim.protocol`):
   ``GET /version``.
 - ``GET /sim/stats`` (simulator only, not vLLM): the live driver's modelled vs measured
   step periods (:class:`loadlab.sim.live.StepPeriods`), for benchmarks and debugging.
+- ``GET /sim/requests?prefix=P`` (simulator only): per ``X-Request-Id`` starting with P,
+  ``[arrived, first_token]`` in unix seconds: when the handler got the request and when
+  its first token was written to the socket (:class:`RequestTimeline`, the last
+  ``TIMELINE_KEEP`` requests). A client's own share of its TTFT is its TTFT minus
+  ``first_token - arrived``, exact per request (benchmarks/bench_loadgen.py).
 
 With ``--api-key`` every ``/v1`` route needs ``Authorization: Bearer <key>`` (as vLLM:
 other routes stay open); a missing or wrong key gets 401 ``{"error": "Unauthorized"}``.
@@ -28,6 +33,7 @@ import hmac
 import json
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import HttpVersion11, web
@@ -45,6 +51,26 @@ DRIVER = web.AppKey("driver", LiveDriver)
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _PIECES = tokenizer.OUTPUT_PIECES
 _output_token = tokenizer.output_token
+TIMELINE_KEEP = 500_000
+
+
+class RequestTimeline:
+    """Server-side times of the last ``keep`` requests that carried an ``X-Request-Id``."""
+
+    def __init__(self, keep: int = TIMELINE_KEEP) -> None:
+        self.keep = keep
+        self.times: dict[str, list[float | None]] = {}   # id -> [arrived, first_token]
+
+    def arrived(self, request_id: str) -> list[float | None]:
+        """Stamp an arrival; the returned entry's second item is for the first token."""
+        entry: list[float | None] = [time.time(), None]
+        self.times[request_id] = entry
+        if len(self.times) > self.keep:
+            del self.times[next(iter(self.times))]   # dicts keep insertion order: the oldest
+        return entry
+
+    def select(self, prefix: str) -> dict[str, list[float | None]]:
+        return {k: v for k, v in self.times.items() if k.startswith(prefix)}
 
 
 def _json(status: int, body: bytes) -> web.Response:
@@ -90,6 +116,7 @@ class SimServer:
         self.metrics = metrics
         self.model = resolved.served_model_name
         self.max_model_len = resolved.max_model_len
+        self.timeline = RequestTimeline()
 
     # ------------------------------------------------------------ generation
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -101,6 +128,8 @@ class SimServer:
     async def _generate(self, request: web.Request,
                         parse: Callable[[bytes, str, int], GenerationRequest]
                         ) -> web.StreamResponse:
+        rid = request.headers.get("X-Request-Id")
+        mark = self.timeline.arrived(rid) if rid else None
         try:
             req = parse(await request.read(), self.model, self.max_model_len)
         except ProtocolError as exc:
@@ -109,8 +138,10 @@ class SimServer:
                                     req.min_tokens, req.ignore_eos, streaming=req.stream)
         try:
             if req.stream:
-                return await self._stream(request, req, stream)
+                return await self._stream(request, req, stream, mark)
             _, count, finish = await stream.next()
+            if mark is not None:
+                mark[1] = time.time()
             body = protocol.full_response(req, _text_of(stream, 0, count), finish or "stop",
                                           count)
             return _json(200, json.dumps(body).encode())
@@ -119,11 +150,12 @@ class SimServer:
                 self.driver.abort(stream)
 
     async def _stream(self, request: web.Request, req: GenerationRequest,
-                      stream: RequestStream) -> web.StreamResponse:
+                      stream: RequestStream, mark: list[float | None] | None) -> web.StreamResponse:
         """SSE body. Fast path (HTTP/1.1): the driver calls a sink that writes each due
         event straight to the socket as a chunk, so a step's events to all clients go out
         in one pass with no coroutine woken per token; the handler only waits for the end.
-        ``prepare()`` has sent the headers, and ``write_eof()`` adds the last chunk."""
+        ``prepare()`` has sent the headers, and ``write_eof()`` adds the last chunk.
+        ``mark`` (the timeline entry) gets the time the first token is written."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                            "Cache-Control": "no-cache"})
         transport = request.transport
@@ -135,6 +167,8 @@ class SimServer:
         if fast:
             def sink(s: RequestStream) -> None:
                 data = events.render(s, *s.take())
+                if mark is not None and mark[1] is None:
+                    mark[1] = time.time()
                 if not transport.is_closing():
                     try:
                         transport.write(b"%x\r\n%b\r\n" % (len(data), data))
@@ -149,6 +183,8 @@ class SimServer:
             finish = None
             while finish is None:
                 start, count, finish = await stream.next()
+                if mark is not None and mark[1] is None:
+                    mark[1] = time.time()
                 await resp.write(events.render(stream, start, count, finish))
         await resp.write_eof()
         return resp
@@ -179,6 +215,9 @@ class SimServer:
         p = self.driver.periods
         return web.json_response({**dataclasses.asdict(p), "ratio": p.ratio if p.modelled_s else None,
                                   "open_streams": self.driver.num_streams})
+
+    async def requests(self, request: web.Request) -> web.Response:
+        return web.json_response(self.timeline.select(request.query.get("prefix", "")))
 
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": f"{__version__}+loadlab.sim"})
@@ -234,6 +273,7 @@ def build_app(cfg: SimConfig, resolved: ResolvedConfig | None = None) -> web.App
     app.router.add_get("/metrics", sim.metrics_text)
     app.router.add_get("/version", sim.version)
     app.router.add_get("/sim/stats", sim.stats)
+    app.router.add_get("/sim/requests", sim.requests)
 
     async def lifecycle(app: web.Application):
         driver.start()

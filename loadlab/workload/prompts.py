@@ -58,6 +58,7 @@ RATE_PROBE_WORDS = 1000
 FILLERS: tuple[str, ...] = ("a", "I", "1")
 _RATE_STREAM = (1 << 40) - 1
 _CHUNK = 4096
+_MIN_DRAW = 64
 _SUFFIX_STREAM = 1 << 40
 
 _WORD_TEXT = """
@@ -148,13 +149,18 @@ class PromptSynth:
         self._group_chunk = lru_cache(maxsize=256)(self._make_chunk)
         self._suffix_chunk = lru_cache(maxsize=64)(self._make_chunk)
 
-    def _make_chunk(self, stream: int, index: int) -> list[str]:
+    def _make_chunk(self, stream: int, index: int, size: int = _CHUNK) -> list[str]:
+        """Words ``index * _CHUNK`` onwards of ``stream``. The generator draws word after
+        word, so a smaller ``size`` gives the same first words: a request's short suffix
+        (its own stream, used once) draws only what it needs, not a whole chunk."""
         gen = np.random.Generator(
             np.random.PCG64(np.random.SeedSequence([self._base, stream, index]))
         )
-        return _WORD_ARRAY[gen.integers(0, len(WORDS), _CHUNK)].tolist()
+        return _WORD_ARRAY[gen.integers(0, len(WORDS), size)].tolist()
 
     def _stream_words(self, stream: int, n: int) -> list[str]:
+        if stream >= _SUFFIX_STREAM and n < _CHUNK:   # a power of two: few sizes while calibrating
+            return self._suffix_chunk(stream, 0, max(_MIN_DRAW, 1 << (n - 1).bit_length()))[:n]
         chunk = self._suffix_chunk if stream >= _SUFFIX_STREAM else self._group_chunk
         out: list[str] = []
         index = 0

@@ -4,38 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 
 import pytest
+from scripted import ScriptedTransport
 
 from loadlab.loadgen.client import StreamingClient
-from loadlab.loadgen.transport import SocketTransport, StreamResponse
-
-
-class ScriptedTransport:
-    """The seam filled with a script: body pieces and the clock value at which each arrives."""
-
-    def __init__(self, status: int, pieces: list[tuple[float, bytes]]) -> None:
-        self.status = status
-        self.pieces = pieces
-        self.now = 100.0
-        self.sent: list[tuple[str, dict, bytes]] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def open(self, method, path, headers, body, deadline, on_sent=None) -> StreamResponse:
-        self.sent.append((path, headers, body))
-        if on_sent is not None:
-            on_sent(self.now)
-
-        def gen() -> Iterator[bytes]:
-            for t, piece in self.pieces:
-                self.now = t
-                yield piece
-
-        return StreamResponse(self.status, {}, gen(), sent_at=self.now)
-
+from loadlab.loadgen.transport import SocketTransport
 
 SEPARATORS = {"compact": (",", ":"), "spaced": (", ", ": ")}  # vLLM's spelling; json.dumps' default
 _sep = SEPARATORS["spaced"]

@@ -308,3 +308,36 @@ def test_http_1_0_clients_get_the_same_events_unchunked(url):
     events = payload.decode().split("\n\n")
     assert events[-2:] == ["data: [DONE]", ""]
     assert len(events) == 3 + 1 + 2              # 3 tokens, usage, [DONE], trailing ""
+
+
+def test_request_timeline_brackets_the_first_token_by_request_id(url):
+    """/sim/requests: arrival and first-token write lie between the client's call and its
+    first read; requests without an X-Request-Id, or of another prefix, are not listed."""
+    body = {"prompt": "a b c", "max_tokens": 4, "ignore_eos": True, "stream": True}
+    t_call = time.time()
+    with HTTP.stream("POST", f"{url}/v1/completions", json=body,
+                     headers={"X-Request-Id": "tl-stream-1"}) as r:
+        lines = r.iter_lines()
+        first_line = next(lines)
+        t_first_read = time.time()
+        rest = list(lines)
+    assert first_line.startswith("data: ") and "data: [DONE]" in rest
+    HTTP.post(f"{url}/v1/completions", json={**body, "stream": False},
+              headers={"X-Request-Id": "tl-plain-1"})
+    HTTP.post(f"{url}/v1/completions", json=body)  # no id: not listed
+    HTTP.post(f"{url}/v1/completions", json=body, headers={"X-Request-Id": "other-1"})
+    seen = HTTP.get(f"{url}/sim/requests", params={"prefix": "tl-"}).json()
+    assert set(seen) == {"tl-stream-1", "tl-plain-1"}
+    arrived, first = seen["tl-stream-1"]
+    assert t_call <= arrived <= first <= t_first_read
+    assert seen["tl-plain-1"][0] <= seen["tl-plain-1"][1]
+
+
+def test_request_timeline_keeps_the_newest():
+    from loadlab.sim.server import RequestTimeline
+
+    timeline = RequestTimeline(keep=3)
+    for i in range(5):
+        timeline.arrived(f"r{i}")[1] = float(i)
+    assert list(timeline.select("r")) == ["r2", "r3", "r4"]
+    assert [v[1] for v in timeline.select("r").values()] == [2.0, 3.0, 4.0]

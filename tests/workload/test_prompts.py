@@ -85,6 +85,19 @@ def test_without_a_counter_words_track_the_estimate() -> None:
     assert len(prompt.text.split()) == 300
 
 
+def test_a_short_suffix_draws_the_same_words_as_a_whole_chunk() -> None:
+    """Suffixes draw only the words they need (a power of two of them); the words are the
+    leading words of the request's whole stream, so texts do not depend on the draw size."""
+    from loadlab.workload.prompts import _CHUNK, _SUFFIX_STREAM
+
+    synth = PromptSynth(11)
+    for seq in (0, 7, 12345):
+        stream = _SUFFIX_STREAM + seq
+        whole = synth._make_chunk(stream, 0) + synth._make_chunk(stream, 1)
+        for n in (1, 2, 39, 63, 64, 65, 200, 1000, _CHUNK - 1, _CHUNK, _CHUNK + 5):
+            assert synth._stream_words(stream, n) == whole[:n]
+
+
 def test_same_seed_same_text_and_nonce_changes_it() -> None:
     spec = RequestSpec(5, 300, 10, 2, 120, None)
     assert PromptSynth(4).prompt(spec).text == PromptSynth(4).prompt(spec).text
