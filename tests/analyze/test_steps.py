@@ -84,8 +84,8 @@ def test_simulated_streams_are_paced_not_burst(seq_capped):
 
 
 def test_table_shows_the_load_each_step_achieved(tmp_path):
-    run_replay(SimConfig(max_num_seqs=8), ReplayPlan(concurrencies=(2, 4), step_s=5.0, warmup_s=1.0,
-                                                     profile="azure-conv", seed=1), tmp_path)
+    run_replay(SimConfig(max_num_seqs=8), LoadPlan(concurrency=[2, 4], step_duration_s=5.0, warmup_s=1.0),
+               Workload(profile="azure-conv", seed=1), tmp_path)
     manifest = read_manifest(tmp_path)
     steps = [{**manifest["steps"][0], "achieved_ratio": 0.995, "client_limited": False},
              {**manifest["steps"][1], "achieved_ratio": 0.26, "client_limited": True}]
