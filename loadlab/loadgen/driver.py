@@ -70,6 +70,7 @@ from loadlab.loadgen.user import (
     DRAIN_MSG,
     DRAINED_MSG,
     FAILED_MSG,
+    HELLO_MSG,
     READY_MSG,
     STEP_MSG,
     STOP_MSG,
@@ -109,6 +110,7 @@ class _Master:
 
     def __init__(self, recorder: Recorder, target_check: Callable[[], str | None] | None = None) -> None:
         self.recorder = recorder
+        self.joined: list[str] = []   # workers that said hello, in order: their indices
         self.ready: set[str] = set()
         self.drained: set[str] = set()
         self.failures: list[str] = []
@@ -129,6 +131,7 @@ class _Master:
     def attach(self, link: Link) -> None:
         link.on(ROWS_MSG, self.recorder.add_rows)
         link.on(CLIENT_MSG, self.recorder.add_client)
+        link.on(HELLO_MSG, lambda d: (self.joined.append(d["worker"]), self.changed.set()))
         link.on(READY_MSG, lambda d: (self.recorder.note_calibration(d), self._note(self.ready, d["worker"])))
         link.on(DRAINED_MSG, lambda d: self._note(self.drained, d["worker"]))
         link.on(FAILED_MSG, lambda d: (self.failures.append(d["error"]), self.changed.set()))
@@ -190,7 +193,6 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
             mlink, wlink = _local_links()
             master.attach(mlink)
             serve_worker(env, wlink, "local", sink_factory=lambda: LocalSink(recorder))
-            workers = {"local": None}
         else:
             host, port = split_address(opts.master_bind)
             runner = env.create_master_runner(master_bind_host=host, master_bind_port=port or _free_port(host))
@@ -199,10 +201,10 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
             procs = _spawn_workers(opts.workers, host if host not in ("*", "0.0.0.0") else "127.0.0.1",
                                    runner.master_bind_port)
             expected = opts.workers + opts.remote_workers
-            if not master.wait_for(lambda: runner.worker_count >= expected, JOIN_TIMEOUT_S, stop):
-                raise TargetError(f"only {runner.worker_count} of {expected} workers joined the master "
+            if not master.wait_for(lambda: len(master.joined) >= expected, JOIN_TIMEOUT_S, stop):
+                raise TargetError(f"only {len(master.joined)} of {expected} workers joined the master "
                                   f"within {JOIN_TIMEOUT_S:.0f} s")
-            workers = {node.id: node.id for node in runner.clients.ready}
+        workers = list(master.joined)
         settings.n_workers = len(workers)
         for index, cid in enumerate(workers):
             data = {"settings": settings.to_dict(), "worker_index": index}

@@ -17,7 +17,9 @@ Protocol (message names; data JSON/msgpack-safe):
 
 - master -> worker: ``ll_config`` (RunSettings), ``ll_step`` ({"index"}),
   ``ll_drain`` ({"deadline_s"}): stop starting requests, report when idle.
-- worker -> master: ``ll_ready`` ({"worker", "calibration"}; or ``ll_failed`` with the reason),
+- worker -> master: ``ll_hello`` ({"worker"}) once its handlers are installed (a Locust
+  worker is counted by its master while it is still connecting, before it could handle
+  ``ll_config``: the master configures only workers that said hello), ``ll_ready`` ({"worker", "calibration"}; or ``ll_failed`` with the reason),
   ``ll_rows`` / ``ll_client`` (record batches),
   ``ll_stop`` ({"worker", "reason"}: a :mod:`~loadlab.loadgen.guards` rule tripped, stop the run),
   ``ll_drained``, ``ll_done`` ({"worker", "rows", "issued", "fit", "calibration"}: rows shipped,
@@ -45,7 +47,7 @@ from loadlab.loadgen.records import DONE_MSG, BatchSender
 from loadlab.loadgen.shapes import arrivals
 
 CONFIG_MSG, READY_MSG, FAILED_MSG, STEP_MSG = "ll_config", "ll_ready", "ll_failed", "ll_step"
-STOP_MSG = "ll_stop"
+STOP_MSG, HELLO_MSG = "ll_stop", "ll_hello"
 DRAIN_MSG, DRAINED_MSG = "ll_drain", "ll_drained"
 
 
@@ -171,3 +173,4 @@ def serve_worker(environment: Any, link: Link, worker: str,
     link.on(STEP_MSG, on_step)
     link.on(DRAIN_MSG, on_drain)
     environment.events.test_stop.add_listener(on_test_stop)
+    link.send(HELLO_MSG, {"worker": worker})
