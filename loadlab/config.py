@@ -32,12 +32,24 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
+
+from loadlab.cpulist import FIX as CPU_FIX
+from loadlab.cpulist import format_cpu_list, parse_cpu_list
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 WARMUP_SHARE = 0.2
 WARMUP_MAX_S = 10.0
+SCRAPE_INTERVAL_MIN_S = 0.1   # the collector's finest interval
 LEVELS_FIX = "write a list such as [1, 2, 4, 8], the text 1,2,4,8, or start:factor:max such as 1:2:64"
 
 
@@ -294,15 +306,54 @@ class Target(_Strict):
             raise _bad("url '{url}' is not an http(s) URL", "write e.g. http://127.0.0.1:8000",
                        url=self.url)
         if self.launch == "vllm" and not self.model:
-            raise _bad("a launched vllm needs a model", "set target.model to a model path or name")
+            raise _bad("a launched vllm needs a model", "name a model path or name (scenario: target.model; "
+                       "loadlab run: --model, or first after --)")
         return self
 
 
-class Isolation(_Strict):
-    """Server and load generator on disjoint CPUs (taskset syntax: 0, 0,2, 0-3)."""
+def _cpus(value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        return parse_cpu_list(value)
+    except (TypeError, ValueError) as exc:
+        raise _bad(str(exc), CPU_FIX) from None
 
-    server_cpus: str | None = Field(None, description="CPUs of the launched server, e.g. 0-2")
-    client_cpus: str | None = Field(None, description="CPUs of the load generator, e.g. 3")
+
+Cpus = Annotated[frozenset[int], BeforeValidator(_cpus), PlainSerializer(sorted, return_type=list[int])]
+
+
+class Isolation(_Strict):
+    """Server and load generator on disjoint CPUs (taskset syntax: 0, 0,2, 0-3).
+
+    Checked here: the syntax and that the sets do not overlap; whether this machine has
+    the CPUs is :func:`loadlab.sweep.cpus.check_available`'s question."""
+
+    server_cpus: Cpus | None = Field(None, description="CPUs of the launched server, e.g. 0-2 "
+                                     "(taskset syntax; a launched target only)")
+    client_cpus: Cpus | None = Field(None, description="CPUs of the load generator and its local "
+                                     "worker processes, e.g. 3 (taskset syntax)")
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> Isolation:
+        both = (self.server_cpus or frozenset()) & (self.client_cpus or frozenset())
+        if both:
+            raise _bad("server and client CPUs overlap on {cpus}",
+                       "give each side its own CPUs, e.g. server 0 and client 1", cpus=format_cpu_list(both))
+        return self
+
+    def manifest_entry(self) -> dict[str, list[int] | None] | None:
+        """The manifest's ``isolation`` block, or None when nothing is pinned."""
+        if self.server_cpus is None and self.client_cpus is None:
+            return None
+        return self.model_dump()
+
+
+def _scrape_interval(value: float) -> float:
+    if not value >= SCRAPE_INTERVAL_MIN_S:
+        raise _bad("must be at least {least} s, got {value}", "e.g. 1 (seconds between scrapes)",
+                   least=SCRAPE_INTERVAL_MIN_S, value=f"{value:g}")
+    return value
 
 
 class LoadgenSettings(_Strict):
@@ -311,7 +362,8 @@ class LoadgenSettings(_Strict):
     workers: int = Field(1, ge=0, description="local Locust worker processes (0: in-process)")
     timeout_s: float = Field(600.0, gt=0, description="per-request deadline, seconds")
     drain_s: float = Field(30.0, ge=0, description="seconds in-flight requests get at the end")
-    collect_interval_s: float = Field(1.0, ge=0.1, description="seconds between /metrics scrapes")
+    collect_interval_s: Annotated[float, AfterValidator(_scrape_interval)] = Field(
+        1.0, description=f"seconds between /metrics scrapes (at least {SCRAPE_INTERVAL_MIN_S})")
 
 
 def flag_name(name: str) -> str:
@@ -402,7 +454,8 @@ class Scenario(_Strict):
     workload: Workload = Field(default_factory=Workload, description="profile and seed")
     load: LoadPlan = Field(description="the load plan: concurrency, rate, trace or search")
     loadgen: LoadgenSettings = Field(default_factory=LoadgenSettings, description="load generator")
-    isolation: Isolation | None = Field(None, description="server_cpus and client_cpus")
+    isolation: Isolation | None = Field(None, description="server_cpus and client_cpus: each side on "
+                                        "CPUs of its own (taskset syntax, e.g. server_cpus: 0-2)")
     sweep: Sweep | None = Field(None, description="matrix of flag values, or named A/B arms")
     what_if: WhatIf = Field(default_factory=WhatIf, description="simulator model for --what-if")
 

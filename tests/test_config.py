@@ -119,6 +119,9 @@ sweep:
     ("    cache-off:", "    off:", "sweep.arms", "quote"),
     ("  concurrency: [1, 2]", "  concurrency: [1, 2]\n  warmup_s: 90", "load", "fifth of the step"),
     ("load:", "load: [", "line", "YAML syntax"),
+    ("workload:", "isolation: {server_cpus: 0-1, client_cpus: 1}\nworkload:", "isolation", "own CPUs"),
+    ("workload:", "isolation: {client_cpus: one}\nworkload:", "isolation.client_cpus", "taskset"),
+    ("workload:", "isolation: {server_cpus: 2-1}\nworkload:", "isolation.server_cpus", "low-high"),
 ])
 def test_scenario_errors_name_file_field_and_fix(tmp_path, old, new, field, fix):
     path = tmp_path / "bad.yaml"
@@ -146,3 +149,12 @@ def test_relative_profile_resolves_against_the_scenario(tmp_path):
     (tmp_path / "s.yaml").write_text(GOOD.replace("profile: azure-conv", "profile: w/mine.yaml"))
     scenario = load_scenario(tmp_path / "s.yaml")
     assert Path(scenario.workload.profile) == tmp_path / "w" / "mine.yaml"
+
+
+def test_isolation_reads_taskset_lists_numbers_and_lists(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(GOOD.replace("workload:", "isolation:\n  server_cpus: 0-2,5\n  client_cpus: 3\nworkload:"))
+    isolation = load_scenario(path).isolation
+    assert isolation is not None and isolation.server_cpus == {0, 1, 2, 5} and isolation.client_cpus == {3}
+    path.write_text(GOOD.replace("workload:", "isolation: {client_cpus: [6, 4]}\nworkload:"))
+    assert load_scenario(path).isolation.manifest_entry() == {"server_cpus": None, "client_cpus": [4, 6]}

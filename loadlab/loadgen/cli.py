@@ -19,6 +19,13 @@ step records the load it achieved; when the client fell short at any step (too f
 in flight, late sends, a lagging event loop: :mod:`loadlab.loadgen.achieved`) the run
 is still complete and written, and the command exits 3 naming the steps and why.
 
+``loadlab run`` maps its options onto the scenario models of :mod:`loadlab.config`
+(:class:`~loadlab.config.Target`, :class:`~loadlab.config.Workload`,
+:class:`~loadlab.config.LoadPlan`, :class:`~loadlab.config.LoadgenSettings`,
+:class:`~loadlab.config.Isolation`: their validation, errors naming the flag) and runs
+them as one :func:`loadlab.sweep.point.run_point`, the sequence every sweep point runs.
+Bad input exits 2 before anything starts or is written.
+
 The API key is read from the environment variable named by ``--api-key-env``
 (default ``LOADLAB_API_KEY``) and sent as ``Authorization: Bearer``; it is never
 printed or recorded.
@@ -28,54 +35,30 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import click
 
+from loadlab.config import Isolation, LoadgenSettings, LoadPlan, Target, Workload
 from loadlab.errors import ClientLimited, InputError
 from loadlab.runstore.claim import claim_run_dir
+from loadlab.validate import PLAN_FLAGS, validate
 
-if TYPE_CHECKING:
-    from loadlab.sweep.cpus import Isolation
-
-
-def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trace: str | None,
-          step_duration: float, warmup: float | None, burstiness: float | None, time_scale: float,
-          max_in_flight: int):
-    from loadlab.loadgen import shapes
-
-    chosen = [n for n, v in (("--concurrency", concurrency), ("--geometric", geometric),
-                             ("--rate", rate), ("--trace-replay", trace)) if v]
-    if len(chosen) != 1:
-        raise InputError(f"give exactly one load plan, got {', '.join(chosen) or 'none'}",
-                         field="plan", fix="use one of --concurrency, --geometric, --rate, --trace-replay")
-    if trace is None and warmup is None:
-        warmup = shapes.default_warmup(step_duration)
-    if concurrency:
-        levels = shapes.parse_levels(concurrency, "--concurrency")
-        if any(v != int(v) for v in levels):
-            raise InputError(f"concurrency levels must be whole numbers, got {concurrency!r}",
-                             field="--concurrency", fix="write e.g. 1,2,4,8")
-        return shapes.concurrency_steps([int(v) for v in levels], step_duration, warmup)
-    if geometric:
-        return shapes.concurrency_steps(shapes.geometric_levels(geometric), step_duration, warmup)
-    if rate:
-        return shapes.rate_steps(shapes.parse_levels(rate, "--rate"), step_duration, warmup,
-                                 burstiness, max_in_flight)
-    from loadlab.loadgen.prepare import TraceSpecs
-
-    specs = TraceSpecs(trace, time_scale)
-    offsets = [s.arrival_s for s in specs.specs]
-    if any(o is None for o in offsets):
-        raise InputError("the trace has no timestamps to replay", source=trace, field="time column",
-                         fix="use a trace with a time column, or --rate with a profile")
-    return shapes.replay_plan(trace, max(offsets), time_scale, warmup, max_in_flight)
+# config field -> the flag it comes from, so validation errors name the flag
+TARGET_FLAGS = {"": "--model", "url": "--target", "launch": "--launch", "model": "--model", "api": "--api",
+                "api_key_env": "--api-key-env"}
+WORKLOAD_FLAGS = {"profile": "--profile", "seed": "--seed"}
+LOADGEN_FLAGS = {"workers": "--workers", "timeout_s": "--timeout", "drain_s": "--drain",
+                 "collect_interval_s": "--collect-interval"}
+CPU_FLAGS = {"": "--server-cpus/--client-cpus", "server_cpus": "--server-cpus", "client_cpus": "--client-cpus"}
+PLANS = {"concurrency": "--concurrency", "geometric": "--geometric", "rate": "--rate", "trace": "--trace-replay"}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--target", help="Base URL of the server, e.g. http://127.0.0.1:8000")
-@click.option("--model", help="Model name to send (the server's served name).")
+@click.option("--model", help="Model name to send (the server's served name). With --launch: the model to "
+              "serve (vllm: its path or name, unless one follows --; sim: a model profile, e.g. qwen2.5-7b).")
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
 @click.option("--profile", default="sharegpt", show_default=True, help="Workload profile name or file.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
@@ -90,7 +73,7 @@ def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trac
               help="Seconds cut from each step's start [default: a fifth of the step, at most 10].")
 @click.option("--max-in-flight", type=int, default=10000, show_default=True, help="Open loop: per-worker cap.")
 @click.option("--workers", type=int, default=1, show_default=True, help="Local worker processes (0: in-process).")
-@click.option("--remote-workers", type=int, default=0, show_default=True, help="Workers joining from other machines.")
+@click.option("--remote-workers", type=click.IntRange(min=0), default=0, show_default=True, help="Workers joining from other machines.")
 @click.option("--master-bind", default="127.0.0.1:0", show_default=True, help="host:port the master listens on.")
 @click.option("--join", "join", help="Run as a worker of the master at host:port (nothing else needed).")
 @click.option("--out", type=click.Path(file_okay=False), help="Run folder (default reports/run-<time>).")
@@ -110,125 +93,139 @@ def _plan(concurrency: str | None, geometric: str | None, rate: str | None, trac
               help="Fit prompt text to exact token counts with the server's /tokenize.")
 @click.option("--server-cpus", help="With --launch: run the server's every thread on these CPUs, e.g. 0 or 0-3.")
 @click.option("--client-cpus", help="Run the load generator (and its local workers) on these CPUs, e.g. 1.")
-def run(target, model, api, profile, seed, concurrency, geometric, rate, burstiness, trace, time_scale,
-        step_duration, warmup, max_in_flight, workers, remote_workers, master_bind, join, out, overwrite, point,
-        api_key_env, timeout, drain, collect, collect_interval, launch, calibrate, server_cpus, client_cpus,
-        server_args) -> None:
+def run(server_args: tuple[str, ...], **o: Any) -> None:
     """Drive a load (steps, Poisson/gamma rate, trace replay) at a server and record every request.
 
     Example: loadlab run --launch sim --concurrency 1,2,4 --step-duration 20 --collect -- --max-num-seqs 4
     """
+    isolation = _isolation(o)
+    if o["join"]:
+        _join(o["join"], isolation)
+        return
+    _check_flags(o, server_args)
+    from loadlab.sweep.point import PointSpec, run_point
+
+    plan = _plan(o)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    spec = PointSpec(
+        out=Path(o["out"]) if o["out"] else Path("reports") / f"run-{stamp}",
+        target=validate(Target, _target_fields(o, server_args), names=TARGET_FLAGS),
+        workload=validate(Workload, {"profile": o["profile"], "seed": o["seed"], "calibrate": o["calibrate"]},
+                          names=WORKLOAD_FLAGS),
+        plan=plan,
+        loadgen=validate(LoadgenSettings, {"workers": o["workers"], "timeout_s": o["timeout"],
+                                           "drain_s": o["drain"],
+                                           **({"collect_interval_s": o["collect_interval"]} if o["collect"] else {})},
+                         names=LOADGEN_FLAGS),
+        isolation=isolation, point=o["point"], server_args=list(server_args), collect=o["collect"],
+        nonce=f"r{stamp}", remote_workers=o["remote_workers"], master_bind=o["master_bind"],
+    )
+    if plan.trace is None:
+        from loadlab.workload import load_profile
+
+        load_profile(spec.workload.profile)  # fail fast, exit 2, before any process starts
+    spec.out = claim_run_dir(spec.out, o["overwrite"])
+    _report(run_point(spec), spec.out)
+
+
+def _isolation(o: dict[str, Any]) -> Isolation:
+    """--server-cpus / --client-cpus as an Isolation, the CPUs checked against this machine."""
+    from loadlab.sweep.cpus import check_available
+
+    if o["server_cpus"] and not o["launch"]:
+        raise InputError("--server-cpus pins a server loadlab starts", field="--server-cpus",
+                         fix="use it with --launch sim|vllm, or pin your server yourself (taskset)")
+    return check_available(validate(Isolation, {"server_cpus": o["server_cpus"], "client_cpus": o["client_cpus"]},
+                                    names=CPU_FLAGS))
+
+
+def _join(address: str, isolation: Isolation) -> None:
+    """Worker mode: serve the master at ``address`` (on the client CPUs when given)."""
+    import os
+
+    from loadlab.loadgen.preflight import split_address
+    from loadlab.sweep.cpus import pin_threads
+
+    split_address(address, "--join", need_port=True)
+    from loadlab.loadgen.worker import join_master
+
+    if isolation.client_cpus is not None:
+        pin_threads(os.getpid(), isolation.client_cpus)
+    join_master(address)
+
+
+def _check_flags(o: dict[str, Any], server_args: tuple[str, ...]) -> None:
+    """The flag combinations, the URL, the master's address and the API key; InputError if off."""
     from loadlab.loadgen.preflight import api_key, check_url, split_address
 
-    isolation = _isolation(server_cpus, client_cpus, launch)
-    if join:
-        split_address(join, "--join", need_port=True)
-        from loadlab.loadgen.worker import join_master
-
-        _pin_client(isolation)
-        join_master(join)
-        return
+    launch, target = o["launch"], o["target"]
     if server_args and not launch:
         raise InputError(f"unexpected arguments {' '.join(server_args)!r}", field="SERVER_ARGS",
                          fix="server flags go after '--' together with --launch sim|vllm")
     if launch and target:
         raise InputError("--target and --launch both name the server", field="--target/--launch",
                          fix="use --target URL for a running server, or --launch sim|vllm to start one")
-    if not launch and (not target or not model):
+    if not launch and (not target or not o["model"]):
         raise InputError("--target and --model are required (or --launch sim|vllm)", field="--target/--model",
                          fix="e.g. --target http://127.0.0.1:8000 --model my-model")
     if target:
         check_url(target)
-    if workers < 0 or remote_workers < 0:
-        raise InputError("worker counts must be >= 0", field="--workers/--remote-workers",
-                         fix="use --workers 0 for one process, 1 or more for worker processes")
-    if workers or remote_workers:
-        split_address(master_bind, "--master-bind")
-    if collect:
-        from loadlab.collect.scraper import MIN_INTERVAL_S
-
-        if not collect_interval >= MIN_INTERVAL_S:
-            raise InputError(f"must be at least {MIN_INTERVAL_S} s, got {collect_interval:g}",
-                             field="--collect-interval", fix="e.g. --collect-interval 1")
-    api_key(api_key_env)  # a key that cannot be a header: exit 2 now, not a worker failure later
-    plan = _plan(concurrency, geometric, rate, trace, step_duration, warmup, burstiness, time_scale,
-                 max_in_flight)
-    if trace is None:
-        from loadlab.workload import load_profile
-
-        load_profile(profile)  # fail fast, exit 2, before any process starts
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = claim_run_dir(Path(out) if out else Path("reports") / f"run-{stamp}", overwrite)
-    params = click.get_current_context().params
-    if launch:
-        # Imported before Locust patches the process (httpx/httpcore must load unpatched).
-        from loadlab.sweep.launcher import launch_target
-
-        with launch_target(launch, list(server_args), out_dir, model=model,
-                           server_cpus=isolation.server_cpus) as launched:
-            extra = {"target": {"launch": launched.manifest_entry()}, "server": launched.server_settings(),
-                     "isolation": isolation.manifest_entry()}
-            _run(launched.base_url, model or launched.model, extra, out_dir, stamp, plan, trace, params,
-                 isolation, target_check=launched.exit_reason)
-        return
-    _run(target, model, {"isolation": isolation.manifest_entry()}, out_dir, stamp, plan, trace, params,
-         isolation)
+    if o["workers"] or o["remote_workers"]:
+        split_address(o["master_bind"], "--master-bind")
+    api_key(o["api_key_env"])  # a key that cannot be a header: exit 2 now, not a worker failure later
 
 
-def _isolation(server_cpus: str | None, client_cpus: str | None, launch: str | None) -> Isolation:
-    """The CPU sets of --server-cpus / --client-cpus, checked (loadlab.sweep.cpus)."""
-    from loadlab.sweep.cpus import check_isolation, parse_cpu_list
+def _target_fields(o: dict[str, Any], server_args: tuple[str, ...]) -> dict[str, Any]:
+    """The Target's fields; a launched vllm serves --model, else the MODEL after --."""
+    model = o["model"]
+    if o["launch"] == "vllm" and not model:
+        from loadlab.sweep.server_flags import parse_flags
 
-    if server_cpus and not launch:
-        raise InputError("--server-cpus pins a server loadlab starts", field="--server-cpus",
-                         fix="use it with --launch sim|vllm, or pin your server yourself (taskset)")
-    return check_isolation(parse_cpu_list(server_cpus, "--server-cpus") if server_cpus else None,
-                           parse_cpu_list(client_cpus, "--client-cpus") if client_cpus else None)
-
-
-def _pin_client(isolation: Isolation) -> None:
-    """Every thread of this process onto the client CPUs; worker processes inherit them."""
-    import os
-
-    from loadlab.sweep.cpus import pin_threads
-
-    if isolation.client_cpus is not None:
-        pin_threads(os.getpid(), isolation.client_cpus)
+        model = next(iter(parse_flags(list(server_args)).positional), None)
+    fields = {"url": o["target"], "launch": o["launch"], "model": model, "api": o["api"],
+              "api_key_env": o["api_key_env"]}
+    return {k: v for k, v in fields.items() if v is not None}
 
 
-def _run(target: str, model: str, extra: dict, out_dir: Path, stamp: str, plan, trace: str | None,
-         o: dict, isolation: Isolation, target_check=None) -> None:
-    """Build the settings and drive the run (Locust is imported from here on); ``o``: the CLI params.
-    Exits 3 (:class:`~loadlab.errors.ClientLimited`) after everything is written when the
-    client fell short of the asked load at some step."""
-    _pin_client(isolation)
-    if o["collect"]:
-        import loadlab.collect.scraper  # noqa: F401  (before Locust's monkey-patching, like httpx)
-    from loadlab.loadgen.preflight import preflight
+def _plan(o: dict[str, Any]) -> LoadPlan:
+    """The LoadPlan of exactly one of --concurrency, --geometric, --rate, --trace-replay."""
+    chosen = [flag for key, flag in PLANS.items() if o[key]]
+    if len(chosen) != 1:
+        raise InputError(f"give exactly one load plan, got {', '.join(chosen) or 'none'}",
+                         field="plan", fix=f"use one of {', '.join(PLANS.values())}")
+    fields: dict[str, Any] = {"warmup_s": o["warmup"], "max_in_flight": o["max_in_flight"]}
+    names = dict(PLAN_FLAGS)
+    if o["trace"]:
+        fields.update(trace=o["trace"], time_scale=o["time_scale"],
+                      trace_duration_s=max(_trace_span_s(o["trace"], o["time_scale"]), 1e-3))
+    else:
+        fields["step_duration_s"] = o["step_duration"]
+    if o["concurrency"] or o["geometric"]:
+        fields["concurrency"] = o["concurrency"] or o["geometric"]
+        names["concurrency"] = chosen[0]
+    if o["rate"]:
+        fields.update(rate=o["rate"], burstiness=o["burstiness"])
+    return validate(LoadPlan, {k: v for k, v in fields.items() if v is not None}, names=names)
 
-    api, seed, profile, time_scale, timeout = o["api"], o["seed"], o["profile"], o["time_scale"], o["timeout"]
-    api_key_env, point, calibrate = o["api_key_env"], o["point"], o["calibrate"]
-    info = preflight(target.rstrip("/"), model, api_key_env)
-    extra = {**extra, "target": {**extra.get("target", {}), "max_model_len": info.max_model_len}}
 
-    from loadlab.loadgen import driver  # Locust (gevent patching) from here on
+def _trace_span_s(trace: str, time_scale: float) -> float:
+    """The last arrival offset of a trace (x ``time_scale``); InputError without timestamps."""
+    from loadlab.loadgen.prepare import TraceSpecs
+
+    offsets = [s.arrival_s for s in TraceSpecs(trace, time_scale).specs]
+    if any(o is None for o in offsets):
+        raise InputError("the trace has no timestamps to replay", source=trace, field="time column",
+                         fix="use a trace with a time column, or --rate with a profile")
+    return max(offsets)
+
+
+def _report(manifest: dict[str, Any], out: Path) -> None:
+    """The step summary, the outcome, notes; ClientLimited (exit 3) when the client fell short."""
     from loadlab.loadgen.achieved import format_summary, limited_message
-    from loadlab.loadgen.context import RunSettings
 
-    settings = RunSettings(
-        base_url=target.rstrip("/"), model=model, api=api, seed=seed,
-        profile=None if trace else profile, trace=trace, time_scale=time_scale, timeout_s=timeout,
-        api_key_env=api_key_env, point=point, nonce=f"r{stamp}", calibrate=calibrate, plan=plan.describe(),
-        max_model_len=info.max_model_len,
-    )
-    opts = driver.RunOptions(out=out_dir, workers=o["workers"], remote_workers=o["remote_workers"],
-                             master_bind=o["master_bind"], drain_s=o["drain"],
-                             collect_interval_s=o["collect_interval"] if o["collect"] else None,
-                             target_check=target_check)
-    manifest = driver.run_load(settings, plan, opts, extra)
     rec = manifest.get("records", {})
     click.echo(format_summary(manifest["steps"]), err=True)
-    click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out_dir}")
+    click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out}")
     workload = manifest.get("workload", {})
     if workload.get("calibrate") and workload.get("calibrated") is False:
         click.echo(f"note: prompt lengths not exact: {workload['calibration_reason']}", err=True)

@@ -3,7 +3,9 @@
 Steps of :func:`run_load`:
 
 1. Open the run folder: manifest (status ``running``; target without credentials;
-   plan; workload; host; versions) and a :class:`~loadlab.loadgen.records.Recorder`.
+   plan; workload; host; versions) and a :class:`~loadlab.loadgen.records.Recorder`;
+   then ``on_open()`` (:mod:`loadlab.sweep.point` starts its ``/metrics`` scraper there:
+   one started before the manifest is written would see its manifest keys replaced).
 2. Runners. ``workers == 0`` (and no remote workers): one process, Locust ``LocalRunner``, the worker side
    wired in-process (handy for ``locust -f`` parity and debugging; recording shares
    the event loop with timing). ``workers >= 1`` (default 1): a ``MasterRunner`` that
@@ -27,15 +29,11 @@ Steps of :func:`run_load`:
    (:mod:`loadlab.loadgen.guards`: target unreachable, every request refused) or
    ``target_check`` (the launched server's process) says the target is gone. Both
    are checked every 0.2 s of a step; the step's window is kept as far as it ran.
-7. The tables this process wrote are compacted into one part each
+7. The load's tables (requests, client) are compacted into one part each
    (:func:`loadlab.runstore.compact_run`, "compacting N part files..." on ``progress``
    when that takes a while; interrupted, it loses nothing).
 
-A progress line goes to ``progress`` every ``progress_s`` seconds. With
-``collect_interval_s`` the master also runs :class:`loadlab.collect.scraper.Scraper`
-on the target into the same folder (threads, which Locust's gevent patching makes
-greenlets of the master: it only records, so no measurement shares its loop unless
-``workers == 0``).
+A progress line goes to ``progress`` every ``progress_s`` seconds.
 """
 
 from __future__ import annotations
@@ -99,7 +97,8 @@ class RunOptions:
     master_bind: str = "127.0.0.1:0"
     drain_s: float = 30.0
     progress_s: float = 5.0
-    collect_interval_s: float | None = None   # sample the target's /metrics meanwhile (loadlab.collect)
+    # Called once the manifest is written, before any load (the point starts its scraper).
+    on_open: Callable[[], object] | None = None
     # Why the target is gone (e.g. the launched server's process exited), or None; polled.
     target_check: Callable[[], str | None] | None = None
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
@@ -173,12 +172,6 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
     out = Path(opts.out)
     recorder = Recorder(out)
     write_manifest(out, _manifest(settings, plan, opts, manifest_extra or {}))
-    scraper = None
-    if opts.collect_interval_s:
-        from loadlab.collect.scraper import Scraper
-
-        scraper = Scraper([settings.base_url], out, interval_s=opts.collect_interval_s,
-                          api_key_env=settings.api_key_env).start()
     stop = Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         gevent.signal_handler(sig, stop.set)
@@ -188,6 +181,8 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
     procs: list[subprocess.Popen] = []
     status, error = "complete", None
     try:
+        if opts.on_open is not None:
+            opts.on_open()
         if opts.workers == 0 and opts.remote_workers == 0:
             runner = env.create_local_runner()
             mlink, wlink = _local_links()
@@ -236,8 +231,6 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         status, error = ("interrupted", None) if isinstance(exc, KeyboardInterrupt) else ("failed", str(exc))
         raise
     finally:
-        if scraper is not None:
-            scraper.stop()
         recorder.close()
         manifest = update_manifest(out, status=status, error=error, finished=time.time(),
                                    stop_reason=master.stop_reason, records=recorder.records_entry(),
@@ -247,9 +240,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
             env.runner.quit() if env.runner else None
         finally:
             _reap(procs)
-        compact_run(out, tables=("requests.parquet", "client.parquet")
-                    + (("metrics.parquet", "scrapes.parquet") if scraper is not None else ()),
-                    progress=opts.progress)
+        compact_run(out, tables=("requests.parquet", "client.parquet"), progress=opts.progress)
     if status == "interrupted":
         raise RunInterrupted(f"run interrupted; everything measured is in {out}")
     if master.stop_reason is not None:

@@ -1,7 +1,7 @@
 """Before any load starts: is the target usable with this run's URL, key and model?
 
-Steps of :func:`preflight` (one request, httpx, in the ``loadlab run`` process before
-Locust is imported):
+Steps of :func:`preflight` (one request, httpx, from :func:`loadlab.sweep.point.run_point`
+before the load starts):
 
 1. :func:`check_url`: ``http://host[:port][/prefix]`` only. ``https://`` is refused
    plainly (the load generator's transport speaks plain HTTP: point it at the

@@ -94,8 +94,8 @@ class SocketTokenCounter:
     """A ``TokenCounter`` over the load generator's own transport.
 
     Same request shape as :mod:`loadlab.workload.tokenize` (vLLM's ``/tokenize``), but
-    without httpx: under Locust's gevent monkey-patching httpcore's optional trio
-    import fails (``select.epoll`` is gone), and one lean socket path is enough.
+    without httpx, which a Locust worker cannot import (the import-order rule:
+    :mod:`loadlab.sweep.point`); one lean socket path is enough.
     """
 
     def __init__(self, base_url: str, model: str, chat: bool, headers: Mapping[str, str],

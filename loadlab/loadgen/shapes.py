@@ -11,8 +11,8 @@
 - trace replay: one step; request ``i`` is trace row ``i`` (time order), sent at its
   recorded offset times ``time_scale``.
 
-The constructors below build plans from CLI flags, errors naming the flag
-(``default_warmup`` is :func:`loadlab.config.default_warmup`).
+The constructors below build plans from flag values (``locust -f``'s environment
+variables, tests), errors naming the flag; ``loadlab run`` maps its options itself.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from loadlab import config
-from loadlab.config import LoadPlan, Step, default_warmup  # noqa: F401 (loadgen/cli.py reads it here)
+from loadlab.config import LoadPlan, Step
 from loadlab.errors import InputError
 from loadlab.validate import plan_from_flags
 from loadlab.workload.arrivals import step_schedule
@@ -35,11 +35,6 @@ def parse_levels(text: str, flag: str, integer: bool = False) -> list[float]:
         raise InputError(str(exc), field=flag, fix=config.LEVELS_FIX) from None
 
 
-def geometric_levels(text: str) -> list[int]:
-    """``start:factor:max`` -> start, start*factor, ... capped at and ending with max."""
-    return [int(v) for v in parse_levels(text, "--geometric", integer=True)]
-
-
 def concurrency_steps(levels: list[int], duration_s: float, warmup_s: float) -> LoadPlan:
     return plan_from_flags(concurrency=levels, step_duration_s=duration_s, warmup_s=warmup_s)
 
@@ -48,13 +43,6 @@ def rate_steps(rates: list[float], duration_s: float, warmup_s: float,
                burstiness: float | None = None, max_in_flight: int = 10000) -> LoadPlan:
     return plan_from_flags(rate=rates, step_duration_s=duration_s, warmup_s=warmup_s,
                            burstiness=burstiness, max_in_flight=max_in_flight)
-
-
-def replay_plan(trace: str, last_offset_s: float, time_scale: float, warmup_s: float | None,
-                max_in_flight: int = 10000) -> LoadPlan:
-    """One step over the whole trace; ``warmup_s`` None: the default of its length."""
-    return plan_from_flags(trace=trace, trace_duration_s=max(last_offset_s, 1e-3), time_scale=time_scale,
-                           warmup_s=warmup_s, max_in_flight=max_in_flight)
 
 
 def step_at(plan: LoadPlan, elapsed_s: float) -> Step | None:

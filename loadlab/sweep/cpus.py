@@ -7,14 +7,18 @@ fraction of the load it claims and stamps late times (real-vllm.md, "Sharing 2 c
 in-flight 1.9-2.7 of 8 users unpinned, 8.0 pinned). Giving each side its own CPUs
 removes that contention; it cannot help against a third party using the same CPUs.
 
-- :func:`parse_cpu_list`: taskset's list syntax, ``0``, ``0,2``, ``0-3``, ``0-3,6``.
-- :func:`check_isolation`: every CPU named must be one this process may run on
-  (``os.sched_getaffinity(0)``) and the two sets must not overlap.
+- :func:`parse_cpu_list`: taskset's list syntax, ``0``, ``0,2``, ``0-3``, ``0-3,6``
+  (:mod:`loadlab.cpulist`), errors naming the flag. The two sides' sets are a
+  :class:`loadlab.config.Isolation` (which refuses overlapping sets).
+- :func:`check_available`: every CPU named must be one this process may run on
+  (``os.sched_getaffinity(0)``).
 - :func:`inherited_affinity`: the calling thread runs on a set while a child is started,
   so the child (and everything it starts) inherits the set from its first instruction.
 - :func:`pin_tree`: every thread of a process and of all its descendants is narrowed to
   the set after the fact. A thread already bound inside the set keeps its binding (vLLM's
   OpenMP threads bind one per core); a thread outside it is moved onto the whole set.
+- :func:`pinned_process`: the load generator's process (every thread, and what it starts
+  later: its worker processes) on the client's set for the length of a block.
 - :func:`default_split`: for tests and benchmarks on one host, the last CPU for the
   client and the rest for the server.
 
@@ -31,78 +35,35 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
+from loadlab import cpulist
+from loadlab.config import Isolation
+from loadlab.cpulist import CpuSet, format_cpu_list
 from loadlab.errors import InputError
-
-CpuSet = frozenset[int]
-
-
-@dataclass(frozen=True)
-class Isolation:
-    """Where each side runs; None on a side = not pinned."""
-
-    server_cpus: CpuSet | None = None
-    client_cpus: CpuSet | None = None
-
-    def manifest_entry(self) -> dict[str, list[int] | None] | None:
-        """The manifest's ``isolation`` block, or None when nothing is pinned."""
-        if self.server_cpus is None and self.client_cpus is None:
-            return None
-        return {"server_cpus": _sorted(self.server_cpus), "client_cpus": _sorted(self.client_cpus)}
-
-
-def _sorted(cpus: CpuSet | None) -> list[int] | None:
-    return None if cpus is None else sorted(cpus)
-
-
-def format_cpu_list(cpus: CpuSet) -> str:
-    """{0, 1, 2, 5} -> ``0-2,5`` (the form taskset and parse_cpu_list read)."""
-    out: list[str] = []
-    ordered = sorted(cpus)
-    start = prev = ordered[0]
-    for cpu in [*ordered[1:], None]:
-        if cpu is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if cpu is not None:
-            start = prev = cpu
-    return ",".join(out)
 
 
 def parse_cpu_list(text: str, flag: str) -> CpuSet:
-    """``0-3,6`` -> {0, 1, 2, 3, 6}; errors name ``flag``."""
-    cpus: set[int] = set()
-    for part in text.split(","):
-        lo, dash, hi = part.strip().partition("-")
-        try:
-            first, last = int(lo), int(hi) if dash else int(lo)
-        except ValueError:
-            raise InputError(f"not a CPU list: {text!r}", field=flag,
-                             fix="write CPU numbers like taskset: 0, 0,2 or 0-3") from None
-        if first < 0 or last < first:
-            raise InputError(f"bad CPU range {part.strip()!r} in {text!r}", field=flag,
-                             fix="ranges go low-high, e.g. 0-3")
-        cpus.update(range(first, last + 1))
-    return frozenset(cpus)
+    """``0-3,6`` -> {0, 1, 2, 3, 6} (:func:`loadlab.cpulist.parse_cpu_list`); errors name ``flag``."""
+    try:
+        return cpulist.parse_cpu_list(text)
+    except (TypeError, ValueError) as exc:
+        raise InputError(str(exc), field=flag, fix=cpulist.FIX) from None
 
 
-def check_isolation(server: CpuSet | None, client: CpuSet | None) -> Isolation:
-    """Both sets usable here and disjoint; returns them as an :class:`Isolation`."""
-    allowed = os.sched_getaffinity(0)
-    for flag, cpus in (("--server-cpus", server), ("--client-cpus", client)):
+def check_available(isolation: Isolation, fields: tuple[str, str] = ("--server-cpus", "--client-cpus"),
+                    source: str | Path | None = None) -> Isolation:
+    """Every CPU named is one this process may run on; errors name ``fields`` (server's,
+    client's) and ``source``. The syntax and the overlap are the model's own checks."""
+    allowed = frozenset(os.sched_getaffinity(0))
+    for field, cpus in zip(fields, (isolation.server_cpus, isolation.client_cpus)):
         if cpus is not None and not cpus <= allowed:
             raise InputError(f"CPU {format_cpu_list(cpus - allowed)} is not available here "
-                             f"(this process may use {format_cpu_list(frozenset(allowed))})",
-                             field=flag, fix="name CPUs from that list")
-    if server is not None and client is not None and server & client:
-        raise InputError(f"server and client CPUs overlap on {format_cpu_list(server & client)}",
-                         field="--server-cpus/--client-cpus",
-                         fix="give each side its own CPUs, e.g. --server-cpus 0 --client-cpus 1")
-    return Isolation(server, client)
+                             f"(this process may use {format_cpu_list(allowed)})",
+                             source=source, field=field, fix="name CPUs from that list")
+    return isolation
 
 
 def check_omp_bind(value: str | None, cpus: CpuSet) -> None:
@@ -157,9 +118,29 @@ def pin_tree(pid: int, cpus: CpuSet) -> int:
     return pin_threads(pid, cpus) + sum(pin_threads(child.pid, cpus) for child in children)
 
 
+@contextmanager
+def pinned_process(cpus: CpuSet | None) -> Iterator[None]:
+    """Every thread of this process on ``cpus`` inside the block (threads and processes
+    started there inherit them); afterwards every thread back on the CPUs it had before
+    (a sweep's next server must not inherit the client's CPUs)."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    pin_threads(os.getpid(), cpus)
+    try:
+        yield
+    finally:
+        for thread in psutil.Process().threads():
+            try:
+                os.sched_setaffinity(thread.id, before)
+            except ProcessLookupError:  # the thread ended meanwhile
+                continue
+
+
 def default_split() -> Isolation:
     """The last usable CPU for the client, the others for the server; no pinning on 1 CPU."""
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < 2:
         return Isolation()
-    return Isolation(frozenset(allowed[:-1]), frozenset(allowed[-1:]))
+    return Isolation(server_cpus=frozenset(allowed[:-1]), client_cpus=frozenset(allowed[-1:]))

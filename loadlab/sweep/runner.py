@@ -12,9 +12,11 @@ Steps of :func:`run_sweep`:
 3. Each point not yet ``complete``: an earlier attempt's folder is moved aside to
    ``<point>.attempt-N`` (kept, never deleted); the point is marked ``running``; it runs
    live (:func:`loadlab.sweep.point.run_point`: a fresh server on a free port, its log in
-   the point's folder) or, with ``what_if``, on the simulator in virtual time
-   (:mod:`loadlab.sweep.whatif`); its ``analysis.json`` is written with the scenario's
-   SLOs and its verdict printed. Every point gets the same seeded workload.
+   the point's folder; server and load generator on the scenario's ``isolation`` CPUs,
+   checked against this machine before the first point) or, with ``what_if``, on the
+   simulator in virtual time (:mod:`loadlab.sweep.whatif`); its ``analysis.json`` is
+   written with the scenario's SLOs and its verdict printed. Every point gets the same
+   seeded workload.
 4. A point that fails (its server never becomes healthy or dies mid-step, a flag it
    refuses, anything raised) is recorded ``failed`` with the reason and the sweep goes on.
    Ctrl-C (or SIGTERM) marks the point ``interrupted`` (its records are already flushed),
@@ -129,6 +131,10 @@ def _check_runnable(scenario: Scenario, what_if: bool) -> None:
     if what_if and scenario.load.trace is not None:
         raise InputError("--what-if replays concurrency or rate steps, not a trace", field="load.trace",
                          fix="give the scenario a concurrency, rate or search plan")
+    if not what_if and scenario.isolation is not None:
+        from loadlab.sweep.cpus import check_available
+
+        check_available(scenario.isolation, ("isolation.server_cpus", "isolation.client_cpus"))
     if not what_if and scenario.target.launch == "vllm":
         from loadlab.sweep.launcher import find_vllm
 

@@ -9,16 +9,19 @@ import sys
 import psutil
 import pytest
 
+from loadlab.config import Isolation
 from loadlab.errors import InputError
 from loadlab.sweep.cpus import (
-    check_isolation,
+    check_available,
     check_omp_bind,
     default_split,
     format_cpu_list,
     inherited_affinity,
     parse_cpu_list,
     pin_tree,
+    pinned_process,
 )
+from loadlab.validate import validate
 
 ALLOWED = sorted(os.sched_getaffinity(0))
 two_cpus = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs 2 usable CPUs")
@@ -50,17 +53,27 @@ def test_parse_and_format_cpu_lists() -> None:
             parse_cpu_list(bad, "--client-cpus")
 
 
-def test_check_isolation_names_the_flag() -> None:
+def test_isolation_model_reads_taskset_lists_and_refuses_overlap() -> None:
+    both = Isolation(server_cpus="0-2", client_cpus=3)
+    assert (both.server_cpus, both.client_cpus) == ({0, 1, 2}, {3})
+    assert both.manifest_entry() == {"server_cpus": [0, 1, 2], "client_cpus": [3]}
+    assert Isolation.model_validate(both.model_dump(mode="json")) == both   # a manifest's copy reads back
+    assert Isolation().manifest_entry() is None
+    with pytest.raises(InputError, match=r"^isolation: server and client CPUs overlap on 1-2"):
+        validate(Isolation, {"server_cpus": "0-2", "client_cpus": [1, 2]}, names={"": "isolation"})
+    with pytest.raises(InputError, match=r"^client_cpus: not a list of CPU numbers"):
+        validate(Isolation, {"client_cpus": [1, "a"]})
+
+
+def test_check_available_names_the_field() -> None:
     missing = max(ALLOWED) + 1
     with pytest.raises(InputError, match=rf"--server-cpus: CPU {missing} is not available here"):
-        check_isolation(frozenset({missing}), None)
-    with pytest.raises(InputError, match="--client-cpus"):
-        check_isolation(None, frozenset({missing}))
-    with pytest.raises(InputError, match="overlap on 0"):
-        check_isolation(frozenset({0}), frozenset({0}))
-    assert check_isolation(None, None).manifest_entry() is None
-    assert check_isolation(frozenset({ALLOWED[0]}), None).manifest_entry() == {
-        "server_cpus": [ALLOWED[0]], "client_cpus": None}
+        check_available(Isolation(server_cpus=missing))
+    with pytest.raises(InputError, match="f.yaml: isolation.client_cpus"):
+        check_available(Isolation(client_cpus=missing), ("isolation.server_cpus", "isolation.client_cpus"),
+                        source="f.yaml")
+    ok = Isolation(server_cpus=ALLOWED[0])
+    assert check_available(ok) is ok
 
 
 def test_explicit_vllm_omp_binding_must_stay_inside_the_server_cpus() -> None:
@@ -109,3 +122,21 @@ def test_default_split_gives_the_client_the_last_cpu() -> None:
         assert split.manifest_entry() is None
     else:
         assert split.client_cpus == {ALLOWED[-1]} and split.server_cpus == frozenset(ALLOWED[:-1])
+
+
+@two_cpus
+def test_pinned_process_moves_every_thread_and_gives_the_cpus_back() -> None:
+    import threading
+
+    before = os.sched_getaffinity(0)
+    done = threading.Event()
+    helper = threading.Thread(target=done.wait)
+    helper.start()
+    try:
+        with pinned_process(frozenset({ALLOWED[-1]})):
+            threads = [t.id for t in psutil.Process().threads()]
+            assert all(os.sched_getaffinity(t) == {ALLOWED[-1]} for t in threads)
+        assert all(os.sched_getaffinity(t) == before for t in threads)
+    finally:
+        done.set()
+        helper.join()

@@ -53,6 +53,21 @@ def test_bad_scenario_exits_2_naming_file_field_and_fix(tmp_path):
     assert not out.exists(), "nothing may start for a bad scenario"
 
 
+def test_isolation_a_machine_cannot_give_exits_2_naming_the_field(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    absent = max(os.sched_getaffinity(0)) + 1
+    scenario.write_text(WHATIF + f"isolation: {{client_cpus: '{absent}'}}\n")
+    out = tmp_path / "out"
+    proc = sweep(str(scenario), "--out", str(out))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "isolation.client_cpus" in proc.stderr and f"CPU {absent} is not available" in proc.stderr
+    assert not out.exists()
+    scenario.write_text(WHATIF + "isolation: {server_cpus: '0-1', client_cpus: '1-2'}\n")
+    proc = sweep(str(scenario), "--out", str(out))
+    assert proc.returncode == 2 and f"{scenario}: isolation: server and client CPUs overlap on 1" in proc.stderr
+    assert not out.exists()
+
+
 def test_a_vllm_scenario_without_vllm_exits_2_before_anything(tmp_path):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(WHATIF.replace("launch: sim\n  model: llama-3.1-8b", "launch: vllm\n  model: m")

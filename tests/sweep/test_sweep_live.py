@@ -100,3 +100,52 @@ def test_killed_point_fails_interrupt_reports_and_resume_finishes(tmp_path):
         assert earlier["status"] in ("failed", "interrupted")
         assert load_manifest(out / name).status == "complete"
     assert "a: complete" in stdout and "c: complete" in stdout
+
+
+ISOLATED = """\
+name: isolated-test
+description: two simulator arms, the load generator on CPUs of its own
+target:
+  launch: sim
+flags:
+  max-num-seqs: 4
+load:
+  concurrency: [2]
+  step_duration_s: 3
+  warmup_s: 1
+loadgen:
+  workers: 1
+  drain_s: 2
+  collect_interval_s: 0.5
+isolation:
+  client_cpus: "{client}"
+sweep:
+  arms:
+    a: {{block-size: 16}}
+    b: {{block-size: 32}}
+"""
+
+
+def test_points_run_the_client_on_its_cpus_and_the_next_server_is_not_confined_there(tmp_path):
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        import pytest
+
+        pytest.skip("needs 2 usable CPUs")
+    scenario = tmp_path / "iso.yaml"
+    scenario.write_text(ISOLATED.format(client=allowed[-1]))
+    out = tmp_path / "run"
+    proc = sweep(str(scenario), "--out", str(out))
+    wait_for("point b recording", lambda: recording(out / "b"), proc)
+    # the first point's client CPUs were given back: b's server was started on all of them
+    server_cpus = os.sched_getaffinity(load_manifest(out / "b").target.launch.pid)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert server_cpus == set(allowed)
+    for name in ("a", "b"):
+        point = json.loads((out / name / "manifest.json").read_text())
+        assert point["status"] == "complete"
+        assert point["isolation"] == {"server_cpus": None, "client_cpus": allowed[-1:]}
+        # the scraper started after the manifest was written: its keys are kept
+        assert point["metrics"]["interval_s"] == 0.5 and point["metrics"]["names_found"]
+        assert len(list((out / name / "scrapes.parquet").glob("part-*.parquet"))) == 1
