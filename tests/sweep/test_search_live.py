@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import textwrap
 
 from loadlab.runstore.manifest import RunManifest, load_manifest
 
@@ -32,27 +31,10 @@ loadgen:
   drain_s: 2
   collect_interval_s: 0.5
 """
-# Short requests (E2E well under a second on the simulated H100): a step holds dozens,
-# and the queue left by a stalled step is gone within the next step's warm-up.
-PROFILE = textwrap.dedent("""\
-    format_version: 1
-    name: short
-    description: short requests for a live knee search
-    source: {dataset: none, origin: tests/sweep/test_search_live.py, licence: none, citation: none,
-             derivation: hand-written}
-    lengths:
-      input: {p: [0.0, 1.0], v: [50, 150]}
-      output: {p: [0.0, 1.0], v: [40, 80]}
-      input_summary: {n: 2, mean: 100, p10: 60, p25: 75, p50: 100, p75: 125, p90: 140, p99: 149, max: 150}
-      output_summary: {n: 2, mean: 60, p10: 44, p25: 50, p50: 60, p75: 70, p90: 76, p99: 79, max: 80}
-    arrivals: {process: none}
-    prefix: {kind: none}
-    """)
-
-
-def test_live_search_brackets_the_sequence_cap(tmp_path):
-    profile = tmp_path / "short.yaml"
-    profile.write_text(PROFILE)
+def test_live_search_brackets_the_sequence_cap(tmp_path, uniform_profile):
+    # Short requests (E2E well under a second on the simulated H100): a step holds dozens,
+    # and the queue a stalled step leaves is gone within the next step's warm-up.
+    profile = uniform_profile("short", (50, 150), (40, 80))
     scenario = tmp_path / "search.yaml"
     scenario.write_text(SCENARIO.format(cap=MAX_NUM_SEQS, profile=profile))
     out = tmp_path / "run"
