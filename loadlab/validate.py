@@ -35,7 +35,7 @@ SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 PLAN_FLAGS = {"": "plan", "concurrency": "--concurrency", "rate": "--rate", "burstiness": "--burstiness",
               "step_duration_s": "--step-duration", "warmup_s": "--warmup",
               "time_scale": "--time-scale", "max_in_flight": "--max-in-flight",
-              "trace": "--trace-replay"}
+              "trace": "--trace-replay", "search": "--search"}
 
 
 def validate(model: type[M], data: Any, *, source: str | Path | None = None,

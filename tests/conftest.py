@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +86,36 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             "a test module imported Locust (gevent monkey-patching) at collection time; "
             "import it inside a subprocess instead"
         )
+
+
+ProfileWriter = Callable[[str, tuple[int, int], tuple[int, int]], Path]
+
+
+@pytest.fixture(scope="session")
+def uniform_profile(tmp_path_factory: pytest.TempPathFactory) -> ProfileWriter:
+    """``uniform_profile(name, (lo, hi), (lo, hi))``: the path of a workload profile whose
+    prompt and output lengths (tokens) are uniform over those ranges, no prefixes, no
+    arrival process: short requests keep live runs quick."""
+    def write(name: str, prompt: tuple[int, int], output: tuple[int, int]) -> Path:
+        def lengths(lo: int, hi: int) -> str:
+            at = {f"p{q}": lo + (hi - lo) * q / 100 for q in (10, 25, 50, 75, 90, 99)}
+            summary = {"n": 2, "mean": (lo + hi) / 2, **at, "max": hi}
+            return f"{{p: [0.0, 1.0], v: [{lo}, {hi}]}}", "{" + ", ".join(f"{k}: {v:g}" for k, v in summary.items()) + "}"
+
+        (inp, inp_summary), (out, out_summary) = lengths(*prompt), lengths(*output)
+        path = tmp_path_factory.mktemp("profiles") / f"{name}.yaml"
+        path.write_text(f"""format_version: 1
+name: {name}
+description: uniform lengths for tests
+source: {{dataset: none, origin: tests/conftest.py, licence: none, citation: none, derivation: hand-written}}
+lengths:
+  input: {inp}
+  output: {out}
+  input_summary: {inp_summary}
+  output_summary: {out_summary}
+arrivals: {{process: none}}
+prefix: {{kind: none}}
+""")
+        return path
+
+    return write

@@ -22,7 +22,9 @@ Algorithm (one background thread per endpoint, all on one shared clock):
 6. :meth:`Scraper.stop` (or leaving the ``with`` block) stops the threads and
    flushes everything; parts are also flushed every ``flush_interval_s`` (5 s:
    a crash loses seconds, and an hour at 1 Hz makes ~720 part files per endpoint,
-   not thousands).
+   not thousands). :meth:`Scraper.sync` waits for every endpoint's next scrape and
+   flushes, for a reader that must see the server up to now (a knee search judging
+   the step that just ended).
 
 Ticks and timestamps come from ``clock`` (:class:`SystemClock`; tests pass a manual
 clock so tick accounting is checked without depending on the machine's speed).
@@ -85,6 +87,7 @@ class EndpointStats:
     ok: int = 0
     missed: int = 0
     last_error: str | None = None
+    last_t: float | None = None      # wall time of the latest row (a scrape's start, a missed tick)
 
 
 class _EndpointLoop:
@@ -157,6 +160,7 @@ class _EndpointLoop:
                 st.attempts += 1
                 st.ok += error is None
             st.last_error = error if error is not None else st.last_error
+            st.last_t = max(t, st.last_t or t)
             self.owner._changed.notify_all()
 
 
@@ -267,7 +271,22 @@ class Scraper:
             except StoreError as exc:
                 self.write_errors.append(str(exc))
 
-    def __enter__(self) -> Scraper:
+    def sync(self) -> bool:
+        """Wait until every endpoint has a row begun from now on (a scrape, or a failed or
+        missed one: a dead server does not hold this up), then write every buffered row.
+        False when that took longer than two intervals and a timeout (then what came is
+        written all the same)."""
+        now = self.clock.time()
+        came = self.wait_until(lambda stats: all((s.last_t or 0.0) >= now for s in stats.values()),
+                               2 * self.interval_s + self.timeout_s)
+        for writer in [*(loop.sink for loop in self._loops), self._scrapes]:
+            try:
+                writer.flush()
+            except StoreError as exc:
+                self.write_errors.append(str(exc))
+        return came
+
+    def __enter__(self) -> Scraper:  # noqa: PYI034 - Self needs Python 3.11
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -2,7 +2,9 @@
 
 Load plan (exactly one): ``--concurrency 1,2,4,8`` or ``--geometric 1:2:64``
 (closed-loop steps of ``--step-duration`` seconds, first ``--warmup`` cut by the
-analyzer); ``--rate R[,R2...]`` with optional ``--burstiness B`` (open-loop Poisson,
+analyzer); ``--search START:MAX:RESOLUTION`` (an adaptive knee search over closed-loop
+users, :mod:`loadlab.loadgen.knee_search`: each step judged by the analyzer before the
+next is chosen; give ``--collect`` so it sees the server's queue); ``--rate R[,R2...]`` with optional ``--burstiness B`` (open-loop Poisson,
 gamma when B != 1); ``--trace-replay FILE`` with ``--time-scale X`` (recorded
 arrival times x X).
 
@@ -51,7 +53,8 @@ WORKLOAD_FLAGS = {"profile": "--profile", "seed": "--seed"}
 LOADGEN_FLAGS = {"workers": "--workers", "timeout_s": "--timeout", "drain_s": "--drain",
                  "collect_interval_s": "--collect-interval"}
 CPU_FLAGS = {"": "--server-cpus/--client-cpus", "server_cpus": "--server-cpus", "client_cpus": "--client-cpus"}
-PLANS = {"concurrency": "--concurrency", "geometric": "--geometric", "rate": "--rate", "trace": "--trace-replay"}
+PLANS = {"concurrency": "--concurrency", "geometric": "--geometric", "search": "--search", "rate": "--rate",
+         "trace": "--trace-replay"}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,6 +67,7 @@ PLANS = {"concurrency": "--concurrency", "geometric": "--geometric", "rate": "--
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--concurrency", help="Closed-loop levels, e.g. 1,2,4,8.")
 @click.option("--geometric", help="Closed-loop levels start:factor:max, e.g. 1:2:64.")
+@click.option("--search", help="Adaptive knee search over users start:max:resolution, e.g. 2:64:2.")
 @click.option("--rate", help="Open-loop arrival rate(s) in requests/s, e.g. 5 or 5,10,20.")
 @click.option("--burstiness", type=float, default=None, help="Gamma shape of inter-arrivals (1 = Poisson).")
 @click.option("--trace-replay", "trace", type=click.Path(), help="Replay a trace's arrivals and lengths.")
@@ -203,9 +207,20 @@ def _plan(o: dict[str, Any]) -> LoadPlan:
     if o["concurrency"] or o["geometric"]:
         fields["concurrency"] = o["concurrency"] or o["geometric"]
         names["concurrency"] = chosen[0]
+    if o["search"]:
+        fields["search"] = _search(o["search"])
     if o["rate"]:
         fields.update(rate=o["rate"], burstiness=o["burstiness"])
     return validate(LoadPlan, {k: v for k, v in fields.items() if v is not None}, names=names)
+
+
+def _search(text: str) -> dict[str, int]:
+    """``2:64:2`` -> the KneeSearch fields (start, max, resolution)."""
+    parts = text.split(":")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise InputError(f"'{text}' is not START:MAX:RESOLUTION", field="--search",
+                         fix="give three whole numbers of users, e.g. --search 2:64:2")
+    return dict(zip(("start", "max", "resolution"), map(int, parts), strict=True))
 
 
 def _trace_span_s(trace: str, time_scale: float) -> float:
@@ -226,6 +241,10 @@ def _report(manifest: dict[str, Any], out: Path) -> None:
     rec = manifest.get("records", {})
     click.echo(format_summary(manifest["steps"]), err=True)
     click.echo(f"run {manifest['status']}: {rec.get('rows', 0)} requests recorded in {out}")
+    if manifest.get("search"):
+        found = manifest["search"]
+        click.echo(f"knee search: last good {found['lower']}, first stalled {found['upper']} users "
+                   f"({len(found['steps'])} steps)")
     workload = manifest.get("workload", {})
     if workload.get("calibrate") and workload.get("calibrated") is False:
         click.echo(f"note: prompt lengths not exact: {workload['calibration_reason']}", err=True)

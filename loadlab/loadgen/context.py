@@ -105,7 +105,7 @@ class LoadContext:
         seqs = (range(worker_index, total, self.n_workers) if total is not None
                 else itertools.count(worker_index, self.n_workers))
         self.prefetcher = Prefetcher(self.factory, seqs)
-        self.step: Step = self.plan.steps[0]
+        self.step: Step | None = None   # set by the first ll_step (a search's steps are not in the plan)
         self.meter = ClientMeter(worker)
         self.draining = False
         self.released = Event()       # set when users may stop waiting (run over)
@@ -135,17 +135,18 @@ class LoadContext:
     def next_user_id(self) -> int:
         return next(self._user_ids)
 
-    def set_step(self, index: int, t0: float | None = None) -> None:
-        """Closed loop: requests sent from now on belong to step ``index``.
-        Open loop: ``t0`` (unix) is offset 0 of the schedule; dispatching starts."""
-        self.step = self.plan.steps[index]
+    def set_step(self, step: Step, t0: float | None = None) -> None:
+        """Closed loop: requests sent from now on belong to ``step`` (the master's: a knee
+        search chooses its steps as it runs). Open loop: ``t0`` (unix) is offset 0 of the
+        schedule; dispatching starts."""
+        self.step = step
         if t0 is not None:
             self.settings.t0 = t0
             self.started.set()
         self._emit_sample()  # the edge between steps (closed loop: as this worker heard of it)
         start = t0 if t0 is not None else time.time()
         self._greenlets += [gevent.spawn_later(max(0.0, edge - time.time()), self._emit_sample)
-                            for edge in window_edges(self.plan, index, start)]
+                            for edge in window_edges(self.plan, step, start)]
 
     def _client(self) -> StreamingClient:
         if self._clients:
@@ -158,6 +159,7 @@ class LoadContext:
                 step: Step | None = None) -> dict[str, Any]:
         """Send one request and record it; returns the row."""
         step = step or self.step
+        assert step is not None, "a request before the first ll_step"
         client = self._client()
         client.last = None
         me = gevent.getcurrent()

@@ -13,12 +13,19 @@ Steps of :func:`run_load`:
    ``remote_workers`` more that the user starts on other machines with
    ``loadlab run --join MASTER_HOST:PORT`` (the master binds ``master_bind``).
 3. Send every worker ``ll_config`` with its index; wait for ``ll_ready``.
-4. Closed loop: per step, ``ll_step`` then ``runner.start(concurrency)``, sleep to the
-   step's absolute end, write the step window to the manifest. Open loop: ``ll_step``
-   with ``t0`` = now + ``START_LEAD_S``, one dispatcher user per worker, windows at
-   ``t0`` + cumulative durations. The load each step achieved and whether the client
-   fell short join its entry as soon as every worker's samples reach its end
-   (:mod:`loadlab.loadgen.step_entries`), the next step already running.
+4. Closed loop: the steps of a :class:`~loadlab.loadgen.knee_search.LevelWalk` (the
+   plan's levels, or a knee search's as it goes): per step, ``ll_step`` (the step itself)
+   then ``runner.start(concurrency)``, sleep to the step's absolute end, write the step
+   window to the manifest. A search then judges the step before choosing the next one:
+   its entry is completed and its records flushed (:meth:`StepEntries.settle`; the
+   users keep the step's level meanwhile, outside every window), ``opts.judge(k)`` says
+   whether it stalled (:func:`loadlab.sweep.verdicts.step_judge`: the analyzer over the
+   folder; a client-limited step is not a stall), and the manifest's ``search`` gets the
+   bracket at the end. Open loop: ``ll_step`` with ``t0`` = now + ``START_LEAD_S``, one
+   dispatcher user per worker, windows at ``t0`` + cumulative durations. The load each
+   step achieved and whether the client fell short join its entry as soon as every
+   worker's samples reach its end (:mod:`loadlab.loadgen.step_entries`), the next step
+   already running (a search: before it starts).
 5. Drain: ``ll_drain`` (no new requests; in-flight ones get ``drain_s`` to finish),
    then ``runner.stop()`` (anything left is recorded ``aborted``), wait for every
    worker's ``ll_done`` and check the row counts, close the tables.
@@ -33,7 +40,10 @@ Steps of :func:`run_load`:
    (:func:`loadlab.runstore.compact_run`, "compacting N part files..." on ``progress``
    when that takes a while; interrupted, it loses nothing).
 
-A progress line goes to ``progress`` every ``progress_s`` seconds.
+A progress line goes to ``progress`` every ``progress_s`` seconds: the running step
+(of how many: a search does not know), its level, requests, errors, the client's load.
+With ``workers`` 0 a search's judging pauses the in-process users (the analyzer runs on
+the one event loop); with workers (the default) the load goes on in their processes.
 """
 
 from __future__ import annotations
@@ -59,9 +69,10 @@ from loadlab import __version__
 from loadlab.errors import RunInterrupted, TargetError
 from loadlab.loadgen.achieved import limited_reasons
 from loadlab.loadgen.context import RunSettings
+from loadlab.loadgen.knee_search import LevelWalk
 from loadlab.loadgen.preflight import split_address
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
-from loadlab.loadgen.shapes import LoadPlan
+from loadlab.loadgen.shapes import LoadPlan, Step
 from loadlab.loadgen.step_entries import StepEntries, schedule
 from loadlab.loadgen.user import (
     CONFIG_MSG,
@@ -101,6 +112,8 @@ class RunOptions:
     on_open: Callable[[], object] | None = None
     # Why the target is gone (e.g. the launched server's process exited), or None; polled.
     target_check: Callable[[], str | None] | None = None
+    # A knee search's verdict: did step k stall? (its records are on disk when asked)
+    judge: Callable[[int], bool] | None = None
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
 
 
@@ -115,6 +128,7 @@ class _Master:
         self.failures: list[str] = []
         self.changed = Event()
         self.stop_reason: str | None = None
+        self.step: Step | None = None    # the step running now
         self._target_check = target_check
 
     def halted(self) -> bool:
@@ -170,6 +184,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
              manifest_extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the plan; returns the final manifest. See the module docstring."""
     out = Path(opts.out)
+    walk = LevelWalk(plan, opts.judge)
     recorder = Recorder(out)
     write_manifest(out, _manifest(settings, plan, opts, manifest_extra or {}))
     stop = Event()
@@ -215,7 +230,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
                               f"{JOIN_TIMEOUT_S:.0f} s")
         ticker = gevent.spawn(_progress_loop, runner, recorder, master, plan, opts)
         windows = StepEntries(out, recorder, schedule(settings, plan), len(workers), stop, opts.progress)
-        interrupted = _drive(runner, mlink, master, plan, len(workers), stop, windows)
+        interrupted = _drive(runner, mlink, master, walk, len(workers), stop, windows)
         ticker.kill(block=False)
         if not interrupted:
             mlink.send(DRAIN_MSG, {"deadline_s": opts.drain_s})
@@ -235,7 +250,8 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         manifest = update_manifest(out, status=status, error=error, finished=time.time(),
                                    stop_reason=master.stop_reason, records=recorder.records_entry(),
                                    workload={"fit": _fit_entry(settings, recorder.fit_counts),
-                                             **recorder.workload_summary()})
+                                             **recorder.workload_summary()},
+                                   **walk.manifest_entry())
         try:
             env.runner.quit() if env.runner else None
         finally:
@@ -248,22 +264,27 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
     return manifest
 
 
-def _drive(runner: Any, link: Link, master: _Master, plan: LoadPlan, n_workers: int, stop: Event,
+def _drive(runner: Any, link: Link, master: _Master, walk: LevelWalk, n_workers: int, stop: Event,
            windows: StepEntries) -> bool:
-    """Execute the plan's steps; True when interrupted or halted (no drain then)."""
+    """Execute the plan's steps (step 4 of the module docstring); True when interrupted or
+    halted (no drain then)."""
+    plan = walk.plan
     t0 = time.time() + START_LEAD_S
     windows.t0 = t0
     step_start = t0
-    for step in plan.steps:
+    for step in walk.steps() if plan.mode == "closed" else plan.steps:
+        if stop.is_set() or master.halted():
+            return True
+        master.step = step
         step_end = step_start + step.duration_s
         if plan.mode == "closed":
-            link.send(STEP_MSG, {"index": step.index})
+            link.send(STEP_MSG, {"step": vars(step)})
             assert step.concurrency is not None
             runner.start(step.concurrency, spawn_rate=max(1000.0, step.concurrency * 100.0))
             step_start = time.time()
             step_end = step_start + step.duration_s
         elif step.index == 0:
-            link.send(STEP_MSG, {"index": 0, "t0": t0})
+            link.send(STEP_MSG, {"step": vars(step), "t0": t0})
             runner.start(n_workers, spawn_rate=1000.0)
         while time.time() < step_end and not stop.is_set() and not master.halted():
             stop.wait(min(0.2, max(0.0, step_end - time.time())))
@@ -271,6 +292,8 @@ def _drive(runner: Any, link: Link, master: _Master, plan: LoadPlan, n_workers: 
                      "t_start": step_start, "t_end": min(step_end, time.time()), "warmup_s": step.warmup_s})
         if stop.is_set() or master.halted():
             return True
+        if walk.judging:
+            windows.settle()   # the judge, asked for the next step, sees this one whole
         step_start = step_end
     return False
 
@@ -278,21 +301,22 @@ def _drive(runner: Any, link: Link, master: _Master, plan: LoadPlan, n_workers: 
 def _progress_loop(runner: Any, recorder: Recorder, master: _Master, plan: LoadPlan,
                    opts: RunOptions) -> None:
     t_begin = time.time()
+    of = "" if plan.search is not None else f"/{len(plan.steps)}"
     while True:
         gevent.sleep(opts.progress_s)
-        steps = sorted(set(recorder.ok) | set(recorder.errors)) or [0]
-        step = steps[-1]
-        p50 = recorder.ttft_p50(step)
-        users = plan.steps[step].concurrency
-        level = users or plan.steps[step].target_rate
+        step = master.step
+        if step is None:
+            continue
+        p50 = recorder.ttft_p50(step.index)
+        users = step.concurrency
         now = time.time()
         live = recorder.client_achieved(now - opts.progress_s, now, users)
         load = "-" if live.inflight_mean is None else (
             f"in_flight={live.inflight_mean:.1f}/{users}" if users else f"sent={live.achieved_rate:.1f}/s")
         lag = "-" if live.loop_lag_mean_s is None else f"{live.loop_lag_mean_s * 1000:.1f}ms"
         opts.progress(
-            f"[{now - t_begin:6.1f}s] step {step + 1}/{len(plan.steps)} level={level} "
-            f"users={runner.user_count} ok={recorder.ok[step]} err={recorder.errors[step]} "
+            f"[{now - t_begin:6.1f}s] step {step.index + 1}{of} level={step.level} "
+            f"users={runner.user_count} ok={recorder.ok[step.index]} err={recorder.errors[step.index]} "
             f"{load} loop_lag={lag} ttft_p50={'-' if p50 is None else f'{p50 * 1000:.1f}ms'}"
             + (" CLIENT LIMITED" if limited_reasons(live, users) else "")
         )

@@ -4,9 +4,13 @@ A level source is a generator (GuideLLM's sweep profiles, STYLE.md #4): ``next()
 gives the first :class:`Probe`, ``send(verdict)`` the next one after a step at the
 previous level ran, where ``verdict`` is True when that step stalled (the analyzer's
 per-step judgement) and None when the source does not need one; StopIteration ends the
-run and carries a :class:`SearchResult`. The live driver and the virtual-time replay
-both walk a plan through :func:`level_source` and turn a probe into a step with
-:meth:`loadlab.config.LoadPlan.step`.
+run and carries a :class:`SearchResult`. The live driver
+(:mod:`loadlab.loadgen.driver`) and the virtual-time replay (:mod:`loadlab.sim.replay`)
+both walk a plan with one :class:`LevelWalk`: its :meth:`LevelWalk.steps` yields each
+step (:meth:`loadlab.config.LoadPlan.step` of the next probe) and, when the consumer asks
+for the following one, first asks ``judge(k)`` whether step ``k`` stalled (a search only;
+the consumer puts step ``k``'s records on disk before it asks); the manifest records the
+result under ``search`` (:meth:`LevelWalk.manifest_entry`).
 
 Adaptive search over the grid ``g_0 < g_1 < ... < g_{n-1}`` of
 :meth:`loadlab.config.KneeSearch.grid` (the levels a full linear scan would run):
@@ -33,10 +37,12 @@ exactly, in about ``log_factor(n) + log2(n / factor)`` steps instead of ``n``
 from __future__ import annotations
 
 import bisect
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from loadlab.config import KneeSearch, LoadPlan
+from loadlab.config import KneeSearch, LoadPlan, Step
+from loadlab.errors import InputError
 
 LevelSource = Generator["Probe", "bool | None", "SearchResult"]
 
@@ -119,3 +125,47 @@ def level_source(plan: LoadPlan) -> LevelSource:
         settle = plan.search.settle_s if plan.search.settle_s is not None else plan.warmup_s
         return adaptive_levels(plan.search, settle)
     return fixed_levels([float(v) for v in (plan.concurrency or plan.rate or [])])
+
+
+class LevelWalk:
+    """One walk through a plan's levels: the steps to run, each chosen after the verdict
+    on the last (see the module docstring).
+
+    ``judge(k)`` (a search needs one; fixed levels never ask it) says whether step ``k``
+    stalled. After :meth:`steps` is exhausted, ``result`` is the source's
+    :class:`SearchResult`; a walk cut short (Ctrl-C, a dead server) leaves it None.
+    """
+
+    def __init__(self, plan: LoadPlan, judge: Callable[[int], bool] | None = None) -> None:
+        if plan.search is not None and judge is None:
+            raise InputError("a knee search needs a verdict per step", field="plan.search",
+                             fix="run it through `loadlab sweep`, or give the levels as a list")
+        self.plan = plan
+        self.judge = judge if plan.search is not None else None
+        self.result: SearchResult | None = None
+
+    @property
+    def judging(self) -> bool:
+        """True when each step is judged before the next is chosen (a search)."""
+        return self.judge is not None
+
+    def steps(self) -> Iterator[Step]:
+        """Every step in order; asking for step k + 1 first judges step k (a search)."""
+        source = level_source(self.plan)
+        probe, index = next(source), 0
+        while True:
+            yield self.plan.step(index, probe.level, probe.settle_s)
+            verdict = self.judge(index) if self.judge is not None else None
+            try:
+                probe = source.send(verdict)
+            except StopIteration as stop:
+                self.result = stop.value
+                return
+            index += 1
+
+    def manifest_entry(self) -> dict[str, Any]:
+        """The manifest's ``search`` key (lower, upper, steps run as [level, stalled]) once
+        a search has finished; nothing for fixed levels or a search cut short."""
+        if self.plan.search is None or self.result is None:
+            return {}
+        return {"search": asdict(self.result)}

@@ -95,7 +95,8 @@ def _set_step(environment: Any, index: int) -> None:
     """Apply now, or when the context is built (a step message can beat test_start)."""
     environment.loadlab_step = index
     if getattr(environment, "loadlab", None) is not None:
-        environment.loadlab.set_step(index)
+        ctx = environment.loadlab
+        ctx.set_step(ctx.plan.steps[index])
 
 
 def _report(environment: Any, row: dict[str, Any]) -> None:
@@ -137,7 +138,7 @@ def _on_init(environment: Any, **_: Any) -> None:
         settings.n_workers = n_workers()
         ctx = LoadContext(settings, sink_factory(), worker, index())
         ctx.on_row = lambda row: _report(environment, row)
-        ctx.set_step(getattr(environment, "loadlab_step", 0))
+        ctx.set_step(ctx.plan.steps[getattr(environment, "loadlab_step", 0)])
         environment.loadlab = ctx
 
     def on_test_stop(**_: Any) -> None:

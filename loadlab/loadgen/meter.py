@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from loadlab.loadgen.shapes import LoadPlan
+from loadlab.loadgen.shapes import LoadPlan, Step
 
 LAG_TICK_S = 0.05
 SAMPLE_S = 1.0
@@ -130,13 +130,13 @@ class ClientMeter:
         return sample
 
 
-def window_edges(plan: LoadPlan, index: int, t_start: float) -> list[float]:
-    """Unix times at which samples must be cut for step ``index`` begun at ``t_start``
+def window_edges(plan: LoadPlan, step: Step, t_start: float) -> list[float]:
+    """Unix times at which samples must be cut for ``step`` begun at ``t_start``
     (closed loop: when the worker heard of it) or for the whole schedule from ``t_start``
-    = t0 (open loop, ``index`` 0): each step's warm-up end and end."""
-    steps = plan.steps[index:index + 1] if plan.mode == "closed" else plan.steps
+    = t0 (open loop, step 0): each step's warm-up end and end."""
+    steps = [step] if plan.mode == "closed" else plan.steps
     edges, start = [], t_start
-    for step in steps:
-        edges += [start + step.warmup_s, start + step.duration_s]
-        start += step.duration_s
+    for each in steps:
+        edges += [start + each.warmup_s, start + each.duration_s]
+        start += each.duration_s
     return edges

@@ -8,6 +8,11 @@ flush interval, so a greenlet waits until the samples reach the end (at most
 the figures, ``client_limited`` and its reasons to the entry, updates
 ``client_limited_steps`` and says so on the progress line. Open-loop windows are judged
 against the arrivals their schedule had due (:func:`schedule`).
+
+A knee search judges each step before choosing the next: :meth:`StepEntries.settle` waits
+until every entry so far is complete and flushes the records, so the analyzer sees the
+whole step (its rows: a worker ships a request's row before the sample cut after it
+finished, so samples reaching the step's end mean its finished requests are in).
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ class StepEntries:
 
     def join(self) -> None:
         gevent.joinall(self._pending)
+
+    def settle(self) -> None:
+        """Every entry so far complete in the manifest, every record received on disk."""
+        self.join()
+        self.recorder.flush()
 
     def _complete(self, window: dict[str, Any]) -> None:
         start, end = window["t_start"] + window["warmup_s"], window["t_end"]

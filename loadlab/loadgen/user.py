@@ -15,7 +15,8 @@ Users find their shared state at ``environment.loadlab`` (a
 
 Protocol (message names; data JSON/msgpack-safe):
 
-- master -> worker: ``ll_config`` (RunSettings), ``ll_step`` ({"index"}),
+- master -> worker: ``ll_config`` (RunSettings), ``ll_step`` ({"step": the Step's fields,
+  "t0": open loop's start}),
   ``ll_drain`` ({"deadline_s"}): stop starting requests, report when idle.
 - worker -> master: ``ll_hello`` ({"worker"}) once its handlers are installed (a Locust
   worker is counted by its master while it is still connecting, before it could handle
@@ -44,7 +45,7 @@ from locust.exception import StopUser
 
 from loadlab.loadgen.context import LoadContext, RunSettings
 from loadlab.loadgen.records import DONE_MSG, BatchSender
-from loadlab.loadgen.shapes import arrivals
+from loadlab.loadgen.shapes import Step, arrivals
 
 CONFIG_MSG, READY_MSG, FAILED_MSG, STEP_MSG = "ll_config", "ll_ready", "ll_failed", "ll_step"
 STOP_MSG, HELLO_MSG = "ll_stop", "ll_hello"
@@ -152,7 +153,7 @@ def serve_worker(environment: Any, link: Link, worker: str,
         link.send(READY_MSG, {"worker": worker, "calibration": ctx.factory.calibration.to_dict()})
 
     def on_step(data: dict) -> None:
-        environment.loadlab.set_step(data["index"], data.get("t0"))
+        environment.loadlab.set_step(Step(**data["step"]), data.get("t0"))
 
     def on_drain(data: dict) -> None:
         ctx: LoadContext = environment.loadlab

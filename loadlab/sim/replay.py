@@ -52,7 +52,7 @@ from loadlab.collect.parse import ExpositionParser, Scrape, describe_endpoint
 from loadlab.collect.sink import MetricsSink
 from loadlab.config import LoadPlan, Workload
 from loadlab.errors import InputError
-from loadlab.loadgen.knee_search import Probe, SearchResult, level_source
+from loadlab.loadgen.knee_search import LevelWalk, SearchResult
 from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
 from loadlab.runstore.manifest import Launch, MetricsInfo, RunManifest, TargetInfo, WorkloadInfo
@@ -86,14 +86,11 @@ class ReplayOptions:
     start_epoch: float | None = None       # unix time of virtual 0; None = now
 
 
-def check_plan(plan: LoadPlan, opts: ReplayOptions, judge: Judge | None) -> None:
+def check_plan(plan: LoadPlan, opts: ReplayOptions) -> None:
     """InputError for what a replay cannot run."""
     if plan.mode == "replay":
         raise InputError("a replay runs concurrency or rate steps, or a knee search", field="plan",
                          fix="e.g. --concurrency 8,16,32 or --rate 1,2,4")
-    if plan.search is not None and judge is None:
-        raise InputError("a knee search needs a verdict per step", field="plan.search",
-                         fix="run it through `loadlab sweep`, or give the levels as a list")
     if not opts.metrics_interval_s > 0:
         raise InputError(f"must be > 0, got {opts.metrics_interval_s}", field="metrics_interval_s",
                          fix="pass a positive number")
@@ -139,18 +136,16 @@ class _Replay:
     def __init__(self, cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: Path,
                  opts: ReplayOptions, progress: Progress | None, judge: Judge | None,
                  observer: Callable[[StepOutput], None] | None = None) -> None:
-        check_plan(plan, opts, judge)
+        check_plan(plan, opts)
         self.plan = plan
         self.opts = opts
         self.out_dir = out_dir
         self.seed = workload.seed
-        self.levels = level_source(plan)
-        self.probe: Probe = next(self.levels)
+        self.walk = LevelWalk(plan, judge)
+        self.steps = self.walk.steps()
         self.windows: list[dict[str, Any]] = []
-        self.judge = judge
-        self.level = self.probe.level
+        self.level = 0.0
         self.total_s = plan.step_duration_s * len(plan.steps) if plan.search is None else None
-        self.search: SearchResult | None = None
         self.resolved = resolve(cfg)
         self.metrics = EngineMetrics(self.resolved, names=cfg.metrics_names)
         self.engine = Engine(self.resolved, StepTimeModel(self.resolved).step_time, observer)
@@ -198,12 +193,17 @@ class _Replay:
 
     # ---- handlers ------------------------------------------------------------------------
     def on_boundary(self, k: int) -> None:
-        """Step ``k`` begins at the level the source chose (after judging step k - 1)."""
-        if k > 0 and not self.next_probe(k - 1):
+        """Step ``k`` begins at the level the walk chose (a search: after judging step
+        k - 1, whose records are flushed first); past the last step the run is finished."""
+        if self.walk.judging:
+            self.requests.flush()
+            self.metric_rows.flush()
+        step = next(self.steps, None)
+        if step is None:
+            self.finish_run()
             return
         self.step = k
-        step = self.plan.step(k, self.probe.level, self.probe.settle_s)
-        self.level = self.probe.level
+        self.level = float(step.level or 0.0)
         # The virtual client sends exactly on plan: it is never short of the asked load.
         self.windows.append({"step": k, "t_start": self.epoch + self.now,
                              "t_end": self.epoch + self.now + step.duration_s,
@@ -219,22 +219,6 @@ class _Replay:
         else:
             schedule = step_schedule(self.level, self.plan.gamma_shape, self.seed, k)
             self.push(self.now, _ARRIVAL, self.on_open_arrival, (k, self.now, step.duration_s, 0, schedule))
-
-    def next_probe(self, done: int) -> bool:
-        """Ask the source for the step after ``done``, telling it whether ``done`` stalled
-        (search only); False once the plan is over (the run is then finished)."""
-        verdict = None
-        if self.judge is not None and self.plan.search is not None:
-            self.requests.flush()
-            self.metric_rows.flush()
-            verdict = self.judge(done)
-        try:
-            self.probe = self.levels.send(verdict)
-        except StopIteration as stop:
-            self.search = stop.value
-            self.finish_run()
-            return False
-        return True
 
     @property
     def closed(self) -> bool:
@@ -406,9 +390,9 @@ def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str 
     c = replay.counts
     summary = ReplaySummary(out, c["completed"] + c["aborted"], c["completed"], c["aborted"],
                             c["engine_steps"], c["metrics_rows"], replay.now, wall,
-                            len(replay.windows), replay.search)
+                            len(replay.windows), replay.walk.result)
     update_manifest(out, status="complete", finished=time.time(),
                     sim={"wall_s": wall, "speed": summary.speed, "engine_steps": c["engine_steps"]},
-                    **({"search": asdict(replay.search)} if plan.search is not None else {}))
+                    **replay.walk.manifest_entry())
     compact_run(out, progress=notice)
     return summary

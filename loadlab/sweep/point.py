@@ -24,7 +24,10 @@ Steps of :func:`run_point`:
    a launched server's own), its ``max_model_len`` that lengths are fitted to.
 4. The load (:func:`loadlab.loadgen.driver.run_load`), which writes the manifest and
    the request records and polls the launched server, so a server that dies mid-step
-   ends the point as failed with the reason. Once the manifest is written (``on_open``)
+   ends the point as failed with the reason. A knee search (``plan.search``) judges each
+   step with ``judge`` (default :func:`loadlab.sweep.verdicts.step_judge` over the
+   point's folder) once the scraper has sampled past the step's end and flushed
+   (:meth:`~loadlab.collect.scraper.Scraper.sync`). Once the manifest is written (``on_open``)
    the scraper (unless ``collect`` is off) starts sampling the target's ``/metrics``
    into the same folder every ``loadgen.collect_interval_s``; this is the only place a
    scraper is started beside a load. Its threads start after Locust's patching, so they
@@ -52,6 +55,7 @@ from loadlab.runstore import compact_run
 from loadlab.sweep.cpus import pinned_process
 from loadlab.sweep.launcher import launch_target
 from loadlab.sweep.server_flags import parse_flags, to_argv
+from loadlab.sweep.verdicts import step_judge
 
 STDERR_LINE = partial(print, file=sys.stderr, flush=True)
 SCRAPER_TABLES = ("metrics.parquet", "scrapes.parquet")
@@ -123,16 +127,16 @@ def _target(spec: PointSpec) -> Iterator[_Live]:
 
 
 @contextmanager
-def _scraping(spec: PointSpec, base_url: str) -> Iterator[Callable[[], object] | None]:
-    """The point's scraper (None without ``collect``): yields what starts it; stops and
-    flushes it and compacts its tables however the block ends."""
+def _scraping(spec: PointSpec, base_url: str) -> Iterator[Scraper | None]:
+    """The point's scraper (None without ``collect``), not started yet; stops and flushes
+    it and compacts its tables however the block ends."""
     if not spec.collect:
         yield None
         return
     scraper = Scraper([base_url], spec.out, interval_s=spec.loadgen.collect_interval_s,
                       api_key_env=spec.target.api_key_env)
     try:
-        yield scraper.start
+        yield scraper
     finally:
         scraper.stop()
         compact_run(spec.out, tables=SCRAPER_TABLES, progress=spec.progress)
@@ -155,9 +159,26 @@ def run_point(spec: PointSpec) -> dict[str, Any]:
             api_key_env=spec.target.api_key_env, point=spec.point, nonce=spec.nonce,
             calibrate=spec.workload.calibrate, plan=spec.plan.describe(),
         )
-        with _scraping(spec, live.base_url) as start_scraper:
+        with _scraping(spec, live.base_url) as scraper:
             opts = driver.RunOptions(out=spec.out, workers=spec.loadgen.workers,
                                      remote_workers=spec.remote_workers, master_bind=spec.master_bind,
                                      drain_s=spec.loadgen.drain_s, progress=spec.progress,
-                                     target_check=live.target_check, on_open=start_scraper)
+                                     target_check=live.target_check,
+                                     on_open=scraper.start if scraper is not None else None,
+                                     judge=_judge(spec, scraper))
             return driver.run_load(settings, spec.plan, opts, extra)
+
+
+def _judge(spec: PointSpec, scraper: Scraper | None) -> Callable[[int], bool] | None:
+    """A knee search's verdict on step k: the spec's judge (default: the analyzer over the
+    point's folder), asked once the scraper has sampled the server past the step's end."""
+    if spec.plan.search is None:
+        return None
+    judge = spec.judge or step_judge(spec.out)
+
+    def synced(step: int) -> bool:
+        if scraper is not None:
+            scraper.sync()
+        return judge(step)
+
+    return synced

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,24 +32,9 @@ def fault_server(pattern: str = "ok", ttft_ms: float = 5.0, itl_ms: float = 2.0,
 
 
 @pytest.fixture(scope="session")
-def tiny_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_profile(uniform_profile) -> Path:
     """A profile of short requests (prompts 20-60 tokens, outputs 4-12), so runs are quick."""
-    path = tmp_path_factory.mktemp("profiles") / "tiny.yaml"
-    path.write_text(textwrap.dedent("""\
-        format_version: 1
-        name: tiny
-        description: short prompts and outputs for load-generator tests
-        source: {dataset: none, origin: tests/loadgen/conftest.py, licence: none, citation: none,
-                 derivation: hand-written}
-        lengths:
-          input: {p: [0.0, 1.0], v: [20, 60]}
-          output: {p: [0.0, 1.0], v: [4, 12]}
-          input_summary: {n: 2, mean: 40, p10: 24, p25: 30, p50: 40, p75: 50, p90: 56, p99: 60, max: 60}
-          output_summary: {n: 2, mean: 8, p10: 5, p25: 6, p50: 8, p75: 10, p90: 11, p99: 12, max: 12}
-        arrivals: {process: none}
-        prefix: {kind: none}
-        """))
-    return path
+    return uniform_profile("tiny", (20, 60), (4, 12))
 
 
 def run_cli(*args: str, timeout_s: float = 120.0, env: dict | None = None) -> subprocess.CompletedProcess:

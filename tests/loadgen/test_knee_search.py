@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from loadlab.config import KneeSearch, LoadPlan
-from loadlab.loadgen.knee_search import SearchResult, coarse_indices, level_source
+from loadlab.errors import InputError
+from loadlab.loadgen.knee_search import LevelWalk, SearchResult, coarse_indices, level_source
 
 
 def drive(plan: LoadPlan, stalls_from: float | None) -> SearchResult:
@@ -63,3 +64,21 @@ def test_fixed_levels_run_in_order_whatever_the_verdict():
     result = drive(LoadPlan(concurrency=[1, 4, 2]), stalls_from=2)
     assert result.steps == [(1.0, False), (4.0, True), (2.0, True)]
     assert (result.lower, result.upper) == (None, None)
+
+
+def test_a_walk_judges_each_search_step_before_choosing_the_next():
+    search = KneeSearch(start=2, max=16, resolution=2)
+    asked: list[int] = []
+    levels: list[float] = []
+    walk = LevelWalk(LoadPlan(search=search, step_duration_s=4, warmup_s=1),
+                     lambda k: asked.append(k) or levels[k] >= 8)   # stalls from 8 users up
+    for step in walk.steps():
+        assert step.index == len(levels) == len(asked), "step k+1 only after step k was judged"
+        levels.append(step.concurrency)
+    assert levels == [2, 4, 8, 6] and asked == [0, 1, 2, 3]
+    assert walk.manifest_entry() == {"search": {"lower": 6, "upper": 8, "steps": [
+        (2, False), (4, False), (8, True), (6, False)]}}
+    fixed = LevelWalk(LoadPlan(concurrency=[1, 4, 2]))
+    assert tuple(fixed.steps()) == fixed.plan.steps and fixed.manifest_entry() == {}
+    with pytest.raises(InputError, match="verdict per step"):
+        LevelWalk(LoadPlan(search=search))

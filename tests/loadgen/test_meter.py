@@ -48,6 +48,6 @@ def test_integral_sends_lags_and_cuts() -> None:
 
 def test_window_edges_closed_and_open_loop() -> None:
     closed = concurrency_steps([1, 2], 10.0, 2.0)
-    assert window_edges(closed, 1, 50.0) == [52.0, 60.0]
+    assert window_edges(closed, closed.steps[1], 50.0) == [52.0, 60.0]
     rate = rate_steps([5.0, 10.0], 10.0, 3.0)
-    assert window_edges(rate, 0, 50.0) == [53.0, 60.0, 63.0, 70.0]
+    assert window_edges(rate, rate.steps[0], 50.0) == [53.0, 60.0, 63.0, 70.0]

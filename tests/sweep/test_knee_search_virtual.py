@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from loadlab.analyze.analysis import analyze_run
 from loadlab.config import KneeSearch, LoadPlan, Workload
+from loadlab.runstore import read_manifest, update_manifest
 from loadlab.sim.config import SimConfig
 from loadlab.sim.replay import run_replay
 from loadlab.sweep.verdicts import step_judge
@@ -31,3 +32,16 @@ def test_same_knee_as_a_full_scan_in_a_fraction_of_its_time(tmp_path):
     # the run folder of the search is a normal run folder whose own analysis agrees
     again = analyze_run(tmp_path / "adaptive")["knee"]
     assert (again["lower"], again["upper"]) == (found.lower, found.upper)
+
+
+def test_a_client_limited_step_is_not_a_stall(tmp_path):
+    """A starved client must not send the search down: the judge counts only the server's stalls."""
+    cfg = SimConfig(max_num_seqs=6, model="llama-3.1-8b", gpu="h100")
+    run_replay(cfg, LoadPlan(concurrency=[2, 12], **STEP), Workload(profile="azure-conv", seed=1), tmp_path)
+    judge = step_judge(tmp_path)
+    assert judge(1) and not judge(0), "12 users against 6 seqs stall, 2 do not"
+    # the same step, had the load generator fallen short of it (as the live driver records)
+    steps = read_manifest(tmp_path)["steps"]
+    steps[1].update(client_limited=True, client_limited_reasons=["in flight 5.1 of 12 users"])
+    update_manifest(tmp_path, steps=steps, client_limited_steps=[1])
+    assert not judge(1)
