@@ -60,7 +60,6 @@ from loadlab.errors import InputError
 from loadlab.sim.blocks import Block, BlockPool, KVCacheManager, prompt_block_hashes
 from loadlab.sim.types import EngineRequest, SchedulerSettings
 
-
 SchedulerConfig = SchedulerSettings  # what the scheduler reads (ResolvedConfig is one)
 
 

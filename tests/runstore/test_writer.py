@@ -18,7 +18,6 @@ from pydantic import ValidationError
 
 from loadlab.errors import InputError, StoreError
 from loadlab.runstore import (
-    METRICS,
     REQUESTS,
     PartWriter,
     read_manifest,

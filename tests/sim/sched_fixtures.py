@@ -11,13 +11,12 @@ import itertools
 from loadlab.sim.engine import Engine
 from loadlab.sim.types import BatchShape, EngineRequest, SchedulerSettings, StepOutput
 
-
 SMALL = dict(max_num_seqs=8, max_num_batched_tokens=256, block_size=16, num_gpu_blocks=1000,
              max_model_len=2048, enable_prefix_caching=True, enable_chunked_prefill=True,
              long_prefill_token_threshold=0, scheduler_reserve_full_isl=True)
 
 
-def Cfg(**overrides: object) -> SchedulerSettings:  # noqa: N802 (reads like the type it builds)
+def Cfg(**overrides: object) -> SchedulerSettings:
     return SchedulerSettings(**{**SMALL, **overrides})  # type: ignore[arg-type]
 
 

@@ -17,12 +17,11 @@ import sys
 
 import pytest
 import yaml
+from loadrun import PROFILES
 from realvllm import BASE_FLAGS, VLLM_ENV, tiny_model_dir
 
 from loadlab.runstore.manifest import SweepManifest, load_manifest
 from loadlab.sweep.cpus import default_split, format_cpu_list
-
-from loadrun import PROFILES
 
 pytestmark = pytest.mark.vllm
 
