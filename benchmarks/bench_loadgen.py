@@ -25,8 +25,11 @@ Every client is measured by the same code, over the same kind of window:
    minus the server's own part, ``first token written - request arrived``, from the
    simulator's ``GET /sim/requests`` joined on ``X-Request-Id``. Median and p99 over the
    requests called inside the window; ``send`` (call -> arrival) and ``read``
-   (written -> read) medians show where the time goes. GuideLLM sends no request id:
-   n/a.
+   (written -> read) medians show where the time goes. ``send`` also holds the
+   simulator's own wait before its handler runs (its event loop is busy streaming, the
+   more so the faster the client), so for loadlab, which stamps when its bytes went to
+   the socket, ``own`` is its own share: call -> bytes written, plus ``read``.
+   GuideLLM sends no request id: n/a.
 5. loadlab: also its master's CPU per 10k records (with ``--workers N`` it only receives
    and writes rows), to size a distributed run.
 
@@ -109,6 +112,7 @@ class Figures:
     server_ttft_p50_ms: float  # the server's own part: first token written - arrived
     send_p50_ms: float       # call -> the server has the request
     read_p50_ms: float       # first token written -> the client read it
+    own_p50_ms: float        # loadlab: call -> bytes written + read (its own share of added)
     master_ms_per_10k: float  # loadlab: its master's CPU-ms per 10k records (it only records)
 
 
@@ -127,7 +131,7 @@ def measure(run: ClientRun, round_: int, warmup_s: float, server: TreeCpu | None
     ends = np.where(np.isnan(r.done), t1, r.done)
     inflight = float(np.clip(np.minimum(ends, t1) - np.maximum(r.call, t0), 0, None).sum()) / span
     called = r.ok & (r.call >= t0) & (r.call < t1)
-    added, send, read, own = [], [], [], []
+    added, send, read, own, mine = [], [], [], [], []
     for i in np.flatnonzero(called):
         srv = timeline.get(r.ids[i])
         if srv is None or srv[1] is None or np.isnan(r.first[i]):
@@ -136,6 +140,8 @@ def measure(run: ClientRun, round_: int, warmup_s: float, server: TreeCpu | None
         send.append(srv[0] - r.call[i])
         own.append(srv[1] - srv[0])
         read.append(r.first[i] - srv[1])
+        if r.written is not None:
+            mine.append(r.written[i] - r.call[i] + r.first[i] - srv[1])
     nan = float("nan")
     if not added:
         mean_server = server_ttft(t0, t1)
@@ -155,6 +161,7 @@ def measure(run: ClientRun, round_: int, warmup_s: float, server: TreeCpu | None
         server_ttft_p50_ms=float(np.median(own)) * 1e3 if own else nan,
         send_p50_ms=float(np.median(send)) * 1e3 if send else nan,
         read_p50_ms=float(np.median(read)) * 1e3 if read else nan,
+        own_p50_ms=float(np.median(mine)) * 1e3 if mine else nan,
         master_ms_per_10k=master,
     )
 
@@ -243,25 +250,25 @@ def report(title: str, results: list[Figures]) -> list[dict]:
         med = {k: statistics.median(getattr(f, k) for f in figs) for k in asdict(figs[0])
                if k not in ("client", "level", "round")}
         rows.append({"client": client, "level": level, "rounds": len(figs), **med})
-    print(f"\n{title}")
-    head = (f"{'client':11} {'level':>5} {'req/s':>7} {'chunks/s':>9} {'cores':>5} {'req/cpu-s':>9} "
-            f"{'chunks/cpu-s':>12} {'inflight':>8} {'added p50':>9} {'p99':>7} {'send':>6} {'read':>6} {'srv ttft':>8} "
-            f"{'srv cores':>9} {'master/10k':>10} {'load':>5}")
-    print(head)
+    print(f"\n{title}\n")
+    print("| client | streams | req/s | chunks/s | cores | req/CPU-s | chunks/CPU-s | in flight | added p50 ms "
+          "| added p99 ms | send p50 | read p50 | own p50 | server TTFT p50 | server cores | master ms/10k | load |")
+    print("|" + "---|" * 17)
     for r in rows:
-        print(f"{r['client']:11} {r['level']:5d} {r['req_s']:7.0f} {r['chunks_s']:9.0f} {r['cpu_cores']:5.2f} "
-              f"{r['req_per_cpu_s']:9.0f} {r['chunks_per_cpu_s']:12.0f} {r['inflight_mean']:8.1f} "
-              f"{r['added_p50_ms']:9.2f} {r['added_p99_ms']:7.2f} {r['send_p50_ms']:6.2f} "
-              f"{r['read_p50_ms']:6.2f} {r['server_ttft_p50_ms']:8.2f} {r['server_cores']:9.2f} {r['master_ms_per_10k']:10.0f} "
-              f"{r['load_avg']:5.1f}")
+        print(f"| {r['client']} | {r['level']} | {r['req_s']:.0f} | {r['chunks_s']:.0f} | {r['cpu_cores']:.2f} "
+              f"| {r['req_per_cpu_s']:.0f} | {r['chunks_per_cpu_s']:.0f} | {r['inflight_mean']:.1f} "
+              f"| {r['added_p50_ms']:.2f} | {r['added_p99_ms']:.1f} | {r['send_p50_ms']:.2f} | {r['read_p50_ms']:.2f} "
+              f"| {r['own_p50_ms']:.2f} | {r['server_ttft_p50_ms']:.2f} | {r['server_cores']:.2f} "
+              f"| {r['master_ms_per_10k']:.0f} | {r['load_avg']:.1f} |".replace("nan", "n/a"))
     by = {(r["client"], r["level"]): r for r in rows}
     for level in sorted({r["level"] for r in rows}):
         peers = [r for r in rows if r["level"] == level and not r["client"].startswith("loadlab")]
         mine = by.get(("loadlab-w1", level))
         if peers and mine:
             best = max(peers, key=lambda r: r["chunks_per_cpu_s"])
-            print(f"level {level}: loadlab / best peer ({best['client']}) chunks per CPU-second = "
-                  f"{mine['chunks_per_cpu_s'] / best['chunks_per_cpu_s']:.2f}x")
+            print(f"level {level}: loadlab / best peer ({best['client']}) per CPU-second: chunks "
+                  f"{mine['chunks_per_cpu_s'] / best['chunks_per_cpu_s']:.2f}x, requests "
+                  f"{mine['req_per_cpu_s'] / best['req_per_cpu_s']:.2f}x")
     return rows
 
 

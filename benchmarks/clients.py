@@ -65,6 +65,7 @@ class Requests:
     done: np.ndarray
     ok: np.ndarray          # bool
     chunk_times: np.ndarray  # every content chunk's read time, all requests together
+    written: np.ndarray | None = None  # loadlab: when the request bytes went to the socket
 
 
 @dataclass
@@ -159,7 +160,7 @@ def run_loadlab(spec: RunSpec, workers: int = 1, checkout: Path | None = None) -
     chunks = np.concatenate([s + np.asarray(o, float) for s, o in zip(sent, offsets) if o is not None
                              and len(o)] or [np.empty(0)])
     reqs = Requests(df.request_id.tolist(), df.t_issued.to_numpy(float), df.t_first_token.to_numpy(float),
-                    df.t_done.to_numpy(float), (df.status == "ok").to_numpy(), chunks)
+                    df.t_done.to_numpy(float), (df.status == "ok").to_numpy(), chunks, df.t_sent.to_numpy(float))
     return ClientRun("loadlab-base" if checkout else f"loadlab-w{workers}", spec.level, reqs, cpu, request_id(seed, 0)[:-1],
                      proc.pid)
 
