@@ -219,19 +219,23 @@ def run_aiohttp(spec: RunSpec) -> ClientRun:
     return ClientRun("aiohttp", spec.level, reqs, cpu, f"{spec.tag}-")
 
 
+def _venv_tool(venv: str, name: str, install: str) -> Path:
+    """``ROOT/venv/bin/name``, or :class:`Unavailable` saying how to install it."""
+    exe = ROOT / venv / "bin" / name
+    if not exe.exists():
+        raise Unavailable(f"no {exe}: {install}")
+    return exe
+
+
 # --------------------------------------------------------------------------- vllm bench serve
-def _vllm() -> Path:
-    vllm = ROOT / ".vllm-venv" / "bin" / "vllm"
-    if not vllm.exists():
-        raise Unavailable(f"no {vllm}: run `bash tools/install_vllm.sh`")
-    return vllm
 
 
 def run_vllm(spec: RunSpec) -> ClientRun:
     tokenizer = ROOT / ".cache" / "tiny-llama"
     n = max(spec.level * 4, int((spec.expected_req_s or 500.0) * spec.duration_s))
     name = f"{spec.tag}.json"
-    argv = [str(_vllm()), "bench", "serve", "--backend", "openai", "--base-url", spec.url,
+    vllm = _venv_tool(".vllm-venv", "vllm", "run `bash tools/install_vllm.sh`")
+    argv = [str(vllm), "bench", "serve", "--backend", "openai", "--base-url", spec.url,
             "--endpoint", "/v1/completions", "--model", MODEL, "--tokenizer", str(tokenizer),
             "--dataset-name", "random", "--random-input-len", str(PROMPT_TOKENS),
             "--random-output-len", str(OUTPUT_TOKENS), "--random-range-ratio", "0", "--ignore-eos",
@@ -254,11 +258,6 @@ def run_vllm(spec: RunSpec) -> ClientRun:
 
 
 # --------------------------------------------------------------------------- GuideLLM
-def _guidellm() -> Path:
-    exe = ROOT / ".bench-venv" / "bin" / "guidellm"
-    if not exe.exists():
-        raise Unavailable(f"no {exe}: python3 -m venv .bench-venv && .bench-venv/bin/pip install guidellm")
-    return exe
 
 
 def run_guidellm(spec: RunSpec) -> ClientRun:
@@ -266,7 +265,9 @@ def run_guidellm(spec: RunSpec) -> ClientRun:
     it keeps no per-chunk times either: its ``token_iterations`` are spread evenly between
     its first and last token (``first_token_iteration``, ``last_token_iteration``)."""
     dest = spec.work / f"{spec.tag}.json"
-    argv = [str(_guidellm()), "run",
+    guidellm = _venv_tool(".bench-venv", "guidellm",
+                          "python3 -m venv .bench-venv && .bench-venv/bin/pip install guidellm")
+    argv = [str(guidellm), "run",
             "--backend", f"kind=openai_http,target={spec.url},model={MODEL},request_format=/v1/completions",
             "--profile", f"kind=concurrent,streams={spec.level}",
             "--constraint", f"kind=max_duration,seconds={spec.duration_s:g}",
