@@ -1,137 +1,177 @@
-"""How much streaming one load-generator process sustains, beside a plain asyncio peer.
+"""Streaming load generators side by side, per CPU-second, measured the same way for all.
 
-Measured in one run, against one simulator in fast mode (``--time-scale``, so the
-server streams far faster than a GPU would and the client is what is measured):
+Against one simulator in fast mode (``--time-scale``: it streams far faster than a GPU
+would, so the client is what is measured), server and client on disjoint CPUs (the
+server on the first, the clients on the last: ``--server-cpus`` / ``--client-cpus``),
+each client of ``--clients`` runs each level of ``--levels`` as a closed loop of that many
+streams, 40-token prompts, 96 output tokens, ``ignore_eos`` (clients in
+benchmarks/clients.py: ``loadlab`` with one worker, ``loadlab-w2`` with two, a plain
+``aiohttp`` asyncio client, ``vllm`` = ``vllm bench serve``, ``guidellm``). Rounds repeat
+(``--repeat``) and the order of the clients rotates per round and level, so a neighbour's
+burst on this shared machine falls on different clients; the table gives medians over
+rounds and the load average seen.
 
-1. loadlab: ``loadlab run --workers 1 --concurrency L1,L2,...`` (the worker process
-   is the load generator; the master only records). Per step, after the warm-up:
-   requests/s and content chunks/s received, the worker's CPU (cores, from its
-   own samples in the manifest), chunks per CPU-second, and the client-added TTFT.
-2. peer: the same levels from an asyncio + aiohttp closed-loop client shaped like
-   ``vllm bench serve``'s request function (perf_counter before the POST, iterate
-   ``response.content`` lines, ``json.loads`` each event), in its own process, CPU
-   from ``os.times``. Same prompt and output lengths.
+Every client is measured by the same code, over the same kind of window:
 
-Client-added TTFT = mean client TTFT - mean server TTFT over the same window, the
-server's taken from its ``vllm:time_to_first_token_seconds`` histogram (sum/count
-deltas from a 4 Hz /metrics poll, divided by the time scale). The simulator's
-histogram starts at engine arrival, after its HTTP handling (like vLLM's), so this
-difference also holds the server's front-end time; it is the same server for both
-clients, so the comparison between them is fair even where the absolute is not.
+1. Window: from the client's first call + ``--warmup`` to its last call, from the
+   client's own per-request times. Inside it every stream is busy.
+2. CPU: all processes of the client's tree (master and workers, launcher and its
+   worker pool), user + system, sampled from outside every 50 ms (benchmarks/proctree.py)
+   and read at the window's edges.
+3. Throughput: content chunks read inside the window (each chunk's read time), and
+   requests finished inside it; per second and per CPU-second.
+4. Client-added TTFT, per request: the client's TTFT measured from its *call* (see
+   clients.py: the one point every client exposes; it charges each its own send path)
+   minus the server's own part, ``first token written - request arrived``, from the
+   simulator's ``GET /sim/requests`` joined on ``X-Request-Id``. Median and p99 over the
+   requests called inside the window; ``send`` (call -> arrival) and ``read``
+   (written -> read) medians show where the time goes. ``send`` also holds the
+   simulator's own wait before its handler runs (its event loop is busy streaming, the
+   more so the faster the client), so for loadlab, which stamps when its bytes went to
+   the socket, ``own`` is its own share: call -> bytes written, plus ``read``.
+   GuideLLM sends no request id: n/a.
+5. loadlab: also its master's CPU per 10k records (with ``--workers N`` it only receives
+   and writes rows), to size a distributed run.
 
-``--vllm`` runs the same pair against a REAL vLLM instead (the tiny model of
-``tools/install_vllm.sh``, ``--max-num-seqs 4``, levels 1,2,4,8,16 by default, no time
-scale): whatever part of the client-added TTFT both clients share is the server's own
-front end (HTTP parsing and tokenising before vLLM stamps its arrival time, and the SSE
-write after). Server and clients run on CPUs of their own (tests/vllm/realvllm.py
-``ISOLATION``: on 2 cores vLLM on core 0; either client, and the histogram poller, on
-core 1); sharing the cores, the client measures its own starvation (real-vllm.md).
+Ratio: loadlab (one worker) over the best peer at each level, in chunks per CPU-second.
 
-A second pass runs both clients against ``tests/loadgen/fault_server.py`` (aiohttp),
-which logs the wall time it wrote each request's first token (by ``X-Request-Id``):
-there the client-added delay is exact per request, reported as a median.
+``--vllm`` runs loadlab and the aiohttp peer against a REAL vLLM instead (the tiny model of
+``tools/install_vllm.sh``, ``--max-num-seqs 4``, levels 1,2,4,8,16, no time scale): there is
+no timeline there, so the added TTFT is the mean client TTFT (from the call) minus vLLM's
+TTFT histogram mean over the window (which starts at engine arrival: the difference also
+holds vLLM's front end, the same for both clients). Server and clients on CPUs of their own
+here too (sharing the cores, a client measures its own starvation: real-vllm.md).
 
-Ratio reported: chunks per CPU-second (per core), loadlab / peer, at each level.
+Two regimes. Plain (the default): every process under the normal scheduler, beside
+whatever else runs here (the load average is in the table). ``--realtime 10
+--client-cap 0.5``: server and clients under SCHED_RR, so neighbours cannot delay them,
+and every client held to half of its CPU (benchmarks/cpucap.py), so the server, with a
+whole CPU, always out-produces it: throughput is then the client's capacity at half a
+core, and per CPU-second its capacity per core. Unheld, on 2 cores, the simulator alone
+on its core streams about as fast as loadlab reads, so loadlab's figures there are
+partly the server's. Held, client-added TTFT includes the wait for the client's next
+share of CPU (up to 5 ms): read TTFT in the plain regime.
 
-Usage: ``python benchmarks/bench_loadgen.py [--levels 4,16,64] [--duration 6] [--time-scale 20] [--vllm]``
+Usage: ``python benchmarks/bench_loadgen.py [--levels 16,64,256] [--duration 12] [--warmup 3]
+[--repeat 2] [--clients loadlab,loadlab-w2,aiohttp,vllm,guidellm] [--time-scale 50]
+[--realtime 10 [--client-cap 0.5]] [--baseline CHECKOUT] [--json out.json] [--vllm]``
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import itertools
 import json
 import os
 import re
-import subprocess
+import signal
+import statistics
 import sys
 import tempfile
-import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
-from loadlab.sweep.cpus import CpuSet, format_cpu_list, inherited_affinity
+import httpx
+import numpy as np
+import psutil
 
-PROMPT_TOKENS = 40
-OUTPUT_TOKENS = 96
-MODEL = "bench-model"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from clients import MODEL, RUNNERS, ClientRun, RunSpec, Unavailable
+from cpucap import rt_share
+from proctree import TreeCpu
+
+from loadlab.sweep.cpus import default_split, inherited_affinity, parse_cpu_list
+
 _HIST = re.compile(r"^vllm:time_to_first_token_seconds_(sum|count)(?:\{[^}]*\})? (\S+)$", re.MULTILINE)
+CLIENTS = {"loadlab": partial(RUNNERS["loadlab"], workers=1), "loadlab-w2": partial(RUNNERS["loadlab"], workers=2),
+           "aiohttp": RUNNERS["aiohttp"], "vllm": RUNNERS["vllm"], "guidellm": RUNNERS["guidellm"]}
 
 
-# --------------------------------------------------------------------------- peer
-async def _peer_user(session, url: str, body: dict, stop_at: float, out: list, ids) -> None:
-    while time.time() < stop_at:
-        rid = f"peer-{next(ids)}"
-        t_wall = time.time()
-        st = time.perf_counter()
-        ttft, chunks, first_wall = None, 0, None
-        async with session.post(url, json=body, headers={"X-Request-Id": rid}) as resp:
-            async for raw in resp.content:
-                raw = raw.strip()
-                if not raw:
-                    continue
-                text = raw.decode("utf-8").removeprefix("data: ")
-                if text == "[DONE]":
-                    continue
-                data = json.loads(text)
-                choices = data.get("choices")
-                if choices and choices[0].get("text"):
-                    if ttft is None:
-                        ttft = time.perf_counter() - st
-                        first_wall = time.time()
-                    chunks += 1
-        out.append((t_wall, ttft, chunks, rid, first_wall))
+@dataclass
+class Figures:
+    """One client at one level in one round."""
+
+    client: str
+    level: int
+    round: int
+    load_avg: float          # 1-minute load average when the run ended
+    window_s: float
+    cpu_cores: float         # the client's whole process tree, in the window
+    server_cores: float      # the server's, in the same window (near 1.0: the server limits)
+    inflight_mean: float     # time-mean requests in flight (a client short of breath: < level)
+    req_s: float
+    chunks_s: float
+    req_per_cpu_s: float
+    chunks_per_cpu_s: float
+    added_p50_ms: float      # client TTFT from the call - server (first written - arrived)
+    added_p99_ms: float
+    server_ttft_p50_ms: float  # the server's own part: first token written - arrived
+    send_p50_ms: float       # call -> the server has the request
+    read_p50_ms: float       # first token written -> the client read it
+    own_p50_ms: float        # loadlab: call -> bytes written + read (its own share of added)
+    master_ms_per_10k: float  # loadlab: its master's CPU-ms per 10k records (it only records)
 
 
-async def _peer_level(url: str, level: int, duration: float, warmup: float) -> dict:
-    import aiohttp
+def measure(run: ClientRun, round_: int, warmup_s: float, server: TreeCpu | None,
+            timeline: dict[str, list[float | None]], server_ttft: Callable[[float, float], float | None]
+            ) -> Figures:
+    """The figures of one run over its window (module docstring, steps 1-5)."""
+    r = run.requests
+    t0, t1 = float(np.nanmin(r.call)) + warmup_s, float(np.nanmax(r.call))
+    span = t1 - t0
+    if span <= 1.0:
+        raise ValueError(f"{run.client} at {run.level}: window of {span:.2f} s; lengthen --duration")
+    cpu = run.cpu.cpu_s(t0, t1)
+    done_in = r.ok & (r.done >= t0) & (r.done < t1)
+    chunks = int(((r.chunk_times >= t0) & (r.chunk_times < t1)).sum())
+    ends = np.where(np.isnan(r.done), t1, r.done)
+    inflight = float(np.clip(np.minimum(ends, t1) - np.maximum(r.call, t0), 0, None).sum()) / span
+    called = r.ok & (r.call >= t0) & (r.call < t1)
+    added, send, read, own, mine = [], [], [], [], []
+    for i in np.flatnonzero(called):
+        srv = timeline.get(r.ids[i])
+        if srv is None or srv[1] is None or np.isnan(r.first[i]):
+            continue
+        added.append(r.first[i] - r.call[i] - (srv[1] - srv[0]))
+        send.append(srv[0] - r.call[i])
+        own.append(srv[1] - srv[0])
+        read.append(r.first[i] - srv[1])
+        if r.written is not None:
+            mine.append(r.written[i] - r.call[i] + r.first[i] - srv[1])
+    nan = float("nan")
+    if not added:
+        mean_server = server_ttft(t0, t1)
+        ttft = r.first[called] - r.call[called]
+        if mean_server is not None and len(ttft):
+            added = [float(np.nanmean(ttft)) - mean_server]   # --vllm: a mean, reported as p50
+    master = nan
+    if run.records_pid is not None and done_in.sum():
+        master = run.cpu.cpu_s(t0, t1, [run.records_pid]) / done_in.sum() * 1e4 * 1e3
+    return Figures(
+        client=run.client, level=run.level, round=round_, load_avg=os.getloadavg()[0], window_s=span,
+        cpu_cores=cpu / span, server_cores=server.cpu_s(t0, t1) / span if server else nan,
+        inflight_mean=inflight, req_s=done_in.sum() / span, chunks_s=chunks / span,
+        req_per_cpu_s=done_in.sum() / cpu, chunks_per_cpu_s=chunks / cpu,
+        added_p50_ms=float(np.percentile(added, 50)) * 1e3 if added else nan,
+        added_p99_ms=float(np.percentile(added, 99)) * 1e3 if len(added) > 1 else nan,
+        server_ttft_p50_ms=float(np.median(own)) * 1e3 if own else nan,
+        send_p50_ms=float(np.median(send)) * 1e3 if send else nan,
+        read_p50_ms=float(np.median(read)) * 1e3 if read else nan,
+        own_p50_ms=float(np.median(mine)) * 1e3 if mine else nan,
+        master_ms_per_10k=master,
+    )
 
-    body = {"model": MODEL, "prompt": " ".join(["the"] * PROMPT_TOKENS), "max_tokens": OUTPUT_TOKENS,
-            "min_tokens": OUTPUT_TOKENS, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
-    out: list = []
-    t_start = time.time()
-    stop_at = t_start + duration
-    conn = aiohttp.TCPConnector(limit=level, keepalive_timeout=60)
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as session:
-        async def measure_cpu() -> tuple[float, float]:
-            await asyncio.sleep(warmup)
-            c0, w0 = _cpu(), time.time()
-            await asyncio.sleep(max(0.0, stop_at - time.time()))
-            return _cpu() - c0, time.time() - w0
 
-        ids = itertools.count(level * 1_000_000)
-        users = [_peer_user(session, f"{url}/v1/completions", body, stop_at, out, ids) for _ in range(level)]
-        cpu_task = asyncio.ensure_future(measure_cpu())
-        await asyncio.gather(*users)
-        cpu_s, wall_s = await cpu_task
-    return {"level": level, "t_start": t_start, "t_end": stop_at, "warmup_s": warmup, "rows": out,
-            "cpu_cores": cpu_s / wall_s}
-
-
-def peer_main(url: str, levels: list[int], duration: float, warmup: float) -> None:
-    for level in levels:
-        print(json.dumps(asyncio.run(_peer_level(url, level, duration, warmup))), flush=True)
-
-
-def _cpu() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-# --------------------------------------------------------------------------- server TTFT
+# --------------------------------------------------------------------------- server TTFT (--vllm)
 class HistPoller(threading.Thread):
-    """Polls the TTFT histogram's sum and count (4 Hz) with timestamps."""
+    """Polls a server's TTFT histogram sum and count (4 Hz) with timestamps."""
 
     def __init__(self, url: str) -> None:
         super().__init__(daemon=True)
-        import httpx
-
         self.client = httpx.Client(timeout=5)
         self.url = url + "/metrics"
         self.samples: list[tuple[float, float, float]] = []
@@ -151,188 +191,168 @@ class HistPoller(threading.Thread):
         return (inside[-1][1] - inside[0][1]) / (inside[-1][2] - inside[0][2])
 
 
-# --------------------------------------------------------------------------- runs
-def _profile(dir_: Path) -> Path:
-    path = dir_ / "bench.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        format_version: 1
-        name: bench
-        description: fixed lengths for the load-generator benchmark
-        source: {{dataset: none, origin: benchmarks/bench_loadgen.py, licence: none, citation: none,
-                 derivation: fixed}}
-        lengths:
-          input: {{p: [0.0, 1.0], v: [{PROMPT_TOKENS}, {PROMPT_TOKENS}]}}
-          output: {{p: [0.0, 1.0], v: [{OUTPUT_TOKENS}, {OUTPUT_TOKENS}]}}
-          input_summary: {{n: 1, mean: {PROMPT_TOKENS}, p10: 1, p25: 1, p50: 1, p75: 1, p90: 1, p99: 1, max: 1}}
-          output_summary: {{n: 1, mean: {OUTPUT_TOKENS}, p10: 1, p25: 1, p50: 1, p75: 1, p90: 1, p99: 1, max: 1}}
-        arrivals: {{process: none}}
-        prefix: {{kind: none}}
-        """))
-    return path
+# --------------------------------------------------------------------------- rounds
+def rounds(url: str, args: argparse.Namespace, work: Path, server: TreeCpu | None,
+           with_timeline: bool, server_ttft: Callable[[float, float], float | None]) -> list[Figures]:
+    """Every client at every level, ``--repeat`` times, the order rotating."""
+    names = args.clients.split(",")
+    skipped: dict[str, str] = {}
+    results: list[Figures] = []
+    for round_ in range(args.repeat):
+        for i, level in enumerate(args.levels):
+            shift = (round_ + i) % len(names)
+            for name in names[shift:] + names[:shift]:
+                if name in skipped:
+                    continue
+                tag = f"{name}-{level}-{round_}-{time.time_ns() % 10**8}"
+                spec = RunSpec(url, level, args.duration, args.client_cpus, args.cap_group, work, tag,
+                               _expected_rate(results, level, args.client_cap))
+                try:
+                    run = CLIENTS[name](spec)
+                except Unavailable as exc:
+                    skipped[name] = str(exc)
+                    print(f"  {name}: not run ({exc})", file=sys.stderr)
+                    continue
+                timeline = {}
+                if with_timeline and run.id_prefix is not None:
+                    timeline = httpx.get(f"{url}/sim/requests", params={"prefix": run.id_prefix}, timeout=60).json()
+                try:
+                    fig = measure(run, round_, args.warmup, server, timeline, server_ttft)
+                except ValueError as exc:   # a run too short for its window: say so, go on
+                    print(f"  round {round_} level {level} {name}: not measured ({exc})", file=sys.stderr)
+                    continue
+                results.append(fig)
+                print(f"  round {round_} level {level:4d} {name:10s} {fig.chunks_per_cpu_s:9.0f} chunks/cpu-s "
+                      f"{fig.cpu_cores:5.2f} cores, added p50 {fig.added_p50_ms:6.2f} ms, "
+                      f"load {fig.load_avg:.1f}", file=sys.stderr, flush=True)
+    for name, why in skipped.items():
+        print(f"not run: {name}: {why}")
+    return results
 
 
-@dataclass
-class Measured:
-    """One client at one level: what it sent and saw inside the measured window."""
-
-    client: str
-    level: int
-    t0: float
-    t1: float
-    cpu_cores: float
-    ttfts: list[float]
-    chunks: int
-    firsts: dict[str, float]      # request id -> client first-token unix time
-
-    def figures(self, server_ttft_s: float | None, server_firsts: dict[str, float]) -> dict:
-        span = self.t1 - self.t0
-        n = len(self.ttfts)
-        client = sum(self.ttfts) / n if n else float("nan")
-        delays = sorted(t - server_firsts[r] for r, t in self.firsts.items() if r in server_firsts)
-        return {
-            "client": self.client, "level": self.level, "req_s": n / span, "chunks_s": self.chunks / span,
-            "cpu_cores": self.cpu_cores,
-            "chunks_per_cpu_s": self.chunks / span / self.cpu_cores if self.cpu_cores else float("nan"),
-            "ttft_ms": client * 1e3,
-            "mean_added_ms": (client - server_ttft_s) * 1e3 if server_ttft_s is not None else float("nan"),
-            "median_added_ms": delays[len(delays) // 2] * 1e3 if delays else float("nan"),
-        }
+def _expected_rate(results: list[Figures], level: int, cap: float | None) -> float:
+    """Requests/s to size a fixed-count client (vllm bench serve) for ``--duration``: its own
+    rate at this level in an earlier round, else the asyncio peer's, else a guess."""
+    for client in ("vllm-bench", "aiohttp"):
+        seen = [f.req_s for f in results if f.level == level and f.client == client]
+        if seen:
+            return seen[-1] * 1.2
+    return 1000.0 * (cap or 1.0)
 
 
-def run_loadlab(url: str, level: int, duration: float, warmup: float, tmp: Path,
-                cpus: CpuSet | None = None) -> Measured:
-    from loadlab.runstore import REQUESTS, read_manifest, read_table
-
-    out = tmp / f"loadlab-{level}-{time.time_ns()}"
-    cmd = [sys.executable, "-m", "loadlab", "run", "--target", url, "--model", MODEL, "--profile",
-           str(_profile(tmp)), "--concurrency", str(level), "--step-duration", str(duration),
-           "--warmup", str(warmup), "--workers", "1", "--no-calibrate", "--seed", str(time.time_ns() % 10**9),
-           "--out", str(out)] + (["--client-cpus", format_cpu_list(cpus)] if cpus else [])
-    # exit 3: the client fell short of the load; the figures below show by how much
-    if subprocess.run(cmd, check=False, capture_output=True).returncode not in (0, 3):
-        raise RuntimeError(f"loadlab run failed at level {level}; see {out}")
-    df = read_table(out / "requests.parquet", REQUESTS)
-    w = read_manifest(out)["steps"][0]
-    t0, t1 = w["t_start"] + w["warmup_s"], w["t_end"]
-    sel = df[(df.t_sent >= t0) & (df.t_sent < t1) & (df.status == "ok")]
-    return Measured("loadlab", level, t0, t1, w["client_cpu_cores"], sel.ttft_s.tolist(), int(sel.n_chunks.sum()),
-                    dict(zip(sel.request_id, sel.t_first_token)))
-
-
-def run_peer(url: str, level: int, duration: float, warmup: float, tmp: Path,
-             cpus: CpuSet | None = None) -> Measured:
-    with inherited_affinity(cpus):
-        proc = subprocess.run([sys.executable, __file__, "--peer", url, "--levels", str(level),
-                               "--duration", str(duration), "--warmup", str(warmup)],
-                              check=True, capture_output=True, text=True)
-    r = json.loads(proc.stdout.splitlines()[-1])
-    t0, t1 = r["t_start"] + r["warmup_s"], r["t_end"]
-    sel = [x for x in r["rows"] if t0 <= x[0] < t1 and x[1] is not None]
-    return Measured("peer", level, t0, t1, r["cpu_cores"], [x[1] for x in sel], sum(x[2] for x in sel),
-                    {x[3]: x[4] for x in sel})
-
-
-def compare(url: str, levels: list[int], args: argparse.Namespace, tmp: Path,
-            server_ttft: Callable[[float, float], float | None],
-            server_firsts: Callable[[], dict[str, float]]) -> list[dict]:
-    """Both clients at each level against one server, alternating which goes first (so a
-    server state one run leaves behind, a backlog or a lagging clock, is shared fairly)."""
-    measured: list[Measured] = []
-    for i, level in enumerate(levels):
-        pair = [run_peer, run_loadlab]
-        for go in pair if i % 2 == 0 else pair[::-1]:
-            measured.append(go(url, level, args.duration, args.warmup, tmp, args.client_cpus))
-    firsts = server_firsts()
-    return [m.figures(server_ttft(m.t0, m.t1), firsts) for m in measured]
-
-
-def report(title: str, results: list[dict], levels: list[int]) -> None:
-    print(f"\n{title}")
-    print(f"{'client':8} {'level':>5} {'req/s':>8} {'chunks/s':>9} {'cpu':>6} {'chunks/cpu-s':>12} "
-          f"{'ttft ms':>8} {'mean+ ms':>8} {'med+ ms':>8}")
-    for r in sorted(results, key=lambda r: (r["level"], r["client"])):
-        print(f"{r['client']:8} {r['level']:5d} {r['req_s']:8.1f} {r['chunks_s']:9.0f} {r['cpu_cores']:6.2f} "
-              f"{r['chunks_per_cpu_s']:12.0f} {r['ttft_ms']:8.2f} {r['mean_added_ms']:8.2f} "
-              f"{r['median_added_ms']:8.2f}")
-    by = {(r["client"], r["level"]): r for r in results}
-    for level in levels:
-        ratio = by[("loadlab", level)]["chunks_per_cpu_s"] / by[("peer", level)]["chunks_per_cpu_s"]
-        print(f"level {level}: loadlab/peer chunks per CPU-second = {ratio:.2f}x")
+def report(title: str, results: list[Figures]) -> list[dict]:
+    """Medians over rounds per (client, level); the loadlab / best peer ratios."""
+    groups: dict[tuple[str, int], list[Figures]] = {}
+    for f in results:
+        groups.setdefault((f.client, f.level), []).append(f)
+    rows = []
+    for (client, level), figs in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        med = {k: statistics.median(getattr(f, k) for f in figs) for k in asdict(figs[0])
+               if k not in ("client", "level", "round")}
+        rows.append({"client": client, "level": level, "rounds": len(figs), **med})
+    print(f"\n{title}\n")
+    print("| client | streams | req/s | chunks/s | cores | req/CPU-s | chunks/CPU-s | in flight | added p50 ms "
+          "| added p99 ms | send p50 | read p50 | own p50 | server TTFT p50 | server cores | master ms/10k | load |")
+    print("|" + "---|" * 17)
+    for r in rows:
+        print(f"| {r['client']} | {r['level']} | {r['req_s']:.0f} | {r['chunks_s']:.0f} | {r['cpu_cores']:.2f} "
+              f"| {r['req_per_cpu_s']:.0f} | {r['chunks_per_cpu_s']:.0f} | {r['inflight_mean']:.1f} "
+              f"| {r['added_p50_ms']:.2f} | {r['added_p99_ms']:.1f} | {r['send_p50_ms']:.2f} | {r['read_p50_ms']:.2f} "
+              f"| {r['own_p50_ms']:.2f} | {r['server_ttft_p50_ms']:.2f} | {r['server_cores']:.2f} "
+              f"| {r['master_ms_per_10k']:.0f} | {r['load_avg']:.1f} |".replace("nan", "n/a"))
+    by = {(r["client"], r["level"]): r for r in rows}
+    for level in sorted({r["level"] for r in rows}):
+        peers = [r for r in rows if r["level"] == level and not r["client"].startswith("loadlab")]
+        mine = by.get(("loadlab-w1", level))
+        if peers and mine:
+            best = max(peers, key=lambda r: r["chunks_per_cpu_s"])
+            print(f"level {level}: loadlab / best peer ({best['client']}) per CPU-second: chunks "
+                  f"{mine['chunks_per_cpu_s'] / best['chunks_per_cpu_s']:.2f}x, requests "
+                  f"{mine['req_per_cpu_s'] / best['req_per_cpu_s']:.2f}x")
+    return rows
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--levels", default="4,16,64")
-    ap.add_argument("--duration", type=float, default=6.0)
-    ap.add_argument("--warmup", type=float, default=1.5)
-    ap.add_argument("--time-scale", type=float, default=20.0)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--levels", default=None, help="streams per level (default 16,64,256; --vllm 1,2,4,8,16)")
+    ap.add_argument("--duration", type=float, default=12.0, help="seconds each client runs a level")
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds cut from each window's start")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--clients", default=None)
+    ap.add_argument("--time-scale", type=float, default=50.0)
+    ap.add_argument("--server-cpus", type=lambda t: parse_cpu_list(t, "--server-cpus"), default=None,
+                    help="default: all but the last CPU")
+    ap.add_argument("--client-cpus", type=lambda t: parse_cpu_list(t, "--client-cpus"), default=None,
+                    help="default: the last CPU")
+    ap.add_argument("--realtime", type=int, default=0, metavar="PRIO",
+                    help="run the server and every client alike under SCHED_RR at this priority, so "
+                         "neighbours on a shared machine do not delay their wake-ups (0: off)")
+    ap.add_argument("--client-cap", type=float, default=None, metavar="SHARE",
+                    help="hold every client to this share of its CPU (RT group; needs --realtime), so the "
+                         "server out-produces it and its figures are its capacity")
+    ap.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                    help="also run this checkout's loadlab (client loadlab-base): before/after side by side")
+    ap.add_argument("--json", type=Path, help="write every figure (each round) here")
     ap.add_argument("--vllm", action="store_true", help="against a real vLLM (tiny model) instead")
-    ap.add_argument("--peer", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    levels = [int(x) for x in args.levels.split(",")]
-    args.client_cpus = None
-    if args.peer:
-        peer_main(args.peer, levels, args.duration, args.warmup)
-        return
-    if args.vllm:
-        vllm_main([int(x) for x in ("1,2,4,8,16" if args.levels == "4,16,64" else args.levels).split(",")],
-                  args)
-        return
-    import httpx
+    # Stop cleanly (servers and clients killed, the RT group removed) on Ctrl-C and on
+    # SIGTERM, also when started in the background (which ignores SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    split = default_split()
+    args.server_cpus = args.server_cpus or split.server_cpus
+    args.client_cpus = args.client_cpus or split.client_cpus
+    if args.realtime:   # inherited by the server and the clients (nice is not: autogroups)
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(args.realtime))
+    args.levels = [int(x) for x in (args.levels or ("1,2,4,8,16" if args.vllm else "16,64,256")).split(",")]
+    args.clients = args.clients or ("loadlab,aiohttp" if args.vllm else "loadlab,loadlab-w2,aiohttp,vllm,guidellm")
+    args.clients = ",".join("loadlab" if c == "loadlab-w1" else c for c in args.clients.split(","))
+    if args.baseline:
+        CLIENTS["loadlab-base"] = partial(RUNNERS["loadlab"], checkout=args.baseline.resolve())
+        args.clients += ",loadlab-base"
+    if args.client_cap and not args.realtime:
+        sys.exit("--client-cap holds real-time tasks only: add --realtime PRIO")
+    with tempfile.TemporaryDirectory(prefix="bench-loadgen-") as tmp, \
+            (rt_share(args.client_cap) if args.client_cap else nullcontext()) as args.cap_group:
+        results = (vllm_main if args.vllm else sim_main)(args, Path(tmp))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(f) for f in results], indent=1))
 
+
+def sim_main(args: argparse.Namespace, work: Path) -> list[Figures]:
     from loadlab.sim.testing import running_sim
 
-    with tempfile.TemporaryDirectory() as tmp:
-        with running_sim(served_model_name=MODEL, time_scale=args.time_scale, max_num_seqs=256) as url:
-            poller = HistPoller(url)
-            poller.start()
-            sim = compare(url, levels, args, Path(tmp),
-                          lambda t0, t1: _scaled(poller.mean_between(t0, t1), args.time_scale), dict)
-            poller.stop.set()
-        report(f"simulator, --time-scale {args.time_scale:g} (mean+ = client TTFT - server histogram TTFT)",
-               sim, levels)
-        with _fault_server() as url:
-            exact = compare(url, levels, args, Path(tmp), lambda t0, t1: None,
-                            lambda: httpx.get(f"{url}/debug/first_token").json())
-        report("reference SSE server, per request (med+ = client first token - server write time, median)",
-               exact, levels)
+    # This process (its CPU samplers) and the simulator, a child, on the server CPUs.
+    os.sched_setaffinity(0, args.server_cpus)
+    with running_sim(served_model_name=MODEL, time_scale=args.time_scale, max_num_seqs=1024) as url:
+        sim = [p for p in psutil.Process().children() if "sim" in p.cmdline() and "serve" in p.cmdline()]
+        server = TreeCpu(sim[0].pid).start() if sim else None
+        results = rounds(url, args, work, server, True, lambda t0, t1: None)
+        if server:
+            server.stop()
+    cap = f" held to {args.client_cap:g} of a CPU" if args.client_cap else ""
+    report(f"simulator --time-scale {args.time_scale:g} on CPUs {sorted(args.server_cpus)}, clients on "
+           f"{sorted(args.client_cpus)}{cap} (medians of {args.repeat} rounds; added = client TTFT from its call "
+           f"- server first-token time, ms)", results)
+    return results
 
 
-def vllm_main(levels: list[int], args: argparse.Namespace) -> None:
+def vllm_main(args: argparse.Namespace, work: Path) -> list[Figures]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "vllm"))
-    from realvllm import ISOLATION, missing_reason, tiny_vllm
+    from realvllm import missing_reason, tiny_vllm
 
     if missing_reason():
         sys.exit(missing_reason())
-    args.client_cpus = ISOLATION.client_cpus
-    with tempfile.TemporaryDirectory() as tmp, \
-            tiny_vllm(Path(tmp) / "server", served_model_name=MODEL, max_num_seqs=4,
-                      num_gpu_blocks_override=512) as target:
+    with tiny_vllm(work / "server", server_cpus=args.server_cpus, served_model_name=MODEL, max_num_seqs=4,
+                   num_gpu_blocks_override=512) as target:
         poller = HistPoller(target.base_url)
-        with inherited_affinity(args.client_cpus):
+        with inherited_affinity(args.client_cpus):   # off the server's CPUs, as the clients
             poller.start()
-        results = compare(target.base_url, levels, args, Path(tmp), poller.mean_between, dict)
+        results = rounds(target.base_url, args, work, None, False, poller.mean_between)
         poller.stop.set()
-    report("real vLLM (tiny model, --max-num-seqs 4, server and clients on their own CPUs; "
-           "mean+ = client TTFT - vLLM's TTFT histogram)",
-           results, levels)
-
-
-def _scaled(value: float | None, scale: float) -> float | None:
-    return None if value is None else value / scale
-
-
-@contextmanager
-def _fault_server() -> Iterator[str]:
-    """tests/loadgen/fault_server.py: logs each request's first-token write time by X-Request-Id."""
-    script = Path(__file__).resolve().parents[1] / "tests" / "loadgen" / "fault_server.py"
-    proc = subprocess.Popen([sys.executable, str(script), "--ttft-ms", "2", "--itl-ms", "0.5", "--model", MODEL],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[1])}"
-    finally:
-        proc.kill()
-        proc.wait()
+    report("real vLLM (tiny model, --max-num-seqs 4; added = mean client TTFT from its call - vLLM's TTFT "
+           "histogram mean)", results)
+    return results
 
 
 if __name__ == "__main__":

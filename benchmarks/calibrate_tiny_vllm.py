@@ -4,17 +4,22 @@ Needs ``bash tools/install_vllm.sh``. About 4 minutes on 2 cores. Run it on a qu
 machine: on 2 shared cores a neighbour's load moves the server's step times by tens of
 percent.
 
-One server, ``--max-num-seqs 4`` (the seq-cap step load of tests/vllm): a 512-token prompt
-alone, then closed-loop concurrency 1, 2, 4, 8, 16 with 64-token prompts and 32-token
-outputs. Fit and check share that server and that load: two servers started minutes
-apart here differed by 25-35% in step time (ITL with 4 running: 7.6 vs 5.6 ms), more
-than the tolerance, so a fit on one and a check on the other measured the machine.
+One server, ``--max-num-seqs 4`` (the seq-cap step load of tests/vllm), three loads on it:
+a 512-token prompt alone (``tiny-prefill``); the FIT load, closed-loop concurrency 1, 2, 4
+with 64-token prompts and 32-token outputs (``tiny-short``); the CHECK load, concurrency 3,
+6, 12 with 160-token prompts and 48-token outputs (``tiny-check``). The constants come
+from the fit load only; the check load (other levels, two of them past the cap, other
+prompt and output lengths) is held out, so its errors say how well the model predicts
+what it was not fitted on, and the fit load's own errors are reported beside them. One
+server for both: two servers started minutes apart here differed by 25-35% in step time
+(ITL with 4 running: 7.6 vs 5.6 ms), more than the tolerance, so a fit on one and a check
+on the other measured the machine.
 
 Model fitted (one engine step, seconds):  step_s = A + B x num_requests + D x tokens.
 Every figure comes from vLLM's own histograms (means from _sum/_count deltas, exact
 whatever the buckets), their durations stamped in the engine core:
   - decode with n running: ITL = A + (B + D) n      -> A and S = B + D, least squares over
-    ``vllm:inter_token_latency_seconds`` at each level, n = min(c, 4);
+    ``vllm:inter_token_latency_seconds`` at each fit level, n = c;
   - prefill alone at concurrency 1, ``vllm:request_prefill_time_seconds`` (scheduled ->
     first token): a 64-token prompt is one step, A + B + 64 D; a 512-token prompt is two
     256-token chunks (the server's max_num_batched_tokens), 2A + 2B + 512 D -> D from the
@@ -23,18 +28,19 @@ whatever the buckets), their durations stamped in the engine core:
     first token back) and the closed loop's turnaround R = per-user cycle (c x 32 tokens /
     tokens per s) - (queue + prefill + decode), the time a user's next request takes to
     reach the engine after its previous one ended (API server both ways, the client), at
-    the levels below the cap. Neither is a constant here: the API server shares the
-    server's CPU with the engine core, which busy-polls the worker, so both grow with the
-    token rate it streams (F 5.9 -> 13.9 ms, R 13 -> 48 ms from 170 to 510 tokens/s, measured
-    with the client on the same cores). Each is fitted as a line in that rate.
+    the fit levels (all at or below the cap). Neither is a constant here: the API server
+    shares the server's CPU with the engine core, which busy-polls the worker, so both grow
+    with the token rate it streams (F 5.9 -> 13.9 ms, R 13 -> 48 ms from 170 to 510 tokens/s,
+    measured with the client on the same cores). Each is fitted as a line in that rate.
 Server and client run on CPUs of their own (``tiny_vllm`` and ``run_steps``: on 2 cores
 vLLM on core 0, the load generator and the scraper on core 1), so the client's own
 starvation stays out of F and R; a load the client could not apply stops the calibration.
-Check, per level: server TTFT mean (engine TTFT + F at the simulated rate) and output
-tokens/s, real against loadlab's Engine in virtual time with that step time, two ways:
+Check, per level of each load: server TTFT mean (engine TTFT + F at the simulated rate)
+and output tokens/s, real against loadlab's Engine in virtual time with that step time,
+two ways:
   - closed loop: each user's next request reaches the engine R(rate) after its previous
-    one ended, the rate found as a fixed point (TTFT at 8 and 16 is the queue the cap
-    builds, outside the fitted levels);
+    one ended, the rate found as a fixed point (TTFT at 6 and 12 is the queue the cap
+    builds);
   - the real run's arrivals: its requests fed to the Engine at their send times, so the
     client's and API server's delays leave the comparison. An open loop: at the levels
     that queue, a step-rate error of a few percent grows the queue over the step, so
@@ -61,9 +67,23 @@ from realvllm import missing_reason, tiny_vllm
 from loadlab.sim.engine import Engine
 from loadlab.sim.types import BatchShape, EngineRequest, SchedulerSettings
 
-LEVELS = [1, 2, 4, 8, 16]
-CAP = 4  # --max-num-seqs: levels 8 and 16 queue
+CAP = 4  # --max-num-seqs: check levels 6 and 12 queue
 STEP_S, WARMUP_S = 15.0, 2.0
+
+
+@dataclass(frozen=True)
+class Load:
+    """A closed-loop step load: profile (tests/vllm/profiles), its fixed lengths, levels."""
+
+    profile: str
+    prompt: int
+    output: int
+    levels: tuple[int, ...]
+
+
+PREFILL = Load("tiny-prefill", 512, 4, (1,))
+FIT = Load("tiny-short", 64, 32, (1, 2, 4))
+CHECK = Load("tiny-check", 160, 48, (3, 6, 12))
 
 
 def tiny_settings(max_num_seqs: int) -> SchedulerSettings:
@@ -79,12 +99,13 @@ FAMILIES = {"ttft_s": "time_to_first_token_seconds", "itl_s": "inter_token_laten
             "decode_s": "request_decode_time_seconds"}
 
 
-def measure(flags: dict, work: Path, runs: list[tuple[str, list[int]]]) -> tuple[dict, dict]:
+def measure(flags: dict, work: Path, runs: list[Load]) -> tuple[dict, dict]:
     """Per profile and concurrency: histogram means of FAMILIES and output tokens/s; and
     per profile the run itself (requests, windows)."""
     out, loads = {}, {}
     with tiny_vllm(work / "server", **flags) as target:
-        for profile, levels in runs:
+        for load in runs:
+            profile, levels = load.profile, list(load.levels)
             res = run_steps(target, work / profile, profile, levels, STEP_S, WARMUP_S)
             means = {key: res.histogram(f"vllm:{family}")["mean"] for key, family in FAMILIES.items()}
             gen = res.counter("vllm:generation_tokens")["rate_per_s"]
@@ -94,10 +115,10 @@ def measure(flags: dict, work: Path, runs: list[tuple[str, list[int]]]) -> tuple
     return out, loads
 
 
-def sim_step_load(cfg: SchedulerSettings, step_time, prompt: int, output: int,
-                  turnaround_s: dict[int, float]) -> dict:
+def sim_step_load(cfg: SchedulerSettings, step_time, load: Load, turnaround_s: dict[int, float]) -> dict:
     """Closed loop in virtual time: at level c each user's next request reaches the engine
     ``turnaround_s[c]`` after its previous one ended."""
+    prompt, output = load.prompt, load.output
     engine = Engine(cfg, step_time)  # type: ignore[arg-type]
     now, seq, result, users = 0.0, 0, {}, 0
     arrivals: dict[str, float] = {}
@@ -112,9 +133,9 @@ def sim_step_load(cfg: SchedulerSettings, step_time, prompt: int, output: int,
                                              output, t))
             arrivals[f"q{seq}"], seq = t, seq + 1
 
-    for c in LEVELS:
+    for c in load.levels:
         t_end, t_meas = now + STEP_S, now + WARMUP_S
-        pending += [now] * (c - users)
+        pending += [now] * max(0, c - users)
         users = c
         ttfts, tokens = [], 0
         while now < t_end:
@@ -170,7 +191,7 @@ def compare(real: dict, sim: dict, front_s: Callable[[float], float]) -> list[di
     """Per level: server TTFT mean and output tokens/s, real against simulated (engine TTFT
     plus the front end at the simulated token rate)."""
     rows = []
-    for lvl in LEVELS:
+    for lvl in sorted(real):
         r, s = real[lvl], sim[lvl]
         sim_ttft = float(s["ttft_s"] + front_s(s["tokens_per_s"]))
         rows.append({"concurrency": lvl, "real_ttft_ms": round(r["ttft_s"] * 1e3, 1),
@@ -206,31 +227,34 @@ class Fit:
 
 def fit(data: dict) -> Fit:
     """The constants from one server's measurements (see the module docstring)."""
-    short, long = data["tiny-short"], data["tiny-prefill"][1]
-    running = np.minimum(np.array(LEVELS, float), CAP)
-    S, A = np.polyfit(running, [short[c]["itl_s"] for c in LEVELS], 1)
-    D = (long["prefill_s"] - 2 * short[1]["prefill_s"]) / (512 - 2 * 64)
-    # Front end and turnaround at the levels below the cap, as lines in the token rate the
-    # API server streams: it shares a core with the engine core's busy-polling.
-    free = [c for c in LEVELS if c <= CAP]
+    short, long = data[FIT.profile], data[PREFILL.profile][1]
+    levels = list(FIT.levels)
+    running = np.minimum(np.array(levels, float), CAP)
+    S, A = np.polyfit(running, [short[c]["itl_s"] for c in levels], 1)
+    # a PREFILL prompt is two max_num_batched_tokens chunks, a FIT prompt one step
+    D = (long["prefill_s"] - 2 * short[1]["prefill_s"]) / (PREFILL.prompt - 2 * FIT.prompt)
+    # Front end and turnaround as lines in the token rate the API server streams: it shares
+    # the server's CPU with the engine core's busy-polling.
+    free = [c for c in levels if c <= CAP]
     rate = [short[c]["tokens_per_s"] for c in free]
     front = [short[c]["ttft_s"] - short[c]["queue_s"] - short[c]["prefill_s"] for c in free]
-    turn = [c * 32 / short[c]["tokens_per_s"]
+    turn = [c * FIT.output / short[c]["tokens_per_s"]
             - (short[c]["queue_s"] + short[c]["prefill_s"] + short[c]["decode_s"]) for c in free]
     f, F0 = np.polyfit(rate, front, 1)
     r, R0 = np.polyfit(rate, turn, 1)
     return Fit(float(A), float(S - D), float(D), float(F0), float(f), float(R0), float(r))
 
 
-def check(model: Fit, short: dict, load: LoadResult) -> dict[str, list[dict]]:
-    """Simulated against measured, as a closed loop and with the real run's arrivals."""
-    sim: dict = {c: {"tokens_per_s": 0.0} for c in LEVELS}
+def check(model: Fit, load: Load, real: dict, run: LoadResult) -> dict[str, list[dict]]:
+    """Simulated against measured for one load, as a closed loop and with the real run's
+    arrivals."""
+    sim: dict = {c: {"tokens_per_s": 0.0} for c in load.levels}
     for _ in range(4):  # the turnaround depends on the rate it helps set: a fixed point
-        turnaround = {c: model.turnaround_s(sim[c]["tokens_per_s"]) for c in LEVELS}
-        sim = sim_step_load(tiny_settings(CAP), model.step_time, 64, 32, turnaround)
-    same = sim_same_arrivals(tiny_settings(CAP), model.step_time, load)
-    return {"closed loop, turnaround R(rate)": compare(short, sim, model.front_s),
-            "the real run's arrivals": compare(short, same, model.front_s)}
+        turnaround = {c: model.turnaround_s(sim[c]["tokens_per_s"]) for c in load.levels}
+        sim = sim_step_load(tiny_settings(CAP), model.step_time, load, turnaround)
+    same = sim_same_arrivals(tiny_settings(CAP), model.step_time, run)
+    return {"closed loop, turnaround R(rate)": compare(real, sim, model.front_s),
+            "the real run's arrivals": compare(real, same, model.front_s)}
 
 
 def main() -> None:
@@ -238,15 +262,16 @@ def main() -> None:
     if reason:
         sys.exit(reason)
     work = Path(tempfile.mkdtemp(prefix="calibrate-"))
-    data, loads = measure({"max_num_seqs": CAP, "num_gpu_blocks_override": 512}, work,
-                          [("tiny-prefill", [1]), ("tiny-short", LEVELS)])
+    data, loads = measure({"max_num_seqs": CAP, "num_gpu_blocks_override": 512}, work, [PREFILL, FIT, CHECK])
     model = fit(data)
     print("fit:", {k: f"{v * 1e3:.4f} ms" for k, v in asdict(model).items()})
-    checks = check(model, data["tiny-short"], loads["tiny-short"])
-    for title, rows in checks.items():
-        print(f"simulator vs vLLM, {title}:")
-        for row in rows:
-            print("  ", row)
+    checks = {}
+    for name, load in (("fit load (in sample)", FIT), ("check load (held out)", CHECK)):
+        checks[name] = check(model, load, data[load.profile], loads[load.profile])
+        for title, rows in checks[name].items():
+            print(f"simulator vs vLLM, {name}: {load.profile} ({load.prompt} in, {load.output} out), {title}:")
+            for row in rows:
+                print("  ", row)
     (work / "calibration.json").write_text(json.dumps({"fit": asdict(model), "measured": data,
                                                        "check": checks}, indent=2))
     print(f"written {work / 'calibration.json'}")

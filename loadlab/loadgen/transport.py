@@ -26,7 +26,11 @@ deadline per request (connect + headers + body), enforced two ways:
 - under gevent (Locust): one gevent timer per request raises :class:`TransportTimeout`
   in the waiting greenlet, and the socket blocks with no timeout of its own. A gevent
   socket with a timeout arms a timer for every wait, a third of the cost of a read
-  while the client keeps up with the stream;
+  while the client keeps up with the stream. Reads wait first and then read (the
+  connection's :class:`_Readable`): gevent's ``recv`` tries first, fails with EAGAIN
+  whenever the client has caught up (a syscall and a Python exception) and only then
+  waits; waiting first on one watcher kept per connection and reading with the
+  unpatched socket costs 10-16% less CPU per request (a paced server, 16-64 users);
 - with plain sockets: the socket's timeout, set again only when it has drifted
   ``_TIMEOUT_SLACK_S`` from the time left, so a read ends at most that long after the
   deadline.
@@ -179,6 +183,7 @@ class SocketTransport:
         self._timeout_s: float | None = None   # plain sockets: the socket's timeout as last set
         self._clock = clock
         self._cooperative = _gevent_sockets()
+        self._readable: _Readable | None = None   # gevent: this connection's reader
 
     def open(
         self, method: str, path: str, headers: dict[str, str], body: bytes, deadline: float,
@@ -258,7 +263,12 @@ class SocketTransport:
             sock.settimeout(remaining)
             self._timeout_s = remaining
         try:
-            data = sock.recv(_RECV_BYTES)
+            if self._cooperative:
+                if self._readable is None:
+                    self._readable = _Readable(sock)
+                data = self._readable.recv(_RECV_BYTES)
+            else:
+                data = sock.recv(_RECV_BYTES)
         except TransportTimeout:   # the request's gevent timer fired while waiting
             self._drop()
             raise
@@ -297,6 +307,9 @@ class SocketTransport:
         return sock
 
     def _drop(self) -> None:
+        readable, self._readable = self._readable, None
+        if readable is not None:
+            readable.close()
         sock, self._sock = self._sock, None
         if sock is not None:
             try:
@@ -327,6 +340,38 @@ class _Timer:
 
     def cancel(self) -> None:
         self._timeout.close()
+
+
+class _Readable:
+    """Under gevent: reads one connection by waiting until it is readable, then calling
+    ``recv`` on an unpatched socket object over the same descriptor.
+
+    The libev io watcher is kept for the connection's life and started only while a
+    greenlet waits (``Hub.wait`` stops it again, also when the wait is interrupted by
+    the request's timer or a kill). A wake-up without data (rare) waits again.
+    :meth:`close` detaches the descriptor: the connection's own socket closes it.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        from gevent import get_hub
+        from gevent.monkey import get_original
+
+        self._hub = get_hub()
+        self._watcher = self._hub.loop.io(sock.fileno(), 1)   # 1: readable
+        self._raw = get_original("socket", "socket")(fileno=sock.fileno())
+        self._raw.setblocking(False)
+
+    def recv(self, size: int) -> bytes:
+        while True:
+            self._hub.wait(self._watcher)
+            try:
+                return self._raw.recv(size)
+            except BlockingIOError:
+                continue
+
+    def close(self) -> None:
+        self._watcher.close()
+        self._raw.detach()
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:

@@ -20,6 +20,12 @@ marker, opens the next turn's prompt.
 - The marker is unique per request (and per run, through ``nonce``) and never looks
   like a word of the list, so a shared chain ends exactly where the prefix ends.
 - The suffix is drawn from (seed, nonce, seq) and sized to hit the target.
+- Drawing: the words of a stream (a group's text, a request's suffix) come from SHAKE-128,
+  an extendable-output hash, of (seed, nonce, stream, chunk): two bytes per word, taken
+  modulo the list (65536 is not a multiple of its length: its first 65536 mod n words
+  are drawn 0.4% more often than the others). A shorter draw is a prefix of a longer one, so a request
+  draws only the words it needs; a numpy Generator per request cost ~15 us more, a
+  tenth of a load generator's core at 1,000 requests/s.
 
 Calibration. With a ``TokenCounter`` (the server's /tokenize for this request shape,
 see :mod:`loadlab.workload.tokenize`):
@@ -44,12 +50,11 @@ generator records target and actual usage either way.
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
-
-import numpy as np
 
 from loadlab.errors import InputError
 
@@ -80,7 +85,7 @@ need feel become leave put mean keep let begin seem hear talk start might next h
 place small case week company where group problem fact
 """
 WORDS: tuple[str, ...] = tuple(dict.fromkeys(_WORD_TEXT.split()))  # unique, order kept
-_WORD_ARRAY = np.array(WORDS, dtype=object)
+_WORD_OF_DRAW = tuple(WORDS[i % len(WORDS)] for i in range(1 << 16))  # a 2-byte draw -> its word
 
 
 class TokenCounter(Protocol):
@@ -150,13 +155,11 @@ class PromptSynth:
         self._suffix_chunk = lru_cache(maxsize=64)(self._make_chunk)
 
     def _make_chunk(self, stream: int, index: int, size: int = _CHUNK) -> list[str]:
-        """Words ``index * _CHUNK`` onwards of ``stream``. The generator draws word after
-        word, so a smaller ``size`` gives the same first words: a request's short suffix
+        """Words ``index * _CHUNK`` onwards of ``stream``. The hash's output is read word
+        after word, so a smaller ``size`` gives the same first words: a request's short suffix
         (its own stream, used once) draws only what it needs, not a whole chunk."""
-        gen = np.random.Generator(
-            np.random.PCG64(np.random.SeedSequence([self._base, stream, index]))
-        )
-        return _WORD_ARRAY[gen.integers(0, len(WORDS), size)].tolist()
+        digest = hashlib.shake_128(b"%d:%d:%d" % (self._base, stream, index)).digest(2 * size)
+        return list(map(_WORD_OF_DRAW.__getitem__, struct.unpack(f"<{size}H", digest)))
 
     def _stream_words(self, stream: int, n: int) -> list[str]:
         if stream >= _SUFFIX_STREAM and n < _CHUNK:   # a power of two: few sizes while calibrating
