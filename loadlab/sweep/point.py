@@ -25,8 +25,7 @@ Steps of :func:`run_point`:
 4. The load (:func:`loadlab.loadgen.driver.run_load`), which writes the manifest and
    the request records and polls the launched server, so a server that dies mid-step
    ends the point as failed with the reason. A knee search (``plan.search``) judges each
-   step with ``judge`` (default :func:`loadlab.sweep.verdicts.step_judge` over the
-   point's folder) once the scraper has sampled past the step's end and flushed
+   step with :func:`loadlab.sweep.verdicts.step_judge` over the point's folder once the scraper has sampled past the step's end and flushed
    (:meth:`~loadlab.collect.scraper.Scraper.sync`). Once the manifest is written (``on_open``)
    the scraper (unless ``collect`` is off) starts sampling the target's ``/metrics``
    into the same folder every ``loadgen.collect_interval_s``; this is the only place a
@@ -79,7 +78,6 @@ class PointSpec:
     master_bind: str = "127.0.0.1:0"
     manifest_extra: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[str], None] = STDERR_LINE
-    judge: Callable[[int], bool] | None = None        # knee search: did step k stall?
 
 
 @dataclass
@@ -90,13 +88,12 @@ class _Live:
     target_check: Callable[[], str | None] | None = None
 
 
-def point_spec(scenario: Scenario, point: Point, out: Path, progress: Callable[[str], None],
-               judge: Callable[[int], bool] | None) -> PointSpec:
+def point_spec(scenario: Scenario, point: Point, out: Path, progress: Callable[[str], None]) -> PointSpec:
     """The spec of one sweep point: the scenario with the point's flags."""
     return PointSpec(out=out, target=scenario.target, workload=scenario.workload, plan=scenario.load,
                      loadgen=scenario.loadgen, isolation=scenario.isolation or Isolation(),
                      point=point.name, server_args=to_argv(point.flags),
-                     nonce=f"{scenario.name}-{scenario.workload.seed}", progress=progress, judge=judge,
+                     nonce=f"{scenario.name}-{scenario.workload.seed}", progress=progress,
                      manifest_extra={"scenario": scenario.name})
 
 
@@ -170,11 +167,10 @@ def run_point(spec: PointSpec) -> dict[str, Any]:
 
 
 def _judge(spec: PointSpec, scraper: Scraper | None) -> Callable[[int], bool] | None:
-    """A knee search's verdict on step k: the spec's judge (default: the analyzer over the
-    point's folder), asked once the scraper has sampled the server past the step's end."""
+    """A knee search's verdict on step k: the analyzer over the point's folder, asked once the scraper has sampled the server past the step's end."""
     if spec.plan.search is None:
         return None
-    judge = spec.judge or step_judge(spec.out)
+    judge = step_judge(spec.out)
 
     def synced(step: int) -> bool:
         if scraper is not None:

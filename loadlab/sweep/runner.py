@@ -231,7 +231,6 @@ def _verdict(folder: Path, scenario: Scenario, record: PointRecord) -> str:
 
 def _run_point(scenario: Scenario, point: Point, out: Path, what_if: bool,
                progress: Callable[[str], None]) -> None:
-    judge = step_judge(out) if scenario.load.search is not None else None
     if what_if:
         from loadlab.sweep.whatif import run_whatif_point
 
@@ -243,11 +242,12 @@ def _run_point(scenario: Scenario, point: Point, out: Path, what_if: bool,
                 progress(f"replay at {virtual_s:,.0f}" + (f" / {total_s:,.0f}" if total_s else "")
                          + " virtual s")
 
+        judge = step_judge(out) if scenario.load.search is not None else None
         run_whatif_point(scenario, point, out, judge, replay_progress)
         return
     from loadlab.sweep.point import point_spec, run_point
 
-    run_point(point_spec(scenario, point, out, progress, judge))
+    run_point(point_spec(scenario, point, out, progress))
 
 
 def write_sweep_report(out: Path, manifest: SweepManifest) -> Path | None:
