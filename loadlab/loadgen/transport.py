@@ -51,6 +51,8 @@ _RECV_BYTES = 65536
 # A read may wait this long past the request's deadline; in exchange the socket's timeout
 # is set again only when it drifts that far from the time left (not before every read).
 _TIMEOUT_SLACK_S = 0.1
+# libev's highest watcher priority (EV_MAXPRI): a connection waiting for its first token.
+_URGENT_PRIORITY = 2
 
 
 class TransportTimeout(Exception):
@@ -183,7 +185,7 @@ class SocketTransport:
         self._timeout_s: float | None = None   # plain sockets: the socket's timeout as last set
         self._clock = clock
         self._cooperative = _gevent_sockets()
-        self._readable: _Readable | None = None   # gevent: this connection's reader
+        self._readable: _Readable | None = None   # gevent: the connection's reader (with _sock)
 
     def open(
         self, method: str, path: str, headers: dict[str, str], body: bytes, deadline: float,
@@ -201,6 +203,8 @@ class SocketTransport:
             # Blocking again (the peer check left it non-blocking): gevent's timer, or a timeout.
             self._timeout_s = None if timer is not None else max(1e-3, deadline - time.monotonic())
             sock.settimeout(self._timeout_s)
+            if self._readable is not None:
+                self._readable.urgent(True)
             sent_at = self._clock()
             if on_sent is not None:
                 on_sent(sent_at)
@@ -239,6 +243,7 @@ class SocketTransport:
     ) -> Iterator[bytes]:
         try:
             if pending:   # body bytes that came with the headers: one read, one piece
+                self._first_body_read()
                 yield b"".join(pending)
             pieces = parser.pieces
             while not parser.message_complete:
@@ -246,6 +251,7 @@ class SocketTransport:
                 if pieces:
                     piece = b"".join(pieces)
                     pieces.clear()
+                    self._first_body_read()
                     yield piece
         except BaseException:
             self._drop()
@@ -263,9 +269,7 @@ class SocketTransport:
             sock.settimeout(remaining)
             self._timeout_s = remaining
         try:
-            if self._cooperative:
-                if self._readable is None:
-                    self._readable = _Readable(sock)
+            if self._readable is not None:
                 data = self._readable.recv(_RECV_BYTES)
             else:
                 data = sock.recv(_RECV_BYTES)
@@ -304,7 +308,13 @@ class SocketTransport:
             raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
+        if self._cooperative:
+            self._readable = _Readable(sock)
         return sock
+
+    def _first_body_read(self) -> None:
+        if self._readable is not None:
+            self._readable.urgent(False)
 
     def _drop(self) -> None:
         readable, self._readable = self._readable, None
@@ -350,6 +360,12 @@ class _Readable:
     greenlet waits (``Hub.wait`` stops it again, also when the wait is interrupted by
     the request's timer or a kill). A wake-up without data (rare) waits again.
     :meth:`close` detaches the descriptor: the connection's own socket closes it.
+
+    :meth:`urgent` marks a connection still waiting for its response's first body bytes.
+    libev runs the ready watchers of one loop iteration highest priority first, so when
+    many streams are readable at once a first token is read at the start of the
+    iteration, not after a random share of every other stream's chunks: the client's own
+    part of TTFT stops growing with the number of streams it reads.
     """
 
     def __init__(self, sock: socket.socket) -> None:
@@ -360,6 +376,11 @@ class _Readable:
         self._watcher = self._hub.loop.io(sock.fileno(), 1)   # 1: readable
         self._raw = get_original("socket", "socket")(fileno=sock.fileno())
         self._raw.setblocking(False)
+
+    def urgent(self, flag: bool) -> None:
+        """Read ahead of the other connections (libev may change a watcher's priority
+        only while it is stopped: between waits, which is where this is called)."""
+        self._watcher.priority = _URGENT_PRIORITY if flag else 0
 
     def recv(self, size: int) -> bytes:
         while True:

@@ -53,3 +53,42 @@ def test_statuses_and_kept_alive_connections_under_gevent(fault) -> None:
     assert [r["kept_before"] for r in rows] == [False, True, True, False, True, False, True, False, True]
     assert [r["kept_after"] for r in rows] == [True, True, False, True, False, True, False, True, True]
     assert all(r["same"] for r in rows)
+
+
+URGENT_SCRIPT = """
+import json, sys
+from gevent import monkey
+monkey.patch_all()
+import gevent, socket
+from loadlab.loadgen.transport import _Readable
+
+pairs = [socket.socketpair() for _ in range(9)]
+readers = [_Readable(a) for a, _ in pairs]
+orders = []
+for urgent in map(int, sys.argv[1:]):
+    readers[urgent].urgent(True)
+    order = []
+    def read(i):
+        readers[i].recv(100)
+        order.append(i)
+    greenlets = [gevent.spawn(read, i) for i in range(len(readers))]
+    gevent.sleep(0)                  # every reader now waits on its watcher
+    for _, writer in pairs:          # all readable before the hub polls again
+        writer.send(b"x")
+    gevent.joinall(greenlets)
+    readers[urgent].urgent(False)
+    orders.append(order)
+print(json.dumps(orders))
+"""
+
+
+def test_a_connection_waiting_for_its_first_token_is_read_first() -> None:
+    """Nine connections readable in one loop iteration: the one marked urgent (waiting for
+    its first token) is read before the others, whichever it is."""
+    urgent = [4, 7, 1]
+    proc = subprocess.run([sys.executable, "-c", URGENT_SCRIPT, *map(str, urgent)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    orders = json.loads(proc.stdout.splitlines()[-1])
+    assert [order[0] for order in orders] == urgent
+    assert all(sorted(order) == list(range(9)) for order in orders)
