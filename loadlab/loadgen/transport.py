@@ -241,9 +241,11 @@ class SocketTransport:
     def _body(
         self, sock: socket.socket, parser: _Parser, pending: list[bytes], deadline: float
     ) -> Iterator[bytes]:
+        first = True   # the first body bytes end the urgency open() set (_Readable.urgent)
         try:
             if pending:   # body bytes that came with the headers: one read, one piece
                 self._first_body_read()
+                first = False
                 yield b"".join(pending)
             pieces = parser.pieces
             while not parser.message_complete:
@@ -251,7 +253,9 @@ class SocketTransport:
                 if pieces:
                     piece = b"".join(pieces)
                     pieces.clear()
-                    self._first_body_read()
+                    if first:
+                        self._first_body_read()
+                        first = False
                     yield piece
         except BaseException:
             self._drop()

@@ -25,7 +25,8 @@ Steps of :func:`run_point`:
 4. The load (:func:`loadlab.loadgen.driver.run_load`), which writes the manifest and
    the request records and polls the launched server, so a server that dies mid-step
    ends the point as failed with the reason. A knee search (``plan.search``) judges each
-   step with :func:`loadlab.sweep.verdicts.step_judge` over the point's folder once the scraper has sampled past the step's end and flushed
+   step with :func:`loadlab.sweep.verdicts.step_judge` over the point's folder once the
+   scraper has sampled past the step's end and flushed
    (:meth:`~loadlab.collect.scraper.Scraper.sync`). Once the manifest is written (``on_open``)
    the scraper (unless ``collect`` is off) starts sampling the target's ``/metrics``
    into the same folder every ``loadgen.collect_interval_s``; this is the only place a
@@ -167,7 +168,8 @@ def run_point(spec: PointSpec) -> dict[str, Any]:
 
 
 def _judge(spec: PointSpec, scraper: Scraper | None) -> Callable[[int], bool] | None:
-    """A knee search's verdict on step k: the analyzer over the point's folder, asked once the scraper has sampled the server past the step's end."""
+    """A knee search's verdict on step k: the analyzer over the point's folder, asked once
+    the scraper has sampled the server past the step's end."""
     if spec.plan.search is None:
         return None
     judge = step_judge(spec.out)
