@@ -8,7 +8,7 @@ pyproject.toml.
 
 from setuptools import find_packages, setup
 
-DATA_FOLDERS = {"profiles": ["*.yaml", "README.md"]}  # folder: files of it to ship
+DATA_FOLDERS = {"profiles": ["*.yaml", "README.md"], "scenarios": ["*.yaml", "README.md"]}  # folder: files of it to ship
 
 setup(
     packages=[*find_packages(include=["loadlab*"]), *(f"loadlab.{d}" for d in DATA_FOLDERS)],

@@ -44,7 +44,7 @@ from loadrun import LoadResult, run_steps
 from realvllm import ISOLATION, missing_reason, tiny_vllm
 
 from loadlab.analyze.steps import step_table
-from loadlab.sweep.launcher import LaunchedTarget
+from loadlab.experiment.launcher import LaunchedTarget
 
 SERVER = {"max_num_seqs": 4, "num_gpu_blocks_override": 512}
 LEVELS = [8, 16]

@@ -2,7 +2,7 @@
 
 For each ``--max-num-seqs`` cap (the simulator's knee sits just above it): a closed-loop
 linear scan of every grid level (4, 8, ..., 128 users; 30 s steps, 6 s warm-up) and the
-adaptive search over the same grid (:mod:`loadlab.loadgen.knee_search`, its per-step
+adaptive search over the same grid (:mod:`loadlab.spec.knee_search`, its per-step
 verdicts from the analyzer), both as `sim replay` runs of Llama-3.1-8B on one H100 with
 the azure-conv profile. Printed per cap: the scan's knee (its analysis), the search's
 bracket, the steps each ran, and the load time each needed: virtual seconds, which is
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import loadlab
 from loadlab.analyze.analysis import analyze_run
-from loadlab.config import KneeSearch, LoadPlan, Workload
-from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import run_replay
-from loadlab.sweep.verdicts import step_judge
+from loadlab.spec.models import KneeSearch, LoadPlan, Workload
+from loadlab.sim.engine.config import SimConfig
+from loadlab.replay.driver import run_replay
+from loadlab.experiment.verdicts import step_judge
 
 SEARCH = KneeSearch(start=4, max=128, resolution=4)
 STEP = {"step_duration_s": 30.0, "warmup_s": 6.0}

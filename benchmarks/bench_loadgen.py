@@ -84,7 +84,7 @@ from clients import MODEL, RUNNERS, ClientRun, RunSpec, Unavailable
 from cpucap import rt_share
 from proctree import TreeCpu
 
-from loadlab.sweep.cpus import default_split, inherited_affinity, parse_cpu_list
+from loadlab.experiment.cpus import default_split, inherited_affinity, parse_cpu_list
 
 _HIST = re.compile(r"^vllm:time_to_first_token_seconds_(sum|count)(?:\{[^}]*\})? (\S+)$", re.MULTILINE)
 CLIENTS = {"loadlab": partial(RUNNERS["loadlab"], workers=1), "loadlab-w2": partial(RUNNERS["loadlab"], workers=2),
@@ -320,7 +320,7 @@ def main() -> None:
 
 
 def sim_main(args: argparse.Namespace, work: Path) -> list[Figures]:
-    from loadlab.sim.testing import running_sim
+    from loadlab.sim.serve.testing import running_sim
 
     # This process (its CPU samplers) and the simulator, a child, on the server CPUs.
     os.sched_setaffinity(0, args.server_cpus)

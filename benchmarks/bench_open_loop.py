@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from loadlab.runstore import REQUESTS, read_manifest, read_table
-from loadlab.sim.testing import running_sim
+from loadlab.sim.serve.testing import running_sim
 
 MODEL = "bench-model"
 

@@ -16,11 +16,11 @@ import argparse
 import random
 import time
 
-from loadlab.sim.config import SimConfig
-from loadlab.sim.engine import Engine
-from loadlab.sim.hardware import resolve
-from loadlab.sim.timing import StepTimeModel
-from loadlab.sim.types import EngineRequest
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.hardware import resolve
+from loadlab.sim.engine.timing import StepTimeModel
+from loadlab.sim.engine.types import EngineRequest
 
 
 def run(concurrency: int, sim_seconds: float, seed: int = 0,

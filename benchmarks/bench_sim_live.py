@@ -32,10 +32,10 @@ import time
 import aiohttp
 import httpx
 
-from loadlab.sim.config import SimConfig
-from loadlab.sim.hardware import resolve
-from loadlab.sim.live import LiveDriver
-from loadlab.sim.testing import running_sim
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.hardware import resolve
+from loadlab.sim.serve.live import LiveDriver
+from loadlab.sim.serve.testing import running_sim
 
 
 async def driver_only(streams: int, seconds: float, prompt_words: int, max_tokens: int,

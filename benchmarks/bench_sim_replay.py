@@ -29,13 +29,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import loadlab
-from loadlab.config import LoadPlan, Workload
-from loadlab.sim.config import SimConfig
-from loadlab.sim.engine import Engine
-from loadlab.sim.hardware import resolve
-from loadlab.sim.replay import ReplayOptions, _Replay, run_replay
-from loadlab.sim.replay_prompts import replay_request
-from loadlab.sim.timing import StepTimeModel
+from loadlab.spec.models import LoadPlan, Workload
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.hardware import resolve
+from loadlab.replay.driver import ReplayOptions, _Replay, run_replay
+from loadlab.replay.prompts import replay_request
+from loadlab.sim.engine.timing import StepTimeModel
 from loadlab.workload import load_profile
 
 

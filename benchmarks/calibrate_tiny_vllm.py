@@ -64,8 +64,8 @@ sys.path.insert(0, str(ROOT / "tests" / "vllm"))  # reuse the e2e tests' load he
 from loadrun import LoadResult, run_steps
 from realvllm import missing_reason, tiny_vllm
 
-from loadlab.sim.engine import Engine
-from loadlab.sim.types import BatchShape, EngineRequest, SchedulerSettings
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.types import BatchShape, EngineRequest, SchedulerSettings
 
 CAP = 4  # --max-num-seqs: check levels 6 and 12 queue
 STEP_S, WARMUP_S = 15.0, 2.0

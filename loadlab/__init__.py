@@ -1,3 +1,5 @@
 """loadlab: find where a vLLM server's scheduler stalls, why, and which flag moves it."""
 
-__version__ = "0.1.0"
+from loadlab.version import __version__
+
+__all__ = ["__version__"]

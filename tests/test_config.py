@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from loadlab.config import KneeSearch, LoadPlan, Scenario, parse_levels
+from loadlab.spec.models import KneeSearch, LoadPlan, Scenario, parse_levels
 from loadlab.errors import InputError
-from loadlab.validate import load_scenario, plan_from_flags
+from loadlab.experiment.scenarios import load_scenario
+from loadlab.spec.validate import plan_from_flags
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 

@@ -34,6 +34,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadlab.runstore.schema import canonical_labels
+
 KEEP_PREFIX = "vllm:"
 CACHE_CONFIG_FAMILY = "vllm:cache_config_info"
 DROP = -1
@@ -60,11 +62,6 @@ class Scrape:
 
     ids: list[int] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
-
-
-def canonical_labels(labels: dict[str, str]) -> str:
-    """Labels as JSON with sorted keys: the one spelling stored in METRICS.labels."""
-    return json.dumps(labels, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 class ExpositionParser:

@@ -38,7 +38,8 @@ from typing import Any
 import pandas as pd
 
 from loadlab.collect import catalog
-from loadlab.collect.parse import KEEP_PREFIX, canonical_labels
+from loadlab.collect.parse import KEEP_PREFIX
+from loadlab.runstore.schema import canonical_labels
 from loadlab.errors import InputError, TargetError
 from loadlab.runstore import METRICS, SCRAPES, PartWriter, update_manifest
 

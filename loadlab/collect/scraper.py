@@ -48,7 +48,7 @@ from typing import Any, Protocol
 from loadlab.collect.fetch import MetricsFetcher, endpoint_urls
 from loadlab.collect.parse import ExpositionError, ExpositionParser, describe_endpoint
 from loadlab.collect.sink import MetricsSink
-from loadlab.config import SCRAPE_INTERVAL_MIN_S
+from loadlab.spec.models import SCRAPE_INTERVAL_MIN_S
 from loadlab.errors import InputError, StoreError
 from loadlab.runstore import SCRAPES, PartWriter, update_manifest
 

@@ -4,7 +4,7 @@ Steps of :func:`run_load`:
 
 1. Open the run folder: manifest (status ``running``; target without credentials;
    plan; workload; host; versions) and a :class:`~loadlab.loadgen.records.Recorder`;
-   then ``on_open()`` (:mod:`loadlab.sweep.point` starts its ``/metrics`` scraper there:
+   then ``on_open()`` (:mod:`loadlab.experiment.point` starts its ``/metrics`` scraper there:
    one started before the manifest is written would see its manifest keys replaced).
 2. Runners. ``workers == 0`` (and no remote workers): one process, Locust ``LocalRunner``, the worker side
    wired in-process (handy for ``locust -f`` parity and debugging; recording shares
@@ -13,13 +13,13 @@ Steps of :func:`run_load`:
    ``remote_workers`` more that the user starts on other machines with
    ``loadlab run --join MASTER_HOST:PORT`` (the master binds ``master_bind``).
 3. Send every worker ``ll_config`` with its index; wait for ``ll_ready``.
-4. Closed loop: the steps of a :class:`~loadlab.loadgen.knee_search.LevelWalk` (the
+4. Closed loop: the steps of a :class:`~loadlab.spec.knee_search.LevelWalk` (the
    plan's levels, or a knee search's as it goes): per step, ``ll_step`` (the step itself)
    then ``runner.start(concurrency)``, sleep to the step's absolute end, write the step
    window to the manifest. A search then judges the step before choosing the next one:
    its entry is completed and its records flushed (:meth:`StepEntries.settle`; the
    users keep the step's level meanwhile, outside every window), ``opts.judge(k)`` says
-   whether it stalled (:func:`loadlab.sweep.verdicts.step_judge`: the analyzer over the
+   whether it stalled (:func:`loadlab.experiment.verdicts.step_judge`: the analyzer over the
    folder; a client-limited step is not a stall), and the manifest's ``search`` gets the
    bracket at the end. Open loop: ``ll_step`` with ``t0`` = now + ``START_LEAD_S``, one
    dispatcher user per worker, windows at ``t0`` + cumulative durations. The load each
@@ -65,11 +65,11 @@ import gevent
 from gevent.event import Event
 from locust.env import Environment
 
-from loadlab import __version__
+from loadlab.version import __version__
 from loadlab.errors import RunInterrupted, TargetError
 from loadlab.loadgen.achieved import limited_reasons
 from loadlab.loadgen.context import RunSettings
-from loadlab.loadgen.knee_search import LevelWalk
+from loadlab.spec.knee_search import LevelWalk
 from loadlab.loadgen.preflight import split_address
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
 from loadlab.loadgen.shapes import LoadPlan, Step

@@ -1,6 +1,6 @@
 """Before any load starts: is the target usable with this run's URL, key and model?
 
-Steps of :func:`preflight` (one request, httpx, from :func:`loadlab.sweep.point.run_point`
+Steps of :func:`preflight` (one request, httpx, from :func:`loadlab.experiment.point.run_point`
 before the load starts):
 
 1. :func:`check_url`: ``http://host[:port][/prefix]`` only. ``https://`` is refused

@@ -95,7 +95,7 @@ class SocketTokenCounter:
 
     Same request shape as :mod:`loadlab.workload.tokenize` (vLLM's ``/tokenize``), but
     without httpx, which a Locust worker cannot import (the import-order rule:
-    :mod:`loadlab.sweep.point`); one lean socket path is enough.
+    :mod:`loadlab.experiment.point`); one lean socket path is enough.
     """
 
     def __init__(self, base_url: str, model: str, chat: bool, headers: Mapping[str, str],

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 import yaml
 from plotly.offline import get_plotlyjs
 
-from loadlab import __version__
+from loadlab.version import __version__
 from loadlab.report import figures, summary, tables
 from loadlab.report.ab import ArmComparison, compare_arms
 from loadlab.report.inputs import Point, RunSet, load

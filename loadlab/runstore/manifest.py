@@ -139,7 +139,7 @@ class RunManifest(_Open):
     target: TargetInfo | None = None
     server: dict[str, Any] = Field(default_factory=dict, description="scheduler/cache knobs as set "
                                    "(max_num_seqs, block_size, ...): /metrics never shows them")
-    plan: dict[str, Any] | None = Field(None, description="loadlab.config.LoadPlan.describe()")
+    plan: dict[str, Any] | None = Field(None, description="loadlab.spec.models.LoadPlan.describe()")
     workload: WorkloadInfo | None = None
     metrics: MetricsInfo | None = None
     steps: list[StepWindow] = Field(default_factory=list)

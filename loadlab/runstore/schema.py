@@ -6,6 +6,8 @@ analyzer can rely on them (nullable ints stay ints, lists stay lists).
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
 REQUEST_STATUSES = ("ok", "http_error", "timeout", "aborted", "client_error")
@@ -102,3 +104,8 @@ SCRAPES = pa.schema(
         ("error", pa.string()),            # cause of a gap: timeout, refused, http 500, parse error...
     ]
 )
+
+
+def canonical_labels(labels: dict[str, str]) -> str:
+    """Labels as JSON with sorted keys: the one spelling stored in METRICS.labels."""
+    return json.dumps(labels, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -11,7 +11,7 @@ Public API (other parts of loadlab code against exactly this):
   :mod:`loadlab.workload.prompts`, trace readers in :mod:`loadlab.workload.traces`.
 
 Shipped profiles live in the repository's ``profiles/`` folder (inside the package
-once installed from a wheel: :func:`loadlab.datafiles.data_dir`) and are regenerated
+once installed from a wheel: :func:`loadlab.spec.datafiles.data_dir`) and are regenerated
 from the public traces by ``python -m loadlab.workload.shipped``; nothing here needs
 the traces at run time.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadlab.datafiles import data_dir
+from loadlab.spec.datafiles import data_dir
 from loadlab.errors import InputError
 from loadlab.workload.model import read_profile_file
 from loadlab.workload.sampler import Profile, RequestSampler, RequestSpec

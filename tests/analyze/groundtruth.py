@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from loadlab.config import LoadPlan, Workload
-from loadlab.sim.config import SimConfig
-from loadlab.sim.hardware import resolve
-from loadlab.sim.replay import ReplayOptions, run_replay
-from loadlab.sim.types import StepOutput
+from loadlab.spec.models import LoadPlan, Workload
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.hardware import resolve
+from loadlab.replay.driver import ReplayOptions, run_replay
+from loadlab.sim.engine.types import StepOutput
 
 PROFILES = Path(__file__).parent / "profiles"
 STALLED_SHARE = 0.5

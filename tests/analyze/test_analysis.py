@@ -17,7 +17,7 @@ from groundtruth import SCENARIOS, Scenario, run_scenario
 from loadlab.analyze.analysis import analyze_run, write_analysis
 from loadlab.errors import InputError
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table, write_manifest
-from loadlab.sim.config import SimConfig
+from loadlab.sim.engine.config import SimConfig
 
 
 @pytest.fixture(scope="module")

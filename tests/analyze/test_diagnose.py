@@ -11,7 +11,7 @@ import pytest
 
 from loadlab.collect.fetch import MetricsFetcher
 from loadlab.collect.parse import parse_text
-from loadlab.sim.testing import running_sim
+from loadlab.sim.serve.testing import running_sim
 
 PROFILE = Path(__file__).parents[1] / "vllm" / "profiles" / "tiny-short.yaml"
 

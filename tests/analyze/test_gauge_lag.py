@@ -8,10 +8,10 @@ import pytest
 
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
 from loadlab.analyze.steps import measured_windows
-from loadlab.config import LoadPlan, Workload
+from loadlab.spec.models import LoadPlan, Workload
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
-from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import run_replay
+from loadlab.sim.engine.config import SimConfig
+from loadlab.replay.driver import run_replay
 
 RUNNING = "vllm:num_requests_running"
 

@@ -9,11 +9,11 @@ import pytest
 
 from loadlab.analyze.display import format_step_table
 from loadlab.analyze.steps import burst_share, step_table
-from loadlab.config import LoadPlan, Workload
+from loadlab.spec.models import LoadPlan, Workload
 from loadlab.errors import InputError
 from loadlab.runstore import read_manifest, update_manifest
-from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import run_replay
+from loadlab.sim.engine.config import SimConfig
+from loadlab.replay.driver import run_replay
 
 
 @pytest.fixture(scope="module")

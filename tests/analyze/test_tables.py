@@ -12,11 +12,11 @@ import pytest
 
 from loadlab.analyze.steps import step_table
 from loadlab.analyze.tables import REQUEST_COLUMNS, chunk_span_s, read_metrics, read_requests
-from loadlab.config import LoadPlan, Workload
+from loadlab.spec.models import LoadPlan, Workload
 from loadlab.loadgen.client import Outcome, Timings
 from loadlab.runstore import METRICS, REQUESTS, PartWriter, compact_run, read_table
-from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import run_replay
+from loadlab.sim.engine.config import SimConfig
+from loadlab.replay.driver import run_replay
 
 
 @pytest.fixture(scope="module")

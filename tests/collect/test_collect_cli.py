@@ -56,7 +56,7 @@ def test_bad_input_exits_2_with_a_fix(tmp_path, argv, capsys):
 
 def test_scraper_follows_the_simulator_under_load(tmp_path):
     """V1 simulator in its own process: tokens generated show up as counter increases."""
-    sim_testing = pytest.importorskip("loadlab.sim.testing")
+    sim_testing = pytest.importorskip("loadlab.sim.serve.testing")
     from loadlab.analyze.windows import counter_windows
     from loadlab.collect.scraper import Scraper
 

@@ -100,9 +100,9 @@ def test_old_counter_without_total_keeps_its_exposed_name():
 @pytest.mark.parametrize("names,generation,kv", [("v1", "v1", "vllm:kv_cache_usage_perc"),
                                                  ("v0", "v0", "vllm:gpu_cache_usage_perc")])
 def test_simulator_pages_parse_and_are_recognised(names, generation, kv):
-    sim_testing = pytest.importorskip("loadlab.sim.testing")
+    sim_testing = pytest.importorskip("loadlab.sim.serve.testing")
     from loadlab.collect.fetch import MetricsFetcher
-    from loadlab.sim.config import SimConfig
+    from loadlab.sim.engine.config import SimConfig
 
     with sim_testing.running_sim_in_thread(SimConfig(metrics_names=names)) as url:
         result = MetricsFetcher(f"{url}/metrics", timeout_s=5).fetch()

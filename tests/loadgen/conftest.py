@@ -2,7 +2,7 @@
 
 ``loadlab run`` imports Locust, which monkey-patches the process with gevent; runs
 therefore happen in subprocesses (as a user runs them) and this test process stays
-unpatched. The simulator comes from :func:`loadlab.sim.testing.running_sim`; the
+unpatched. The simulator comes from :func:`loadlab.sim.serve.testing.running_sim`; the
 fault-injecting server from ``fault_server.py`` beside this file.
 """
 

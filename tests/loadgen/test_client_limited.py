@@ -24,7 +24,7 @@ import pytest
 
 from loadlab.analyze.gauge_lag import client_inflight
 from loadlab.loadgen.achieved import LOOP_LAG_MEAN_MAX_S
-from loadlab.sweep.cpus import default_split, format_cpu_list
+from loadlab.experiment.cpus import default_split, format_cpu_list
 
 SPLIT = default_split()
 needs_two_cpus = pytest.mark.skipif(SPLIT.client_cpus is None, reason="needs 2 usable CPUs")

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadlab.sweep.cpus import default_split, format_cpu_list
+from loadlab.experiment.cpus import default_split, format_cpu_list
 
 SPLIT = default_split()
 pytestmark = pytest.mark.skipif(SPLIT.client_cpus is None, reason="needs 2 usable CPUs")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadlab.config import KneeSearch, LoadPlan
+from loadlab.spec.models import KneeSearch, LoadPlan
 from loadlab.errors import InputError
-from loadlab.loadgen.knee_search import LevelWalk, SearchResult, coarse_indices, level_source
+from loadlab.spec.knee_search import LevelWalk, SearchResult, coarse_indices, level_source
 
 
 def drive(plan: LoadPlan, stalls_from: float | None) -> SearchResult:

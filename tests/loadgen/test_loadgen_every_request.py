@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loadlab.loadgen.records import Recorder
-from loadlab.sim.testing import running_sim
+from loadlab.sim.serve.testing import running_sim
 
 
 def test_open_loop_backlog_at_the_end_is_recorded_as_aborted(cli, load, tiny_profile, tmp_path) -> None:

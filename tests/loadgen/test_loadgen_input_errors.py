@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadlab.cli import main
-from loadlab.sim.testing import running_sim
+from loadlab.sim.serve.testing import running_sim
 
 TARGET = ["--target", "http://127.0.0.1:9", "--model", "m", "--concurrency", "1"]
 

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from loadlab.sim.testing import running_sim
+from loadlab.sim.serve.testing import running_sim
 
 KEY = "k3y-s3cret"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from loadlab.loadgen.shapes import arrivals, plan_from_dict
-from loadlab.sim.testing import running_sim
+from loadlab.sim.serve.testing import running_sim
 
 MODEL = "test-model"
 

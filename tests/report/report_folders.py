@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from loadlab.analyze.steps import step_table
-from loadlab.config import LoadPlan, Workload
+from loadlab.spec.models import LoadPlan, Workload
 from loadlab.runstore import read_manifest, write_manifest
-from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import ReplayOptions, run_replay
+from loadlab.sim.engine.config import SimConfig
+from loadlab.replay.driver import ReplayOptions, run_replay
 
 
 def replay(out: Path, *, levels: tuple[int, ...] = (2, 4, 8, 16, 32), point: str = "",

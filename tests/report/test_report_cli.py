@@ -50,7 +50,7 @@ def test_a_point_without_its_folder_is_reported_not_fatal(ab_sweep, tmp_path):
 
 
 def test_compare_and_reading_folders_import_no_plotting_library():
-    code = ("import sys, loadlab.report.compare, loadlab.report.cli; "
+    code = ("import sys, loadlab.report.compare, loadlab.cli.report; "
             "print(sorted(m for m in ('plotly', 'jinja2') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import itertools
 
-from loadlab.sim.engine import Engine
-from loadlab.sim.types import BatchShape, EngineRequest, SchedulerSettings, StepOutput
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.types import BatchShape, EngineRequest, SchedulerSettings, StepOutput
 
 SMALL = dict(max_num_seqs=8, max_num_batched_tokens=256, block_size=16, num_gpu_blocks=1000,
              max_model_len=2048, enable_prefix_caching=True, enable_chunked_prefill=True,

@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from loadlab.sim.cli import sim, sim_config
-from loadlab.sim.testing import sim_argv
+from loadlab.cli.sim import sim
+from loadlab.sim.engine.flags import sim_config
+from loadlab.sim.serve.testing import sim_argv
 
 
 def loadlab(*args: str) -> subprocess.CompletedProcess:
@@ -72,7 +73,7 @@ def test_sim_argv_spells_vllm_flags():
 
 def test_running_sim_reports_a_server_that_cannot_start():
     from loadlab.errors import TargetError
-    from loadlab.sim.testing import running_sim
+    from loadlab.sim.serve.testing import running_sim
 
     with pytest.raises(TargetError) as info, running_sim(gpu="tpu-v9", startup_timeout_s=30):
         pass

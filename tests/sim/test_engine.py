@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sched_fixtures import Cfg, make_engine, req, run_until_idle
 
-from loadlab.sim.engine import Engine
-from loadlab.sim.types import BatchShape
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.types import BatchShape
 
 
 def test_idle_engine_returns_none_and_reports_no_work() -> None:

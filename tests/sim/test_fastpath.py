@@ -15,8 +15,8 @@ from dataclasses import asdict
 import pytest
 from sched_fixtures import Cfg, unit_step
 
-from loadlab.sim.engine import Engine
-from loadlab.sim.types import EngineRequest
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.types import EngineRequest
 
 CASES = {
     "roomy": Cfg(max_num_seqs=16, max_num_batched_tokens=512, num_gpu_blocks=800),

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from loadlab.errors import InputError
-from loadlab.sim.config import SimConfig
-from loadlab.sim.hardware import GPUS, MODELS, activation_reserve, kv_bytes_per_token, resolve
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.hardware import GPUS, MODELS, activation_reserve, kv_bytes_per_token, resolve
 
 
 def test_kv_bytes_per_token_match_published_figures() -> None:

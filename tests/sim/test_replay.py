@@ -8,15 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadlab.config import KneeSearch, LoadPlan, Workload
+from loadlab.spec.models import KneeSearch, LoadPlan, Workload
 from loadlab.errors import InputError
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
-from loadlab.sim.config import SimConfig
-from loadlab.sim.engine import Engine
-from loadlab.sim.hardware import resolve
-from loadlab.sim.replay import ReplayOptions, TokenTimes, prompt_ids, quantile, run_replay
-from loadlab.sim.types import EngineRequest
-from loadlab.validate import plan_from_flags
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.hardware import resolve
+from loadlab.replay.driver import ReplayOptions, TokenTimes, prompt_ids, quantile, run_replay
+from loadlab.sim.engine.types import EngineRequest
+from loadlab.spec.validate import plan_from_flags
 
 EPOCH = 1_800_000_000.0
 

@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from loadlab.errors import InputError
-from loadlab.sim.cli import sim
+from loadlab.cli.sim import sim
 
 
 def test_reused_out_refused_then_overwritten_and_default_warmup_is_a_fifth(tmp_path):

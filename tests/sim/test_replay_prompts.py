@@ -7,12 +7,12 @@ import random
 import pytest
 
 from loadlab.errors import InputError
-from loadlab.sim.blocks import PRIVATE_HASH_BASE, prompt_block_hashes
-from loadlab.sim.config import SimConfig
-from loadlab.sim.engine import Engine
-from loadlab.sim.hardware import resolve
-from loadlab.sim.replay_prompts import prompt_ids, prompt_runs, replay_request, run_block_hashes
-from loadlab.sim.types import EngineRequest
+from loadlab.sim.engine.blocks import PRIVATE_HASH_BASE, prompt_block_hashes
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.hardware import resolve
+from loadlab.replay.prompts import prompt_ids, prompt_runs, replay_request, run_block_hashes
+from loadlab.sim.engine.types import EngineRequest
 
 
 def test_runs_are_maximal_and_spell_the_prompt() -> None:

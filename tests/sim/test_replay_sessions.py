@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadlab.config import LoadPlan, Workload
+from loadlab.spec.models import LoadPlan, Workload
 from loadlab.runstore import METRICS, REQUESTS, read_table
-from loadlab.sim.config import SimConfig
-from loadlab.sim.replay import ReplayOptions, run_replay
+from loadlab.sim.engine.config import SimConfig
+from loadlab.replay.driver import ReplayOptions, run_replay
 from loadlab.workload import load_profile
 
 EPOCH = 1_800_000_000.0

@@ -11,7 +11,7 @@ import pytest
 from sched_fixtures import make_engine, req, run_until_idle, unique_tokens
 
 from loadlab.errors import InputError
-from loadlab.sim.engine import Engine
+from loadlab.sim.engine.core import Engine
 
 
 def test_sequence_cap_keeps_requests_waiting_with_kv_mostly_free() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from loadlab.sim.config import SimConfig
-from loadlab.sim.hardware import MODELS, resolve
-from loadlab.sim.timing import COMPUTE_EFF, StepTimeModel
-from loadlab.sim.types import BatchShape
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.hardware import MODELS, resolve
+from loadlab.sim.engine.timing import COMPUTE_EFF, StepTimeModel
+from loadlab.sim.engine.types import BatchShape
 
 
 def decode(batch: int, context_each: int) -> BatchShape:

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from loadlab.sim import tokenizer as tok
+from loadlab.sim.serve import tokenizer as tok
 
 
 def test_one_token_per_whitespace_piece():
@@ -17,7 +17,7 @@ def test_one_token_per_whitespace_piece():
 
 
 def test_ids_are_stable_across_processes_and_hash_seeds():
-    code = "from loadlab.sim.tokenizer import encode; print(encode('alpha beta gamma'))"
+    code = "from loadlab.sim.serve.tokenizer import encode; print(encode('alpha beta gamma'))"
     outs = {
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip()

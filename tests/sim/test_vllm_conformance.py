@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadlab.sim.config import SimConfig
-from loadlab.sim.testing import running_sim_in_thread
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.serve.testing import running_sim_in_thread
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "vllm-0.32-openai.json").read_text())
 CASES = FIXTURE["cases"]

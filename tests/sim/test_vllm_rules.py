@@ -22,9 +22,9 @@ from types import SimpleNamespace
 import pytest
 from sched_fixtures import Cfg, run_until_idle, unique_tokens, unit_step
 
-from loadlab.sim.blocks import BlockPool, KVCacheManager, prompt_block_hashes
-from loadlab.sim.engine import Engine
-from loadlab.sim.types import EngineRequest, StepOutput
+from loadlab.sim.engine.blocks import BlockPool, KVCacheManager, prompt_block_hashes
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.types import EngineRequest, StepOutput
 
 ENGINES = pytest.mark.parametrize("reference", [True, False], ids=["reference", "fast"])
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from realvllm import BASE_FLAGS, missing_reason, tiny_vllm, vllm_python
 
-from loadlab.sweep.launcher import LaunchedTarget
+from loadlab.experiment.launcher import LaunchedTarget
 
 
 @pytest.fixture(scope="session")

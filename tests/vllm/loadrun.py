@@ -25,8 +25,8 @@ from loadlab.analyze.windows import counter_windows, gauge_windows, histogram_wi
 from loadlab.collect.scraper import Scraper
 from loadlab.runstore import read_table
 from loadlab.runstore.schema import METRICS, REQUESTS
-from loadlab.sweep.cpus import CpuSet, format_cpu_list, inherited_affinity
-from loadlab.sweep.launcher import LaunchedTarget
+from loadlab.experiment.cpus import CpuSet, format_cpu_list, inherited_affinity
+from loadlab.experiment.launcher import LaunchedTarget
 
 PROFILES = Path(__file__).parent / "profiles"
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from loadlab.sweep.cpus import CpuSet, default_split
-from loadlab.sweep.launcher import LaunchedTarget, find_vllm, launch_target
-from loadlab.sweep.server_flags import to_argv
+from loadlab.experiment.cpus import CpuSet, default_split
+from loadlab.experiment.launcher import LaunchedTarget, find_vllm, launch_target
+from loadlab.experiment.server_flags import to_argv
 
 # The checkout holding these tests (not loadlab's install location: under tox loadlab is
 # installed into .tox, while .vllm-venv, .cache and tools/ stay in the checkout).
@@ -56,7 +56,7 @@ def missing_reason() -> str | None:
     return None
 
 
-# Server and client on CPUs of their own (loadlab.sweep.cpus): on 2 cores vLLM's worker,
+# Server and client on CPUs of their own (loadlab.experiment.cpus): on 2 cores vLLM's worker,
 # engine core and API server on core 0, the load generator and the scraper on core 1.
 # Sharing the cores, the client applied 1.9-2.7 of 8 users and a third of the streams
 # reached it whole (real-vllm.md, "Sharing 2 cores"); benchmarks/bench_isolation.py

@@ -29,7 +29,7 @@ from realvllm import ISOLATION
 
 from loadlab.analyze.analysis import analyze_run
 from loadlab.runstore import read_manifest
-from loadlab.sweep.cpus import format_cpu_list
+from loadlab.experiment.cpus import format_cpu_list
 
 pytestmark = pytest.mark.vllm
 

@@ -2,7 +2,7 @@
 
 tools/vllm_sched_trace.py drives vLLM's own ``Scheduler`` + ``KVCacheManager`` in the vLLM
 venv (no model, no server) over the cases in sched_cases.py; the same request streams go
-through :class:`loadlab.sim.engine.Engine`. Per step we compare what was scheduled (ids
+through :class:`loadlab.sim.engine.core.Engine`. Per step we compare what was scheduled (ids
 and token counts), preemptions, finishes, running/waiting counts, KV usage and the
 prefix-cache query/hit tokens. A mismatch fails the case naming the first differing steps.
 
@@ -21,8 +21,8 @@ import pytest
 from realvllm import REPO_ROOT, tiny_model_dir
 from sched_cases import CASES, EXERCISES
 
-from loadlab.sim.engine import Engine
-from loadlab.sim.types import BatchShape, EngineRequest, SchedulerSettings, StepOutput
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.types import BatchShape, EngineRequest, SchedulerSettings, StepOutput
 
 pytestmark = pytest.mark.vllm
 TRACE_TOOL = REPO_ROOT / "tools" / "vllm_sched_trace.py"

@@ -21,7 +21,7 @@ from loadrun import PROFILES
 from realvllm import BASE_FLAGS, VLLM_ENV, tiny_model_dir
 
 from loadlab.runstore.manifest import SweepManifest, load_manifest
-from loadlab.sweep.cpus import default_split, format_cpu_list
+from loadlab.experiment.cpus import default_split, format_cpu_list
 
 pytestmark = pytest.mark.vllm
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from loadlab.errors import InputError
-from loadlab.sim.testing import running_sim_in_thread
-from loadlab.sim.tokenizer import encode, encode_chat
+from loadlab.sim.serve.testing import running_sim_in_thread
+from loadlab.sim.serve.tokenizer import encode, encode_chat
 from loadlab.workload import RequestSpec, load_profile
 from loadlab.workload.prompts import PromptSynth
 from loadlab.workload.tokenize import tokenize_counter

@@ -1,0 +1,125 @@
+"""``loadlab sim``: serve the simulator over HTTP, or replay a workload in virtual time.
+
+Flags use ``vllm serve``'s own names, so a flag list written for vLLM configures the
+simulator unchanged. The engine flags (model, GPU, scheduler, cache, timing) are
+declared once in :data:`ENGINE_OPTIONS` and shared by ``serve`` and ``replay``.
+A few vLLM flags that change nothing in a simulation (``--enforce-eager``,
+``--disable-log-requests``, ...) are accepted and ignored, so a real server's flag list
+still parses. Impossible configurations raise :class:`~loadlab.errors.InputError`
+(exit 2) from :func:`loadlab.sim.engine.hardware.resolve`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from loadlab.spec.models import Workload
+from loadlab.errors import InputError
+from loadlab.sim.engine.flags import sim_config
+from loadlab.sim.serve.flags import (
+    PLAN_SECTION,
+    ENGINE_OPTIONS,
+    SERVE_OPTIONS,
+    GroupedCommand,
+    option,
+    with_options,
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def sim() -> None:
+    """The built-in vLLM V1 scheduling simulator.
+
+    `serve` answers vLLM's OpenAI API in real time; `replay` runs a workload through
+    the same engine in virtual time and writes a run folder.
+    """
+
+
+@sim.command(cls=GroupedCommand)
+@with_options(SERVE_OPTIONS)
+@with_options(ENGINE_OPTIONS)
+def serve(model_tag: str | None, host: str, port: int, **params: Any) -> None:
+    """Serve vLLM's OpenAI API (completions, chat, /metrics) from the simulator.
+
+    Example: loadlab sim serve --gpu h100 --max-num-seqs 64 --port 0
+    """
+    from loadlab.sim.engine.hardware import resolve
+    from loadlab.sim.serve.server import serve as run_server
+
+    if model_tag is not None:
+        params["model"] = model_tag
+    cfg = sim_config(params)
+    resolved = resolve(cfg)
+    for line in resolved.startup_lines():
+        click.echo(f"INFO loadlab.sim: {line}")
+
+    def announce(url: str) -> None:
+        click.echo(f"INFO loadlab.sim: serving {resolved.served_model_name!r} on {url}")
+        click.echo(f"Starting vLLM API server on {url}")
+        sys.stdout.flush()
+
+    run_server(cfg, host, port, resolved, announce)
+
+
+REPLAY_OPTIONS: list[Callable] = [
+    option("--profile", section=PLAN_SECTION, default="sharegpt", show_default=True,
+         help="Workload profile name or path (see `loadlab profile list`)."),
+    option("--concurrency", section=PLAN_SECTION,
+         help="Closed-loop steps: users per step, e.g. 1,2,4,8 or 1:2:64 (start:factor:max)."),
+    option("--rate", section=PLAN_SECTION,
+         help="Open-loop steps: requests/s per step, e.g. 0.5,1,2 or 0.5:2:8."),
+    option("--burstiness", section=PLAN_SECTION, type=float, default=1.0, show_default=True,
+         help="Gamma shape of open-loop gaps (1 = Poisson)."),
+    option("--step-duration", section=PLAN_SECTION, type=float, default=60.0, show_default=True,
+         help="Virtual seconds per step."),
+    option("--warmup", section=PLAN_SECTION, type=float, default=None,
+         help="Seconds at the start of each step the analyzer cuts [default: a fifth of the step, at most 10]."),
+    option("--metrics-interval", section=PLAN_SECTION, type=float, default=1.0, show_default=True,
+         help="Virtual seconds between /metrics samples."),
+    option("--metrics-names", section=PLAN_SECTION, type=click.Choice(["v1", "v0"]), default="v1",
+         show_default=True, help="Metric names of vLLM V1 or of the V0 era."),
+    option("--out", section=PLAN_SECTION, type=click.Path(file_okay=False), required=True,
+         help="Run folder to write (requests.parquet, metrics.parquet, manifest.json)."),
+    option("--overwrite", section=PLAN_SECTION, is_flag=True,
+         help="Reuse an --out folder that holds a run: its tables and manifest are removed first."),
+]
+
+
+@sim.command(cls=GroupedCommand)
+@with_options(REPLAY_OPTIONS)
+@with_options(ENGINE_OPTIONS)
+def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: float,
+           step_duration: float, warmup: float | None, metrics_interval: float, out: str, overwrite: bool,
+           **params: Any) -> None:
+    """Run a step load through the simulator in virtual time and write a run folder.
+
+    Example: loadlab sim replay --concurrency 1,2,4,8 --step-duration 60 --out runs/sim
+    """
+    from loadlab.runstore.claim import claim_run_dir
+    from loadlab.replay.driver import ReplayOptions, run_replay
+    from loadlab.spec.validate import plan_from_flags, validate
+
+    cfg = sim_config(params)
+    plan = plan_from_flags(concurrency=concurrency, rate=rate, step_duration_s=step_duration,
+                           warmup_s=warmup, burstiness=burstiness)
+    workload = validate(Workload, {"profile": profile, "seed": cfg.seed}, names={"seed": "--seed"})
+    claim_run_dir(out, overwrite)
+    shown = [-1]
+
+    def progress(virtual_s: float, total_s: float | None) -> None:
+        tenth = int(10 * virtual_s / total_s) if total_s else 10
+        if tenth > shown[0]:
+            shown[0] = tenth
+            click.echo(f"replay: {virtual_s:,.0f} / {total_s:,.0f} virtual s", err=True)
+
+    opts = ReplayOptions(metrics_interval_s=metrics_interval)
+    summary = run_replay(cfg, plan, workload, out, opts, progress,
+                         notice=lambda line: click.echo(f"replay: {line}", err=True))
+    click.echo(f"replay: {summary.requests} requests ({summary.completed} completed, "
+               f"{summary.aborted} aborted at the end), {summary.engine_steps} engine steps, "
+               f"{summary.virtual_s:,.0f} virtual s in {summary.wall_s:.1f} s "
+               f"({summary.speed:,.0f}x); run folder {summary.run_dir}")

@@ -1,0 +1,264 @@
+"""Run a sweep: every point of a scenario into one sweep folder, whatever befalls one of them.
+
+Steps of :func:`run_sweep`:
+
+1. The folder: a new one (``reports/sweep-<name>-<time>`` by default; a folder that
+   already holds a sweep is refused unless resumed), or, with ``resume``, the folder of
+   an earlier run of the same scenario (same points, same flags; anything else is an
+   InputError naming the difference).
+2. The sweep manifest (:class:`~loadlab.runstore.manifest.SweepManifest`) lists every
+   point from the start, ``skipped`` with "not run yet" until its turn, so the folder
+   can be read (and reported) at any moment.
+3. Each point not yet ``complete``: an earlier attempt's folder is moved aside to
+   ``<point>.attempt-N`` (kept, never deleted); the point is marked ``running``; it runs
+   live (:func:`loadlab.experiment.point.run_point`: a fresh server on a free port, its log in
+   the point's folder; server and load generator on the scenario's ``isolation`` CPUs,
+   checked against this machine before the first point) or, with ``what_if``, on the
+   simulator in virtual time (:mod:`loadlab.experiment.whatif`); its ``analysis.json`` is
+   written with the scenario's SLOs and its verdict printed. Every point gets the same
+   seeded workload.
+4. A point that fails (its server never becomes healthy or dies mid-step, a flag it
+   refuses, anything raised) is recorded ``failed`` with the reason and the sweep goes on.
+   Ctrl-C (or SIGTERM) marks the point ``interrupted`` (its records are already flushed),
+   leaves the rest ``skipped`` and stops the loop.
+5. The report (:mod:`loadlab.report`), partial or not, then the verdicts and its path.
+   An interrupted sweep raises :class:`~loadlab.errors.RunInterrupted` (exit 130) after that.
+
+Progress goes to ``progress`` (stderr): point i of n, then the load generator's lines
+(step, level, requests, errors) prefixed with the point and the sweep's ETA, estimated
+from the plan and, once a point has finished, from the time points really took.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadlab.spec.models import Point, Scenario
+from loadlab.errors import InputError, LoadlabError, RunInterrupted
+from loadlab.runstore.manifest import (
+    PointRecord,
+    SweepInfo,
+    SweepManifest,
+    load_manifest,
+    write_manifest,
+)
+from loadlab.experiment.point import STDERR_LINE
+from loadlab.experiment.verdicts import analyze_point, step_judge
+
+NOT_RUN = "not run yet"
+STARTUP_GUESS_S = {"sim": 5.0, "vllm": 90.0, None: 0.0}
+
+
+@dataclass
+class SweepResult:
+    out: Path
+    manifest: SweepManifest
+    verdicts: dict[str, str] = field(default_factory=dict)   # point -> the analyzer's one line
+    report: Path | None = None
+
+
+@dataclass
+class _Clock:
+    """The sweep's ETA: planned seconds per point until points have really run."""
+
+    planned_s: float
+    remaining: int
+    spent: list[float] = field(default_factory=list)
+    point_start: float = 0.0
+
+    def per_point_s(self) -> float:
+        return sum(self.spent) / len(self.spent) if self.spent else self.planned_s
+
+    def eta_s(self) -> float:
+        into = time.monotonic() - self.point_start
+        return max(0.0, self.per_point_s() - into) + (self.remaining - 1) * self.per_point_s()
+
+
+def planned_point_s(scenario: Scenario, what_if: bool) -> float:
+    """A first guess of one point's wall time, from its plan."""
+    plan = scenario.load
+    steps = len(plan.steps) or _search_steps(scenario)
+    if what_if:
+        return 0.05 * steps * plan.step_duration_s
+    startup = STARTUP_GUESS_S[scenario.target.launch]
+    return startup + steps * plan.step_duration_s + scenario.loadgen.drain_s / 2
+
+
+def _search_steps(scenario: Scenario) -> int:
+    import math
+
+    search = scenario.load.search
+    if search is None:
+        return 1
+    n = len(search.grid())
+    return math.ceil(math.log(n, search.factor)) + math.ceil(math.log2(max(n / search.factor, 2))) + 1
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def new_manifest(scenario: Scenario, what_if: bool) -> SweepManifest:
+    return SweepManifest(
+        status="running", created=time.time(), scenario=scenario.model_dump(mode="json"),
+        sweep=SweepInfo(mode=scenario.sweep_mode, baseline=scenario.baseline),
+        points=[PointRecord(name=p.name, dir=p.name, status="skipped", error=NOT_RUN, flags=p.flags,
+                            what_if=what_if) for p in scenario.points()],
+    )
+
+
+def _resumed(out: Path, scenario: Scenario | None) -> tuple[Scenario, SweepManifest]:
+    """The earlier sweep in ``out`` and its scenario; the given one must have the same points."""
+    manifest = load_manifest(out)
+    if not isinstance(manifest, SweepManifest):
+        raise InputError("not a sweep folder", source=out, fix="give --resume the folder `loadlab sweep` wrote")
+    recorded = Scenario.model_validate(manifest.scenario)
+    if scenario is not None:
+        mine = [(p.name, p.flags) for p in scenario.points()]
+        theirs = [(p.name, p.flags) for p in recorded.points()]
+        if mine != theirs:
+            raise InputError("the scenario's points differ from the ones this sweep ran", source=out,
+                             field="sweep", fix="resume with the same scenario file, or start a new sweep")
+    return scenario or recorded, manifest
+
+
+def _check_runnable(scenario: Scenario, what_if: bool) -> None:
+    """What would fail every point the same way fails the sweep before it starts (exit 2)."""
+    if what_if and scenario.load.trace is not None:
+        raise InputError("--what-if replays concurrency or rate steps, not a trace", field="load.trace",
+                         fix="give the scenario a concurrency, rate or search plan")
+    if not what_if and scenario.isolation is not None:
+        from loadlab.experiment.cpus import check_available
+
+        check_available(scenario.isolation, ("isolation.server_cpus", "isolation.client_cpus"))
+    if not what_if and scenario.target.launch == "vllm":
+        from loadlab.experiment.launcher import find_vllm
+
+        if find_vllm() is None:
+            raise InputError("vLLM is not installed", field="target.launch",
+                             fix="run `bash tools/install_vllm.sh`, set LOADLAB_VLLM_BIN, or try --what-if")
+
+
+def _fresh(out: Path) -> None:
+    if (out / "manifest.json").exists():
+        raise InputError("this folder already holds a run", source=out,
+                         fix=f"continue it with --resume {out}, or give another --out")
+
+
+def _set_aside(folder: Path) -> None:
+    """Keep an earlier attempt's folder under a new name."""
+    if not folder.exists():
+        return
+    n = 1
+    while folder.with_name(f"{folder.name}.attempt-{n}").exists():
+        n += 1
+    folder.rename(folder.with_name(f"{folder.name}.attempt-{n}"))
+
+
+def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, resume: bool = False,
+              progress: Callable[[str], None] = STDERR_LINE) -> SweepResult:
+    """Run every point of ``scenario`` into ``out`` (see the module docstring)."""
+    if resume:
+        scenario, manifest = _resumed(out, scenario)
+        what_if = any(p.what_if for p in manifest.points)
+        manifest.status, manifest.finished = "running", None
+    else:
+        assert scenario is not None
+        _fresh(out)
+        manifest = new_manifest(scenario, what_if)
+    _check_runnable(scenario, what_if)
+    out.mkdir(parents=True, exist_ok=True)
+    write_manifest(out, manifest)
+    points = {p.name: p for p in scenario.points()}
+    todo = [r for r in manifest.points if r.status != "complete"]
+    clock = _Clock(planned_point_s(scenario, what_if), len(todo))
+    result = SweepResult(out, manifest)
+    interrupted = False
+    for record in todo:
+        index = manifest.points.index(record) + 1
+        clock.point_start = time.monotonic()
+        tag = f"[point {index}/{len(manifest.points)} {record.name}]"
+        progress(f"{tag} {'what-if on the simulator' if what_if else 'starting'}; "
+                 f"sweep ETA {_fmt_s(clock.eta_s())}")
+        _set_aside(out / record.dir)
+        record.status, record.error = "running", None
+        write_manifest(out, manifest)
+        try:
+            _run_point(scenario, points[record.name], out / record.dir, what_if,
+                       lambda line, tag=tag: progress(f"{tag} ETA {_fmt_s(clock.eta_s())} {line}"))
+            record.status = "complete"
+            result.verdicts[record.name] = _verdict(out / record.dir, scenario, record)
+            progress(f"{tag} complete in {_fmt_s(time.monotonic() - clock.point_start)}: "
+                     f"{result.verdicts[record.name]}")
+        except (KeyboardInterrupt, RunInterrupted):
+            record.status, record.error = "interrupted", "interrupted (Ctrl-C); its records are kept"
+            interrupted = True
+        except LoadlabError as exc:
+            record.status, record.error = "failed", str(exc)
+            progress(f"{tag} failed: {str(exc).splitlines()[0]}; the sweep goes on")
+        except Exception as exc:  # noqa: BLE001 - one point's bug must not lose the others
+            record.status, record.error = "failed", f"{type(exc).__name__}: {exc}"
+            progress(f"{tag} failed: {record.error}; the sweep goes on")
+        clock.spent.append(time.monotonic() - clock.point_start)
+        clock.remaining -= 1
+        write_manifest(out, manifest)
+        if interrupted:
+            break
+    manifest.status = "interrupted" if interrupted else "complete"
+    manifest.finished = time.time()
+    write_manifest(out, manifest)
+    result.report = write_sweep_report(out, manifest)
+    if interrupted:
+        raise RunInterrupted(f"sweep interrupted; finished points and a partial report are in {out}"
+                             + (f" ({result.report})" if result.report else "")
+                             + f"; continue with `loadlab sweep --resume {out}`")
+    return result
+
+
+def _verdict(folder: Path, scenario: Scenario, record: PointRecord) -> str:
+    """analysis.json of a finished point and its one-line verdict; a failed analysis is
+    noted on the point, whose load stays complete."""
+    try:
+        return str(analyze_point(folder, scenario.load.slo).get("verdict", ""))
+    except Exception as exc:  # noqa: BLE001 - the measurement is done; say why there is no verdict
+        record.error = f"analysis failed: {type(exc).__name__}: {exc}"
+        return record.error
+
+
+def _run_point(scenario: Scenario, point: Point, out: Path, what_if: bool,
+               progress: Callable[[str], None]) -> None:
+    if what_if:
+        from loadlab.experiment.whatif import run_whatif_point
+
+        shown = [-1.0]
+
+        def replay_progress(virtual_s: float, total_s: float | None) -> None:
+            if virtual_s - shown[0] >= scenario.load.step_duration_s:
+                shown[0] = virtual_s
+                progress(f"replay at {virtual_s:,.0f}" + (f" / {total_s:,.0f}" if total_s else "")
+                         + " virtual s")
+
+        judge = step_judge(out) if scenario.load.search is not None else None
+        run_whatif_point(scenario, point, out, judge, replay_progress)
+        return
+    from loadlab.experiment.point import point_spec, run_point
+
+    run_point(point_spec(scenario, point, out, progress))
+
+
+def write_sweep_report(out: Path, manifest: SweepManifest) -> Path | None:
+    """The HTML report of the sweep folder; written also for a partial sweep."""
+    from loadlab.report.page import write_report  # plotly and jinja2: only now
+
+    try:
+        path = write_report(out, None)
+    except Exception as exc:  # noqa: BLE001 - everything measured is on disk; say why there is no page
+        STDERR_LINE(f"report not written: {type(exc).__name__}: {exc} (try `loadlab report {out}`)")
+        return None
+    manifest.report = str(path.relative_to(out)) if path.is_relative_to(out) else str(path)
+    write_manifest(out, manifest)
+    return path

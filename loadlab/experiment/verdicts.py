@@ -1,0 +1,46 @@
+"""What the analyzer says about a sweep point: per-step verdicts and the final analysis.
+
+- :func:`step_judge`: for an adaptive knee search, whether step ``k`` stalled, from the
+  analyzer's per-step state (``analysis.json`` ``steps[].state``: ok | stalled |
+  client_limited | unjudged) over the point's folder as far as it got. Only "stalled"
+  counts as a stall: a client-limited or unjudged step does not send the search down.
+- :func:`analyze_point`: write ``analysis.json`` of a finished point with the scenario's
+  SLOs, and return it.
+
+The analyzer reads only the run folder, so this works the same on a live point and on
+a virtual-time replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadlab.spec.models import Slo
+
+
+def slo_text(slo: Slo | None) -> str | None:
+    """The analyzer's ``NAME=VALUE`` form of the objectives (``ttft_p99_s=2.0,...``)."""
+    targets = slo.targets() if slo is not None else {}
+    return ",".join(f"{name}={value:g}" for name, value in targets.items()) or None
+
+
+def step_judge(run_dir: Path) -> Callable[[int], bool]:
+    """``judge(k)``: did step ``k`` of the run in ``run_dir`` stall?"""
+    from loadlab.analyze.analysis import analyze_run
+
+    def judge(step: int) -> bool:
+        rows = analyze_run(run_dir)["steps"]
+        return any(row.get("step") == step and row.get("state") == "stalled" for row in rows)
+
+    return judge
+
+
+def analyze_point(run_dir: Path, slo: Slo | None) -> dict[str, Any]:
+    """Write ``run_dir/analysis.json`` and return its content."""
+    import json
+
+    from loadlab.analyze.analysis import write_analysis
+
+    return json.loads(write_analysis(run_dir, slo=slo_text(slo)).read_text())

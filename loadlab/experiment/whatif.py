@@ -1,0 +1,39 @@
+"""A sweep point on the simulator in virtual time (``loadlab sweep --what-if``).
+
+The point's server flags become a :class:`~loadlab.sim.engine.config.SimConfig`: the model
+profile is the scenario's own for a simulator target, else ``what_if.model``; the GPU
+is ``what_if.gpu`` unless the flags name one; ``what_if.flags`` are added last. vLLM flags
+the simulator does not model (``enforce_eager``, ``trust_remote_code``, ...) are left
+out. The same plan and seeded workload then run through :func:`loadlab.replay.driver.run_replay`
+into the point's folder (manifest kind "sim-replay"): minutes of load in seconds, to
+see where each point's knee should fall before spending GPU time on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadlab.spec.models import Point, Scenario
+from loadlab.sim.engine.config import SimConfig
+
+
+def sim_config(scenario: Scenario, point: Point) -> SimConfig:
+    """The simulator configuration that stands in for ``point``'s server."""
+    from loadlab.sim.engine.flags import sim_config as from_params
+
+    model = scenario.target.model if scenario.target.launch == "sim" and scenario.target.model \
+        else scenario.what_if.model
+    params: dict[str, Any] = {"model": model, "gpu": scenario.what_if.gpu, **point.flags,
+                              **scenario.what_if.flags}
+    return from_params(params)
+
+
+def run_whatif_point(scenario: Scenario, point: Point, out: Path, judge: Callable[[int], bool] | None,
+                     progress: Callable[[float, float | None], None] | None = None) -> None:
+    """Replay the scenario's plan and workload for ``point`` into ``out``."""
+    from loadlab.replay.driver import ReplayOptions, run_replay
+
+    opts = ReplayOptions(point=point.name, metrics_interval_s=scenario.loadgen.collect_interval_s)
+    run_replay(sim_config(scenario, point), scenario.load, scenario.workload, out, opts, progress, judge)

@@ -1,0 +1,398 @@
+"""The simulated engine in virtual time: a step load through it, written as a run folder.
+
+A discrete-event loop (after vidur's ``simulator.py``): a heap of (time, priority, n,
+handler, argument); each handler may push follow-up events. Events at the same time
+run in priority order: a step's end, a metrics sample, a load-step boundary, arrivals.
+Once no event is left at the current time and the engine is idle with work queued, the
+next engine step starts; its StepOutput is applied (metrics, records, closed-loop
+re-sends) at its end time, so a sample taken mid-step sees the state before it.
+
+Plans: the load generator's own :class:`~loadlab.spec.models.LoadPlan`, closed or open loop:
+
+- closed loop, ``concurrency``: step k keeps ``concurrency[k]`` users busy for
+  ``step_duration_s`` seconds; a user sends its next request the moment the previous one
+  ends (no think time); users above a lowered concurrency finish their request and stop.
+- open loop, ``rate``: step k sends at ``rate[k]`` requests/s, gamma inter-arrivals
+  with shape ``burstiness`` (1 = Poisson), the live load generator's schedule
+  (:func:`loadlab.workload.arrivals.step_schedule`).
+
+Requests come from ``loadlab.workload.load_profile(workload.profile).sampler(workload.seed)``,
+request ``seq`` being the run's ``seq``-th send. Prompt token ids are built so the
+prefix cache sees real sharing: the profile's common tokens (ids 0..), then the prefix
+group's tokens, then ids unique to the request; their block hashes come precomputed from
+runs of ids (:mod:`loadlab.replay.prompts`, same hits as hashing the ids). Lengths that do not fit the model are
+clipped as a careful client would (prompt <= max_model_len - 1, prompt + output <=
+max_model_len); targets keep the drawn values. ``max_tokens`` = output length.
+
+When the plan ends, requests still in flight are aborted (status "aborted"), as a load
+generator that stops. Output in ``out_dir``: requests.parquet (REQUESTS, worker
+"sim-replay", times = ``start_epoch`` + virtual seconds, written column-wise by
+:class:`~loadlab.replay.records.RequestRows`), metrics.parquet (METRICS,
+source "sim", every ``metrics_interval_s`` virtual seconds, the same samples the
+simulator's /metrics would serve, written column-wise by the collector's MetricsSink) and manifest.json (kind "sim-replay", steps, resolved
+server flags, vLLM's start-up lines, wall time and speed); each table compacted into
+one part once the run is complete.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import platform
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from loadlab.version import __version__
+from loadlab.collect.parse import ExpositionParser, Scrape, describe_endpoint
+from loadlab.collect.sink import MetricsSink
+from loadlab.spec.models import LoadPlan, Workload
+from loadlab.errors import InputError
+from loadlab.spec.knee_search import LevelWalk, SearchResult
+from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
+from loadlab.runstore.claim import owner_entry
+from loadlab.runstore.manifest import Launch, MetricsInfo, RunManifest, TargetInfo, WorkloadInfo
+from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.hardware import resolve
+from loadlab.sim.engine.metrics import EngineMetrics
+from loadlab.replay.prompts import prompt_ids, replay_request
+from loadlab.replay.records import RequestRows, TokenTimes, quantile
+from loadlab.sim.engine.timing import StepTimeModel
+from loadlab.sim.engine.types import StepOutput
+from loadlab.workload import load_profile
+from loadlab.workload.arrivals import RenewalSchedule, step_schedule
+
+__all__ = ["ReplayOptions", "ReplaySummary", "TokenTimes", "gc_relaxed", "prompt_ids", "quantile",
+           "run_replay"]
+
+WORKER = "sim-replay"
+ENDPOINT = "sim://replay"
+_STEP_END, _SAMPLE, _BOUNDARY, _ARRIVAL = range(4)
+Progress = Callable[[float, "float | None"], None]   # (virtual seconds, total or None)
+Judge = Callable[[int], bool]                        # step index -> did it stall
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How one replay runs, besides its plan and workload."""
+
+    point: str = ""
+    metrics_interval_s: float = 1.0        # virtual seconds between metrics samples
+    start_epoch: float | None = None       # unix time of virtual 0; None = now
+
+
+def check_plan(plan: LoadPlan, opts: ReplayOptions) -> None:
+    """InputError for what a replay cannot run."""
+    if plan.mode == "replay":
+        raise InputError("a replay runs concurrency or rate steps, or a knee search", field="plan",
+                         fix="e.g. --concurrency 8,16,32 or --rate 1,2,4")
+    if not opts.metrics_interval_s > 0:
+        raise InputError(f"must be > 0, got {opts.metrics_interval_s}", field="metrics_interval_s",
+                         fix="pass a positive number")
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    run_dir: Path
+    requests: int                # rows written (ok + aborted)
+    completed: int
+    aborted: int
+    engine_steps: int
+    metrics_rows: int
+    virtual_s: float
+    wall_s: float
+    steps: int = 0
+    search: SearchResult | None = None   # what the level source found (lower, upper, steps run)
+
+    @property
+    def speed(self) -> float:
+        """Virtual seconds simulated per wall second."""
+        return self.virtual_s / self.wall_s if self.wall_s > 0 else float("inf")
+
+
+@dataclass(slots=True)
+class _Request:
+    """What the record of a request in flight needs besides its token times."""
+
+    seq: int
+    user: int | None
+    step: int
+    t_sent: float
+    prompt_len: int
+    target_prompt: int
+    target_output: int
+    group: int | None
+    prefix: int
+
+
+class _Replay:
+    """One replay's clock, event heap, engine, metrics and writers (no class-level state)."""
+
+    def __init__(self, cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: Path,
+                 opts: ReplayOptions, progress: Progress | None, judge: Judge | None,
+                 observer: Callable[[StepOutput], None] | None = None) -> None:
+        check_plan(plan, opts)
+        self.plan = plan
+        self.opts = opts
+        self.out_dir = out_dir
+        self.seed = workload.seed
+        self.walk = LevelWalk(plan, judge)
+        self.steps = self.walk.steps()
+        self.windows: list[dict[str, Any]] = []
+        self.level = 0.0
+        self.total_s = plan.step_duration_s * len(plan.steps) if plan.search is None else None
+        self.resolved = resolve(cfg)
+        self.metrics = EngineMetrics(self.resolved, names=cfg.metrics_names)
+        self.engine = Engine(self.resolved, StepTimeModel(self.resolved).step_time, observer)
+        profile = load_profile(workload.profile)
+        self.sampler = profile.sampler(workload.seed)
+        self.common = profile.common_prefix_tokens
+        self.epoch = time.time() if opts.start_epoch is None else opts.start_epoch
+        self.progress = progress
+        self.requests = RequestRows(PartWriter(out_dir / "requests.parquet", REQUESTS,
+                                               writer_id=WORKER))
+        self.parser = ExpositionParser()
+        self.metric_rows = MetricsSink(out_dir / "metrics.parquet", self.parser, endpoint=ENDPOINT,
+                                       source="sim", writer_id=WORKER, flush_interval_s=30.0)
+        self.series_ids: list[int] = []
+        self.now = 0.0
+        self.heap: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
+        self.n_events = 0
+        self.seq = 0
+        self.step = 0
+        self.busy = False
+        self.ended = False
+        self.live: dict[str, _Request] = {}
+        self.token_times = TokenTimes()
+        self.busy_users: set[int] = set()
+        self.counts = {"completed": 0, "aborted": 0, "engine_steps": 0, "metrics_rows": 0}
+
+    # ---- the loop ------------------------------------------------------------------------
+    def push(self, t: float, priority: int, handler: Callable[[Any], None], arg: Any = None) -> None:
+        self.n_events += 1
+        heapq.heappush(self.heap, (t, priority, self.n_events, handler, arg))
+
+    def run(self) -> None:
+        self.push(0.0, _BOUNDARY, self.on_boundary, 0)
+        self.push(0.0, _SAMPLE, self.on_sample, 0)
+        while self.heap and not self.ended:
+            self.now, _, _, handler, arg = heapq.heappop(self.heap)
+            handler(arg)
+            if (not self.busy and not self.ended and (not self.heap or self.heap[0][0] > self.now)
+                    and self.engine.has_unfinished_requests()):
+                out = self.engine.step(self.now)
+                if out is not None:
+                    self.busy = True
+                    self.counts["engine_steps"] += 1
+                    self.push(out.t_end, _STEP_END, self.on_step_end, out)
+
+    # ---- handlers ------------------------------------------------------------------------
+    def on_boundary(self, k: int) -> None:
+        """Step ``k`` begins at the level the walk chose (a search: after judging step
+        k - 1, whose records are flushed first); past the last step the run is finished."""
+        if self.walk.judging:
+            self.requests.flush()
+            self.metric_rows.flush()
+        step = next(self.steps, None)
+        if step is None:
+            self.finish_run()
+            return
+        self.step = k
+        self.level = float(step.level or 0.0)
+        # The virtual client sends exactly on plan: it is never short of the asked load.
+        self.windows.append({"step": k, "t_start": self.epoch + self.now,
+                             "t_end": self.epoch + self.now + step.duration_s,
+                             "warmup_s": step.warmup_s, "client_limited": False,
+                             **({"concurrency": step.concurrency} if self.closed
+                                else {"target_rate": step.target_rate, "burstiness": self.plan.burstiness})})
+        update_manifest(self.out_dir, steps=self.windows)
+        self.push(self.now + step.duration_s, _BOUNDARY, self.on_boundary, k + 1)
+        if self.closed:
+            for user in range(int(self.level)):
+                if user not in self.busy_users:
+                    self.send(user)
+        else:
+            schedule = step_schedule(self.level, self.plan.gamma_shape, self.seed, k)
+            self.push(self.now, _ARRIVAL, self.on_open_arrival, (k, self.now, step.duration_s, 0, schedule))
+
+    @property
+    def closed(self) -> bool:
+        return self.plan.mode == "closed"
+
+    def on_open_arrival(self, arg: tuple[int, float, float, int, RenewalSchedule]) -> None:
+        k, t0, duration_s, n, schedule = arg
+        self.send(None)
+        t_next = t0 + schedule.offset(n + 1)
+        if t_next < t0 + duration_s:
+            self.push(t_next, _ARRIVAL, self.on_open_arrival, (k, t0, duration_s, n + 1, schedule))
+
+    def on_step_end(self, out: StepOutput) -> None:
+        self.busy = False
+        self.metrics.observe_step(out)
+        self.token_times.observe(out)
+        for fin in out.finished:
+            req = self.live.pop(fin.request_id)
+            self.record(req, fin.request_id, "ok", out.t_end)
+            self.counts["completed"] += 1
+            if req.user is not None:
+                self.busy_users.discard(req.user)
+                if req.user < self.level:
+                    self.send(req.user)
+
+    def on_sample(self, tick: int) -> None:
+        """One metrics.parquet sample: the series are learnt once by parsing our own page."""
+        values = self.metrics.values()
+        if len(values) != len(self.series_ids):
+            scrape = self.parser.parse(self.metrics.render())
+            self.series_ids = scrape.ids
+        else:
+            scrape = Scrape(self.series_ids, values)
+        self.metric_rows.add_scrape(self.epoch + self.now, None, scrape)
+        self.counts["metrics_rows"] += len(values)
+        if self.progress is not None:
+            self.progress(self.now, self.total_s)
+        self.push((tick + 1) * self.opts.metrics_interval_s, _SAMPLE, self.on_sample, tick + 1)
+
+    # ---- requests ------------------------------------------------------------------------
+    def send(self, user: int | None) -> None:
+        spec = self.sampler.spec(self.seq)
+        mml = self.resolved.max_model_len
+        output_len = min(spec.output_tokens, mml - 1)
+        prompt_len = min(spec.prompt_tokens, mml - output_len)
+        prefix = min(spec.prefix_tokens, prompt_len - 1)
+        rid = f"{self.seed}-{self.seq}"
+        req = replay_request(rid, self.seq, prompt_len, spec.prefix_group, prefix, self.common,
+                             output_len, self.now, self.resolved.block_size)
+        self.live[rid] = _Request(seq=self.seq, user=user, step=self.step, t_sent=self.now,
+                                  prompt_len=prompt_len,
+                                  target_prompt=spec.prompt_tokens, target_output=spec.output_tokens,
+                                  group=spec.prefix_group, prefix=prefix)
+        self.seq += 1
+        if user is not None:
+            self.busy_users.add(user)
+        self.engine.add_request(req)
+        self.metrics.observe_arrival(req, self.now)
+
+    def finish_run(self) -> None:
+        """End of plan: abort what is in flight, as a stopping load generator does."""
+        self.ended = True
+        for rid, req in list(self.live.items()):
+            fin = self.engine.abort_request(rid, self.now)
+            if fin is not None:
+                self.metrics.observe_abort(fin)
+            self.record(req, rid, "aborted", self.now)
+            self.counts["aborted"] += 1
+        self.live.clear()
+
+    def record(self, req: _Request, rid: str, status: str, t_done: float) -> None:
+        epoch, t_sent = self.epoch, req.t_sent
+        times = self.token_times.pop(rid)
+        first = float(times[0]) if len(times) else None
+        window = self.windows[req.step]
+        row: dict[str, Any] = {
+            "point": self.opts.point, "step": req.step, "worker": WORKER, "user": req.user,
+            "concurrency": window.get("concurrency"), "target_rate": window.get("target_rate"),
+            "request_id": rid, "seq": req.seq, "endpoint": ENDPOINT, "api": "completions",
+            "t_scheduled": epoch + t_sent, "t_issued": epoch + t_sent, "t_sent": epoch + t_sent,
+            "send_lag_s": 0.0,
+            "t_first_token": None if first is None else epoch + first,
+            "t_done": epoch + t_done, "n_chunks": len(times),
+            "prompt_tokens": req.prompt_len, "output_tokens": len(times),
+            "target_prompt_tokens": req.target_prompt, "target_output_tokens": req.target_output,
+            "prefix_group": req.group, "prefix_tokens": req.prefix, "status": status,
+            "http_status": 200, "error": None if status == "ok" else "aborted at end of plan",
+        }
+        if first is not None:
+            row["ttft_s"] = row["ttft_from_scheduled_s"] = first - t_sent
+        if status == "ok":
+            row["e2e_s"] = row["e2e_from_scheduled_s"] = t_done - t_sent
+        if len(times) > 1:
+            gaps = times[1:] - times[:-1]  # np.diff without its dispatch, sorted in place
+            gaps.sort()
+            row.update(itl_mean_s=float(times[-1] - times[0]) / (len(times) - 1),
+                       itl_p50_s=quantile(gaps, 0.5),
+                       itl_p99_s=quantile(gaps, 0.99), itl_max_s=float(gaps[-1]))
+        self.requests.add(row, times - t_sent)
+
+
+@contextmanager
+def gc_relaxed(gen0_threshold: int = 50_000) -> Iterator[None]:
+    """Fewer garbage collections while a replay runs; the settings are restored after.
+
+    A replay allocates millions of short-lived objects and almost no reference cycles,
+    yet the collector's default young-generation threshold (700 allocations) made it
+    scan the long-lived engine state (blocks, requests) hundreds of times a run.
+    Objects alive at the start are frozen (left out of full collections) unless the
+    process froze some itself, in which case freezing is left to it.
+    """
+    threshold = gc.get_threshold()
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    gc.set_threshold(max(gen0_threshold, threshold[0]), *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        if freeze:
+            gc.unfreeze()
+
+
+def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str | Path,
+               opts: ReplayOptions | None = None, progress: Progress | None = None,
+               judge: Judge | None = None,
+               observer: Callable[[StepOutput], None] | None = None,
+               notice: Callable[[str], None] | None = None) -> ReplaySummary:
+    """Run ``plan`` through the simulator of ``cfg`` in virtual time; write a run folder.
+
+    ``progress(virtual_s, total_s)`` is called at every metrics sample (``total_s`` None
+    for a search, whose length is not known ahead). A search plan asks ``judge(step)``
+    after each step whether it stalled, once that step's records are on disk;
+    ``observer(out)`` sees every engine step's StepOutput (the engine's own state: ground
+    truth for tests of the analyzer, which sees only the run folder). The
+    garbage collector runs less often meanwhile (:func:`gc_relaxed`). Once complete, the
+    folder's tables are compacted (:func:`loadlab.runstore.compact_run`; ``notice(line)``
+    hears about it when that takes a while). Raises InputError for a bad plan or an
+    impossible configuration (before writing anything).
+    """
+    opts = opts or ReplayOptions()
+    out = Path(out_dir)
+    replay = _Replay(cfg, plan, workload, out, opts, progress, judge, observer)
+    flags = replay.resolved.server_flags()
+    page = ExpositionParser()
+    info = describe_endpoint(page, page.parse(replay.metrics.render()).ids)
+    write_manifest(out, RunManifest(
+        kind="sim-replay", point=opts.point, status="running", owner=owner_entry(), created=time.time(),
+        start_epoch=replay.epoch,
+        target=TargetInfo(base_url=ENDPOINT, model=replay.resolved.served_model_name,
+                          launch=Launch(kind="sim-replay", flags=flags)),
+        server=flags, steps=[], plan=plan.describe(), workload=WorkloadInfo(**workload.model_dump()),
+        metrics=MetricsInfo(source="sim", interval_s=opts.metrics_interval_s, endpoints={ENDPOINT: info},
+                            names_found=info["names_found"], vllm_engine=info["vllm_engine"],
+                            cache_config_info=info["cache_config_info"]),
+        sim={"config": asdict(cfg) | {"api_key": None}, "startup_lines": replay.resolved.startup_lines()},
+        host={"hostname": socket.gethostname(), "python": platform.python_version()},
+        versions={"loadlab": __version__},
+    ))
+    wall0 = time.perf_counter()
+    with gc_relaxed():
+        try:
+            replay.run()
+        finally:
+            replay.requests.close()
+            replay.metric_rows.close()
+    wall = time.perf_counter() - wall0
+    c = replay.counts
+    summary = ReplaySummary(out, c["completed"] + c["aborted"], c["completed"], c["aborted"],
+                            c["engine_steps"], c["metrics_rows"], replay.now, wall,
+                            len(replay.windows), replay.walk.result)
+    update_manifest(out, status="complete", finished=time.time(),
+                    sim={"wall_s": wall, "speed": summary.speed, "engine_steps": c["engine_steps"]},
+                    **replay.walk.manifest_entry())
+    compact_run(out, progress=notice)
+    return summary

@@ -1,0 +1,13 @@
+"""What to run, as data: scenario and load-plan models, their validation, scenario files.
+
+- :mod:`~loadlab.spec.models`: the pydantic models of a scenario (target, workload, load
+  plan, loadgen settings, CPU isolation, sweep, what-if) and their level parsing.
+- :mod:`~loadlab.spec.validate`: plain data (YAML, flags) into those models; errors
+  name the file or flag, the field and the fix (exit 2).
+- :mod:`~loadlab.spec.scenario_file`: scenario files, by path or by a shipped name.
+- :mod:`~loadlab.spec.knee_search`: the levels a plan walks, fixed or searched.
+- :mod:`~loadlab.spec.cpulist`: taskset-style CPU lists.
+- :mod:`~loadlab.spec.datafiles`: where shipped data folders (profiles, scenarios) are.
+
+Pure: nothing here starts a process or opens a socket, and nothing imports a layer above.
+"""
