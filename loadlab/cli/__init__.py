@@ -23,7 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("loadlab.cli.run:run", "Drive a load (steps, Poisson/gamma rate, trace replay) at a server and record every request."),
     "profile": ("loadlab.cli.profile:profile", "Workload profiles: list, show their quantiles, build one from your own trace."),
     "analyze": ("loadlab.cli.analyze:analyze", "Analyse a run folder: per-step table, the knee, the stall's cause and its knob (analysis.json)."),
-    "diagnose": ("loadlab.analyze.diagnose:diagnose", "Read a live server's /metrics for a few seconds and name why it stalls now."),
+    "diagnose": ("loadlab.cli.diagnose:diagnose", "Read a live server's /metrics for a few seconds and name why it stalls now."),
     "collect": ("loadlab.cli.collect:collect", "Sample a server's /metrics (or read them from Prometheus) into a run folder."),
     "report": ("loadlab.cli.report:report", "Write the self-contained HTML report of a run or sweep folder."),
     "compare": ("loadlab.cli.report:compare", "Compare two runs' knees and SLO-limited levels; non-zero exit on a regression (CI gate)."),
