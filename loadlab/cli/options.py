@@ -73,7 +73,8 @@ def target_option(help: str = "Base URL of the server, e.g. http://127.0.0.1:800
 def out_option(help: str, *, file: bool = False, **kwargs: Any) -> Decorator:
     """``--out``: a folder a command writes into, or (``file=True``) one file it writes."""
     kind = click.Path(dir_okay=not file, file_okay=file, path_type=Path)
-    return option("--out", "out", type=kind, metavar="FILE" if file else "DIR", help=help, **kwargs)
+    kwargs.setdefault("metavar", "FILE" if file else "DIR")
+    return option("--out", "out", type=kind, help=help, **kwargs)
 
 
 def interval_option(help: str = "Seconds between /metrics scrapes.", default: float = 1.0,
@@ -88,8 +89,27 @@ def api_key_env_option(**kwargs: Any) -> Decorator:
                   "'Authorization: Bearer' (never printed or recorded).", **kwargs)
 
 
-def json_option(help: str, **kwargs: Any) -> Decorator:
-    """``--json FILE``: also write the command's JSON to FILE; ``-``: only the JSON, on stdout."""
+class _BareJson(click.Option):
+    """``--json`` that once was a bare flag (print JSON on stdout): bare, it means ``-``."""
+
+    def consume_value(self, ctx: click.Context, opts: Any) -> tuple[Any, ParameterSource]:
+        value, source = super().consume_value(ctx, opts)
+        if value is _BARE:
+            deprecated("--json without a FILE", "--json -")
+            value = "-"
+        return value, source
+
+
+_BARE = object()  # the value of a bare --json
+
+
+def json_option(help: str, *, was_flag: bool = False, **kwargs: Any) -> Decorator:
+    """``--json FILE``: also write the command's JSON to FILE; ``-``: only the JSON, on stdout.
+
+    ``was_flag``: the command's ``--json`` was a bare flag; bare, it still works (as ``-``).
+    """
+    if was_flag:
+        kwargs.update(cls=_BareJson, is_flag=False, flag_value=_BARE)
     return option("--json", "json_out", metavar="FILE", help=help, **kwargs)
 
 
