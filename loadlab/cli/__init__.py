@@ -4,7 +4,8 @@ Each subcommand is a thin module under :mod:`loadlab.cli` (flags declared there,
 ones in :mod:`loadlab.cli.options`; the work done by the layers below) and is imported only
 when invoked, so ``loadlab --help`` and ``loadlab analyze`` never pay for importing Locust
 or the simulator. ``loadlab --help`` lists them under the sections of :data:`SECTIONS`.
-Errors derived from :class:`loadlab.errors.LoadlabError` become a one-line message on stderr and the class's exit code (2 for bad input).
+Errors derived from :class:`loadlab.errors.LoadlabError` become a one-line message on
+stderr and the class's exit code (2 for bad input).
 """
 
 from __future__ import annotations
