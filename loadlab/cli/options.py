@@ -29,21 +29,28 @@ def deprecated(old: str, new: str) -> None:
 
 
 class DeprecatedAlias(click.Option):
-    """A hidden old spelling of an option: fills the same parameter, says it is deprecated.
+    """A hidden old spelling of an option: fills the new one's parameter, says it is deprecated.
 
-    It shares the new option's parameter name; click keeps the value given on the command
-    line over a default, whichever of the two declares it, so the alias needs no merging.
+    It parses under a name of its own (under the shared name click could not tell which
+    spelling was typed) and, when typed, hands its converted value to the new option's
+    parameter as given on the command line, which click then keeps over that option's
+    default, whichever of the two it processes first.
     """
 
-    def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
-        super().__init__(*args, hidden=True, **kwargs)
-        self.new = new
+    def __init__(self, decls: tuple[str], *, new: str, dest: str, **kwargs: Any) -> None:
+        old = decls[0]
+        name = "deprecated_" + old.lstrip("-").replace("-", "_")
+        super().__init__([old, name], hidden=True, expose_value=False, **kwargs)
+        self.new, self.dest = new, dest
 
-    def consume_value(self, ctx: click.Context, opts: Any) -> tuple[Any, ParameterSource]:
-        value, source = super().consume_value(ctx, opts)
-        if source == ParameterSource.COMMANDLINE:
+    def handle_parse_result(self, ctx: click.Context, opts: Any,
+                            args: list[str]) -> tuple[Any, list[str]]:
+        value, args = super().handle_parse_result(ctx, opts, args)
+        if ctx.get_parameter_source(self.name) == ParameterSource.COMMANDLINE:
             deprecated(self.opts[0], self.new)
-        return value, source
+            ctx.params[self.dest] = value
+            ctx.set_parameter_source(self.dest, ParameterSource.COMMANDLINE)
+        return value, args
 
 
 def option(*decls: str, aliases: tuple[str, ...] = (), cls: type[click.Option] | None = None,
@@ -55,7 +62,7 @@ def option(*decls: str, aliases: tuple[str, ...] = (), cls: type[click.Option] |
     name, dest = decls[0], decls[-1] if len(decls) > 1 else decls[0].lstrip("-").replace("-", "_")
     main = click.option(*decls, cls=cls, **kwargs) if cls else click.option(*decls, **kwargs)
     keep = {k: kwargs[k] for k in ("type", "multiple", "is_flag", "flag_value") if k in kwargs}
-    olds = [click.option(old, dest, cls=DeprecatedAlias, new=name, **keep) for old in aliases]
+    olds = [click.option(old, cls=DeprecatedAlias, new=name, dest=dest, **keep) for old in aliases]
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         for old in olds:
