@@ -66,7 +66,8 @@ def test_capped_server_under_load_names_the_sequence_cap(sim_url, tmp_path):
 @pytest.mark.parametrize("flag", ["--target", "--url"])
 def test_unreachable_url_is_an_input_error(flag):
     proc = subprocess.run([sys.executable, "-m", "loadlab", "diagnose", flag, "http://127.0.0.1:9",
-                           "--duration", "1"], check=False, capture_output=True, text=True, timeout=60)
+                           "--duration", "1"],
+                          check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.splitlines()
     assert lines[-1].startswith("loadlab: error: --target: no vLLM metrics"), proc.stderr
