@@ -1,5 +1,9 @@
 """``loadlab analyze RUN``: write analysis.json and print the step table and the verdict.
 
+``--json FILE`` also writes the analysis to FILE, ``--json -`` prints only it on stdout
+(the same ``--json`` as ``loadlab compare``); the bare ``--json`` of earlier releases still
+prints it, with a deprecation line.
+
 Before analysing: a manifest that is not JSON, or whose step windows lack their
 numbers, is an input error (exit 2, one line naming the file and field); a part file
 that cannot be read is one too (naming the file); a run whose manifest still says
