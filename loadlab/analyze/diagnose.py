@@ -1,4 +1,4 @@
-"""``loadlab diagnose --url URL``: why a live vLLM stalls now, from its /metrics alone.
+"""``loadlab diagnose --target URL``: why a live vLLM stalls now, from its /metrics alone.
 
 Read-only: it only GETs /metrics (the collector's scraper, API key from
 ``$LOADLAB_API_KEY`` or ``--api-key-env``, never printed), for ``--duration`` seconds
@@ -15,7 +15,8 @@ and the checklist walks it:
 The window counts as stalled by the knee's own step detectors (queue-time share of
 TTFT, occupancy, Little's law); the likely cause is :func:`cause.assess`, the same
 signatures ``loadlab analyze`` uses, with token-level usage from the server's prompt and
-generation length histograms. ``--watch`` repeats windows until Ctrl-C, a line each.
+generation length histograms. ``--watch`` repeats windows until Ctrl-C, a line each
+(:func:`watch_line`). The command's flags are declared in :mod:`loadlab.cli.diagnose`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import click
 import numpy as np
 import pandas as pd
 
@@ -38,7 +38,7 @@ from loadlab.analyze.steps import RunData, build_step_table
 from loadlab.analyze.tables import read_metrics
 from loadlab.analyze.windows import histogram_windows, resolve_family
 from loadlab.collect import catalog
-from loadlab.collect.scraper import DEFAULT_API_KEY_ENV, Scraper
+from loadlab.collect.scraper import Scraper
 from loadlab.errors import InputError
 from loadlab.runstore import read_manifest, read_table
 from loadlab.runstore.schema import REQUESTS, SCRAPES
@@ -59,7 +59,7 @@ def sample(url: str, duration_s: float, interval_s: float, api_key_env: str) -> 
         errors = scrapes["error"].dropna()
         why = errors.mode().iloc[0] if len(errors) else "no samples"
         raise InputError(f"no vLLM metrics came back from {url} in {duration_s:g} s ({why})",
-                         field="--url", fix="give the server's base URL, e.g. http://127.0.0.1:8000")
+                         field="--target", fix="give the server's base URL, e.g. http://127.0.0.1:8000")
     manifest.update(steps=[{"step": 0, "t_start": t0, "t_end": t1, "warmup_s": 0.0}],
                     metrics={**(manifest.get("metrics") or {}), "interval_s": interval_s})
     return RunData(Path(url), manifest, REQUESTS.empty_table().to_pandas(), metrics, scrapes)
@@ -109,6 +109,14 @@ def checklist(url: str, result: dict[str, Any], duration_s: float, interval_s: f
     return lines
 
 
+def watch_line(result: dict[str, Any]) -> str:
+    """One window in a line, for watching a server window after window."""
+    r = result["row"]
+    return (f"{time.strftime('%H:%M:%S')} running {_f(r.get('running_max'))} max, waiting "
+            f"{_f(r.get('waiting_max'))} max, KV {_pct(r.get('kv_max'))} max: "
+            f"{cause_text(result['cause'])}")
+
+
 def _server_lengths(table: pd.DataFrame, metrics: pd.DataFrame) -> None:
     """Mean prompt and output lengths from vLLM's own per-request histograms."""
     span = table[["t_start", "t_end"]]
@@ -129,34 +137,3 @@ def _f(v: Any) -> str:
 
 def _pct(v: Any) -> str:
     return f"{float(v):.0%}" if _ok(v) else "-"
-
-
-@click.command()
-@click.option("--url", required=True, help="Base URL of the live server, e.g. http://127.0.0.1:8000")
-@click.option("--duration", "duration_s", type=float, default=10.0, show_default=True,
-              help="Seconds of /metrics per diagnosis window.")
-@click.option("--interval", "interval_s", type=float, default=1.0, show_default=True,
-              help="Seconds between scrapes.")
-@click.option("--watch", is_flag=True, help="Repeat windows until Ctrl-C, a line each.")
-@click.option("--max-num-seqs", type=int, default=None, help="The server's --max-num-seqs, if known.")
-@click.option("--max-num-batched-tokens", type=int, default=None,
-              help="The server's --max-num-batched-tokens, if known.")
-@click.option("--api-key-env", default=DEFAULT_API_KEY_ENV, show_default=True,
-              help="Env var holding the API key.")
-def diagnose(url: str, duration_s: float, interval_s: float, watch: bool, max_num_seqs: int | None,
-             max_num_batched_tokens: int | None, api_key_env: str) -> None:
-    """Sample a live server's /metrics (read-only) and walk the stall checklist:
-    caliber, running vs waiting vs the cap, KV usage, preemptions, prefix cache;
-    then name the likely cause and the knob that moves it."""
-    if not duration_s > 0:
-        raise InputError(f"--duration must be > 0, got {duration_s}", field="--duration",
-                         fix="e.g. --duration 10")
-    server = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
-    result = diagnose_window(sample(url, duration_s, interval_s, api_key_env), server)
-    click.echo("\n".join(checklist(url, result, duration_s, interval_s)), nl=True)
-    while watch:
-        result = diagnose_window(sample(url, duration_s, interval_s, api_key_env), server)
-        r = result["row"]
-        click.echo(f"{time.strftime('%H:%M:%S')} running {_f(r.get('running_max'))} max, waiting "
-                   f"{_f(r.get('waiting_max'))} max, KV {_pct(r.get('kv_max'))} max: "
-                   f"{cause_text(result['cause'])}")

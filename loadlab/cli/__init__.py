@@ -1,9 +1,11 @@
 """The ``loadlab`` command.
 
-Subcommands live next to the code they drive and are imported only when invoked,
-so ``loadlab --help`` and ``loadlab analyze`` never pay for importing Locust or
-the simulator. Errors derived from :class:`loadlab.errors.LoadlabError` become a
-one-line message on stderr and the class's exit code (2 for bad input).
+Each subcommand is a thin module under :mod:`loadlab.cli` (flags declared there, shared
+ones in :mod:`loadlab.cli.options`; the work done by the layers below) and is imported only
+when invoked, so ``loadlab --help`` and ``loadlab analyze`` never pay for importing Locust
+or the simulator. ``loadlab --help`` lists them under the sections of :data:`SECTIONS`.
+Errors derived from :class:`loadlab.errors.LoadlabError` become a one-line message on
+stderr and the class's exit code (2 for bad input).
 """
 
 from __future__ import annotations
@@ -13,21 +15,41 @@ import sys
 
 import click
 
-from loadlab.version import __version__
 from loadlab.errors import LoadlabError
+from loadlab.version import __version__
 
 # name -> ("module:attribute", one-line help shown by `loadlab --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("loadlab.cli.demo:demo", "Run the built-in simulator through a step load and print what was measured."),
-    "sim": ("loadlab.cli.sim:sim", "The built-in vLLM V1 scheduling simulator: serve it, or replay a workload in virtual time."),
-    "run": ("loadlab.cli.run:run", "Drive a load (steps, Poisson/gamma rate, trace replay) at a server and record every request."),
-    "profile": ("loadlab.cli.profile:profile", "Workload profiles: list, show their quantiles, build one from your own trace."),
-    "analyze": ("loadlab.cli.analyze:analyze", "Analyse a run folder: per-step table, the knee, the stall's cause and its knob (analysis.json)."),
-    "diagnose": ("loadlab.analyze.diagnose:diagnose", "Read a live server's /metrics for a few seconds and name why it stalls now."),
-    "collect": ("loadlab.cli.collect:collect", "Sample a server's /metrics (or read them from Prometheus) into a run folder."),
-    "report": ("loadlab.cli.report:report", "Write the self-contained HTML report of a run or sweep folder."),
-    "compare": ("loadlab.cli.report:compare", "Compare two runs' knees and SLO-limited levels; non-zero exit on a regression (CI gate)."),
-    "sweep": ("loadlab.cli.sweep:sweep", "Run a scenario's points (A/B arms or a flag matrix), each on a fresh server; --what-if on the simulator."),
+    "run": ("loadlab.cli.run:run",
+            "Drive a load (steps, Poisson/gamma rate, trace replay) at a server; record every "
+            "request."),
+    "sweep": ("loadlab.cli.sweep:sweep",
+              "Run a scenario's points (A/B arms or a flag matrix), each on a fresh server."),
+    "collect": ("loadlab.cli.collect:collect",
+                "Sample a server's /metrics (or read them from Prometheus) into a run folder."),
+    "diagnose": ("loadlab.cli.diagnose:diagnose",
+                 "Read a live server's /metrics for a few seconds and name why it stalls now."),
+    "analyze": ("loadlab.cli.analyze:analyze",
+                "Analyse a run folder: per-step table, the knee, the stall's cause and its knob."),
+    "report": ("loadlab.cli.report:report",
+               "Write the self-contained HTML report of a run or sweep folder."),
+    "compare": ("loadlab.cli.report:compare",
+                "Compare two runs' knees and SLO-limited levels; exit 1 on a regression "
+                "(CI gate)."),
+    "sim": ("loadlab.cli.sim:sim",
+            "The built-in vLLM V1 scheduling simulator: serve it, or replay a workload in virtual "
+            "time."),
+    "demo": ("loadlab.cli.demo:demo",
+             "Run the built-in simulator through a sweep and print what was measured."),
+    "profile": ("loadlab.cli.profile:profile",
+                "Workload profiles: list, show their quantiles, build one from your own trace."),
+}
+# the sections of `loadlab --help`, in the order a first-time user meets them
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "Measure": ("run", "sweep", "collect", "diagnose"),
+    "Judge": ("analyze", "report", "compare"),
+    "Simulate": ("sim", "demo"),
+    "Workloads": ("profile",),
 }
 
 
@@ -51,9 +73,14 @@ class LazyGroup(click.Group):
         return getattr(module, attr)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        """The commands under their sections (from the table: nothing is imported)."""
+        listed = {name for names in SECTIONS.values() for name in names}
+        others = tuple(name for name in self.list_commands(ctx) if name not in listed)
+        width = max(map(len, SUBCOMMANDS))  # one column for every section
+        for section, names in (*SECTIONS.items(), ("Other", others)):
+            if names:
+                with formatter.section(section):
+                    formatter.write_dl([(n.ljust(width), SUBCOMMANDS[n][1]) for n in names])
 
 
 def _unavailable(name: str) -> click.Command:

@@ -1,5 +1,9 @@
 """``loadlab analyze RUN``: write analysis.json and print the step table and the verdict.
 
+``--json FILE`` also writes the analysis to FILE, ``--json -`` prints only it on stdout
+(the same ``--json`` as ``loadlab compare``); the bare ``--json`` of earlier releases still
+prints it, with a deprecation line.
+
 Before analysing: a manifest that is not JSON, or whose step windows lack their
 numbers, is an input error (exit 2, one line naming the file and field); a part file
 that cannot be read is one too (naming the file); a run whose manifest still says
@@ -17,6 +21,7 @@ import click
 
 from loadlab.analyze.analysis import write_analysis
 from loadlab.analyze.display import format_details, format_step_table
+from loadlab.cli.options import deprecated, json_option, write_json
 from loadlab.errors import InputError
 from loadlab.runstore import read_manifest
 from loadlab.runstore.claim import unfinished_note
@@ -40,17 +45,19 @@ def check_manifest(run_dir: Path) -> dict[str, Any]:
 
 
 @click.command()
-@click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print analysis.json instead of the text.")
+@click.argument("run_dir", type=click.Path(path_type=Path), required=False, metavar="RUN_DIR")
+@json_option("Also write analysis.json's content to FILE ('-': print only the JSON, on stdout).",
+             was_flag=True)
 @click.option("--slo", default=None, metavar="NAME=VALUE,...",
               help="SLO targets, e.g. ttft_p99_ms=500,itl_p99_ms=50 (ttft|itl|e2e, pNN, ms|s).")
-def analyze(run_dir: Path, as_json: bool, slo: str | None) -> None:
+def analyze(run_dir: Path | None, json_out: str | None, slo: str | None) -> None:
     """Analyse RUN_DIR: the per-step table (client latency beside the server's running,
     waiting and KV usage, warm-up cut), the knee with its confidence, the stall's cause
     with its evidence and knob, and the capacity check. Writes RUN_DIR/analysis.json.
     """
     import pyarrow as pa
 
+    run_dir, json_out = _old_json_form(run_dir, json_out)
     note = unfinished_note(check_manifest(run_dir))
     if note:
         click.echo(f"warning: {note}", err=True)
@@ -58,13 +65,25 @@ def analyze(run_dir: Path, as_json: bool, slo: str | None) -> None:
         path = write_analysis(run_dir, slo=slo)
     except pa.ArrowException as exc:
         raise InputError(f"a table part cannot be read ({exc})", source=run_dir,
-                         fix="move the damaged part file out of its table folder and rerun") from None
+                         fix="move the damaged part file out of its table folder and rerun"
+                         ) from None
     analysis = json.loads(path.read_text())
-    if as_json:
-        click.echo(json.dumps(analysis, indent=2))
+    if json_out:
+        write_json(json.dumps(analysis, indent=2), json_out)
+    if json_out == "-":
         return
     click.echo(format_step_table(analysis["steps"]))
     click.echo("")
     click.echo(format_details(analysis))
     click.echo(f"\n{analysis['verdict']}")
     click.echo(f"(written to {path})")
+
+
+def _old_json_form(run_dir: Path | None, json_out: str | None) -> tuple[Path, str | None]:
+    """``analyze --json RUN_DIR`` (the flag before the folder) read RUN_DIR as --json's FILE."""
+    if run_dir is not None:
+        return run_dir, json_out
+    if json_out and Path(json_out).is_dir():
+        deprecated("--json without a FILE", "--json -")
+        return Path(json_out), "-"
+    raise click.MissingParameter(param_hint="'RUN_DIR'", param_type="argument")

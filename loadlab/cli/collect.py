@@ -2,8 +2,8 @@
 
 Two forms:
 
-- ``loadlab collect ENDPOINT... --out DIR [--interval 1] [--duration S]``: samples
-  until the duration is over, or until Ctrl-C / SIGTERM when no duration is
+- ``loadlab collect --target URL [--target URL2 ...] --out DIR [--interval 1] [--duration S]``:
+  samples until the duration is over, or until Ctrl-C / SIGTERM when no duration is
   given (so a run orchestrator can start it as a process and stop it), then
   flushes everything, compacts the metrics and scrapes it wrote into one part each
   (:func:`loadlab.runstore.compact_run`) and prints what was collected.
@@ -19,6 +19,13 @@ from pathlib import Path
 
 import click
 
+from loadlab.cli.options import (
+    api_key_env_option,
+    deprecated,
+    interval_option,
+    out_option,
+    target_option,
+)
 from loadlab.errors import InputError, StoreError
 
 
@@ -36,43 +43,55 @@ def _seconds(text: str | None, name: str) -> float | None:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise InputError(f"cannot read {text!r} as a time", field=name,
-                         fix="give unix seconds (1764460800) or ISO 8601 (2026-11-29T23:00:00Z)") from None
+                         fix="give unix seconds (1764460800) or ISO 8601 (2026-11-29T23:00:00Z)"
+                         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
 
 
-@click.command(name="collect")
-@click.argument("endpoints", nargs=-1)
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Run folder to write metrics.parquet/, scrapes.parquet/ and manifest.json into.")
-@click.option("--interval", "interval_s", type=float, default=1.0, show_default=True,
-              help="Seconds between scrapes of each endpoint (0.1 at the finest).")
+@click.command(name="collect", context_settings={"allow_extra_args": True})
+@target_option("Base URL of a server to sample, e.g. http://127.0.0.1:8000 (repeat for several).",
+               multiple=True)
+@out_option("Run folder to write metrics.parquet/, scrapes.parquet/ and manifest.json into.",
+            required=True)
+@interval_option("Seconds between scrapes of each endpoint (0.1 at the finest).")
 @click.option("--timeout", "timeout_s", type=float, default=None,
               help="Per-scrape deadline in seconds, below the interval [default: 0.8 x interval].")
 @click.option("--duration", "duration_s", type=float, default=None,
               help="Stop after this many seconds [default: until Ctrl-C or SIGTERM].")
-@click.option("--api-key-env", default="LOADLAB_API_KEY", show_default=True,
-              help="Environment variable holding the API key, sent as 'Authorization: Bearer'.")
+@api_key_env_option()
 @click.option("--prometheus-url", default=None,
               help="Read the series from this Prometheus server instead of scraping.")
-@click.option("--start", "start", default=None, help="Window start (unix seconds or ISO 8601); with --prometheus-url.")
-@click.option("--end", "end", default=None, help="Window end (unix seconds or ISO 8601); with --prometheus-url.")
-@click.option("--prometheus-match", "match", default=None,
-              help='With --prometheus-url: extra label matchers, e.g. \'job="vllm",instance="10.0.0.5:8000"\'.')
+@click.option("--start", "start", default=None,
+              help="Window start (unix seconds or ISO 8601); with --prometheus-url.")
+@click.option("--end", "end", default=None,
+              help="Window end (unix seconds or ISO 8601); with --prometheus-url.")
+@click.option("--prometheus-match", "match", default=None, help="With --prometheus-url: extra "
+              "label matchers, e.g. 'job=\"vllm\",instance=\"10.0.0.5:8000\"'.")
 @click.option("--step", "step_s", type=float, default=None,
               help="With --prometheus-url: evaluate at this step instead of taking raw samples.")
-def collect(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeout_s: float | None,
-            duration_s: float | None, api_key_env: str, prometheus_url: str | None,
-            start: str | None, end: str | None, match: str | None, step_s: float | None) -> None:
-    """Sample vLLM /metrics of ENDPOINT... (base URLs) into a run folder, beside a load.
+@click.pass_context
+def collect(ctx: click.Context, target: tuple[str, ...], out: Path, interval_s: float,
+            timeout_s: float | None, duration_s: float | None, api_key_env: str,
+            prometheus_url: str | None, start: str | None, end: str | None, match: str | None,
+            step_s: float | None) -> None:
+    """Sample vLLM /metrics of each --target (base URLs) into a run folder, beside a load.
 
     Or, with --prometheus-url, copy a time window of the same series out of Prometheus.
     """
+    endpoints = (*target, *_positional(ctx.args))
     if prometheus_url:
-        _from_prometheus(prometheus_url, endpoints, out_dir, start, end, step_s, match)
+        _from_prometheus(prometheus_url, endpoints, out, start, end, step_s, match)
     else:
-        _scrape(endpoints, out_dir, interval_s, timeout_s, duration_s, api_key_env)
+        _scrape(endpoints, out, interval_s, timeout_s, duration_s, api_key_env)
+
+
+def _positional(args: list[str]) -> list[str]:
+    """Endpoints given the old way, as arguments (one deprecation line for all of them)."""
+    if args:
+        deprecated("an endpoint given as an argument", "--target URL")
+    return args
 
 
 def _from_prometheus(url: str, endpoints: tuple[str, ...], out_dir: Path, start: str | None,
@@ -80,14 +99,15 @@ def _from_prometheus(url: str, endpoints: tuple[str, ...], out_dir: Path, start:
     from loadlab.collect.prometheus import collect_from_prometheus
 
     if endpoints:
-        raise InputError("give either endpoints to scrape or --prometheus-url, not both",
-                         field="ENDPOINT", fix="drop the endpoints when reading from Prometheus")
+        raise InputError("give either --target servers to scrape or --prometheus-url, not both",
+                         field="--target", fix="drop --target when reading from Prometheus")
     t0, t1 = _seconds(start, "--start"), _seconds(end, "--end")
     if t0 is None or t1 is None:
         raise InputError("--prometheus-url needs --start and --end", field="--start/--end",
                          fix="give the run's window, e.g. --start 1764460800 --end 1764461400")
     n_metrics, n_scrapes = collect_from_prometheus(url, t0, t1, out_dir, step_s=step_s, match=match)
-    click.echo(f"collected {n_metrics} samples and {n_scrapes} scrape records from {url} into {out_dir}")
+    click.echo(f"collected {n_metrics} samples and {n_scrapes} scrape records from {url} "
+               f"into {out_dir}")
 
 
 def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeout_s: float | None,
@@ -96,8 +116,9 @@ def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeou
     from loadlab.runstore import compact_run
 
     if not endpoints:
-        raise InputError("no endpoint given", field="ENDPOINT",
-                         fix="loadlab collect http://127.0.0.1:8000 --out DIR, or use --prometheus-url")
+        raise InputError("no server given", field="--target",
+                         fix="loadlab collect --target http://127.0.0.1:8000 --out DIR, "
+                         "or use --prometheus-url")
     if duration_s is not None and duration_s <= 0:
         raise InputError(f"duration {duration_s} s is not positive", field="--duration",
                          fix="give a positive number of seconds, or leave it out")
@@ -107,7 +128,8 @@ def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeou
     previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
         with scraper:
-            click.echo(f"sampling {', '.join(scraper.endpoints)} every {interval_s:g} s into {out_dir}", err=True)
+            click.echo(f"sampling {', '.join(scraper.endpoints)} every {interval_s:g} s "
+                       f"into {out_dir}", err=True)
             try:
                 done.wait(duration_s)
             except KeyboardInterrupt:

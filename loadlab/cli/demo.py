@@ -1,66 +1,19 @@
-"""``loadlab demo``: the whole loop on the built-in simulator, no GPU needed.
-
-1. Live: the shipped ``scenarios/demo.yaml`` as a sweep: prefix caching on and off
-   crossed with two ``--max-num-seqs`` caps, each point a fresh ``loadlab sim serve``
-   (Llama-3.1-8B on one H100, modelled) driven by Locust users with the same seeded
-   shared-system-prompt requests while the collector samples ``/metrics``; every point
-   analysed (knee, cause) and the HTML report written.
-2. What-if: the same scenario on the simulator in virtual time (seconds), the verdicts
-   it predicts printed beside the live ones.
-
-``--quick`` shortens the live plan (two levels, 4 s steps) for a smoke test. Everything
-lands under ``--out``: ``live/`` (the sweep folder, with ``report.html``) and ``whatif/``.
-"""
+"""``loadlab demo``: its flags (what it runs: :mod:`loadlab.experiment.demo`)."""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import click
 
-QUICK_PLAN = {"concurrency": [4, 16], "step_duration_s": 4.0, "warmup_s": 1.0}
+from loadlab.cli.options import out_option
 
 
 @click.command()
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for the demo's sweeps (default reports/demo-<time>).")
+@out_option("Folder for the demo's sweeps [default: reports/demo-<time>].")
 @click.option("--quick", is_flag=True, help="Two short live steps per point, for a smoke test.")
 def demo(out: Path | None, quick: bool) -> None:
-    """Run the demo scenario on the simulator (A/B + sweep), write the report, print the verdicts."""
-    from loadlab.experiment.runner import run_sweep
-    from loadlab.experiment.scenarios import load_scenario, scenario_path
+    """Run the demo scenario on the simulator (A/B + sweep), write the report, print verdicts."""
+    from loadlab.experiment.demo import run_demo
 
-    out = out or Path("reports") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    scenario = load_scenario(scenario_path("demo"))
-    if quick:
-        plan = scenario.load.model_copy(update=QUICK_PLAN)
-        scenario = scenario.model_copy(update={"load": plan})
-    click.echo(f"demo: {len(scenario.points())} points on the simulator "
-               f"({', '.join(p.name for p in scenario.points())}); {out}")
-    live = run_sweep(scenario, out / "live")
-    predicted = run_sweep(scenario, out / "whatif", what_if=True, progress=lambda line: None)
-    click.echo("\nverdicts (live | predicted in virtual time):")
-    for record in live.manifest.points:
-        click.echo(f"  {record.name}: {record.status}")
-        click.echo(f"    live:      {live.verdicts.get(record.name) or record.error}")
-        click.echo(f"    predicted: {predicted.verdicts.get(record.name, '-')}")
-    click.echo("\nprefix caching, live (hit rate over the steps; TTFT p50 at the first level):")
-    for record in live.manifest.points:
-        click.echo(f"  {record.name}: {_cache_line(live.out / record.dir)}")
-    click.echo(f"\nreport: {live.report or 'not written'}")
-    click.echo(f"sweep folders: {out / 'live'} and {out / 'whatif'}; "
-               f"re-run any point's analysis with `loadlab analyze DIR`.")
-
-
-def _cache_line(folder: Path) -> str:
-    """Hit rate and first-level TTFT of a point, from its analysis.json."""
-    try:
-        steps = json.loads((folder / "analysis.json").read_text())["steps"]
-    except (OSError, ValueError, KeyError):
-        return "no analysis"
-    hits = [s["prefix_hit_rate"] for s in steps if s.get("prefix_hit_rate") is not None]
-    ttft = steps[0].get("ttft_p50_ms") if steps else None
-    return (f"hit rate {sum(hits) / len(hits):.2f}" if hits else "no cache hits") + \
-        (f", TTFT p50 {ttft:.0f} ms" if ttft is not None else "")
+    run_demo(out, quick, say=click.echo)

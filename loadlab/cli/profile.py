@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from loadlab.cli.options import out_option
 from loadlab.errors import InputError
 from loadlab.workload import list_profiles, load_profile
 from loadlab.workload.model import ProfileModel, Source, Summary, Table, dump_profile
@@ -147,12 +148,7 @@ def show(name: str) -> None:
     "--time-unit", type=click.Choice(["s", "ms"]), default="s", help="unit of numeric times"
 )
 @click.option("--name", required=True, help="profile name")
-@click.option(
-    "--out",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="profile file to write",
-)
+@out_option("profile file to write", file=True, required=True)
 @click.option(
     "--pairs/--independent",
     "paired",
@@ -180,7 +176,8 @@ def build(
     from loadlab.workload.derive import fit_profile
 
     if out.resolve() == trace.resolve():
-        raise InputError("is the input trace; writing the profile would overwrite it", source=out, field="--out",
+        raise InputError("is the input trace; writing the profile would overwrite it", source=out,
+                         field="--out",
                          fix="give the profile its own path, e.g. profiles/NAME.yaml")
     columns = None
     if input_col or output_col or fmt in ("csv", "jsonl"):

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
+from loadlab.cli.options import json_option, out_option
+
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
-              help="Where to write the HTML file.  [default: RUN_DIR/report.html]")
+@out_option("Where to write the HTML file.  [default: RUN_DIR/report.html]", file=True)
 def report(run_dir: Path, out: Path | None) -> None:
     """Write the HTML report of RUN_DIR (a run folder or a sweep folder) and print its path.
 
@@ -28,8 +29,7 @@ def report(run_dir: Path, out: Path | None) -> None:
 @click.argument("new", type=click.Path(path_type=Path))
 @click.option("--margin", default="10%", show_default=True,
               help="How far a knee or SLO-limited level may drop before it counts: 10% or 0.1.")
-@click.option("--json", "json_out", metavar="FILE",
-              help="Also write the JSON summary to FILE ('-': print only the JSON, on stdout).")
+@json_option("Also write the JSON summary to FILE ('-': print only the JSON, on stdout).")
 def compare(base: Path, new: Path, margin: str, json_out: str | None) -> None:
     """Compare NEW against BASE (run or sweep folders, points matched by name) and fail on a drop.
 

@@ -13,21 +13,23 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
-from loadlab.spec.models import Workload
-from loadlab.errors import InputError
+from loadlab.cli.options import interval_option, out_option
 from loadlab.sim.engine.flags import sim_config
 from loadlab.sim.serve.flags import (
-    PLAN_SECTION,
     ENGINE_OPTIONS,
+    PLAN_SECTION,
     SERVE_OPTIONS,
     GroupedCommand,
+    GroupedOption,
     option,
     with_options,
 )
+from loadlab.spec.models import Workload
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,13 +79,14 @@ REPLAY_OPTIONS: list[Callable] = [
     option("--step-duration", section=PLAN_SECTION, type=float, default=60.0, show_default=True,
          help="Virtual seconds per step."),
     option("--warmup", section=PLAN_SECTION, type=float, default=None,
-         help="Seconds at the start of each step the analyzer cuts [default: a fifth of the step, at most 10]."),
-    option("--metrics-interval", section=PLAN_SECTION, type=float, default=1.0, show_default=True,
-         help="Virtual seconds between /metrics samples."),
+         help="Seconds at the start of each step the analyzer cuts "
+              "[default: a fifth of the step, at most 10]."),
+    interval_option("Virtual seconds between /metrics samples.", cls=GroupedOption,
+                    section=PLAN_SECTION, aliases=("--metrics-interval",)),
     option("--metrics-names", section=PLAN_SECTION, type=click.Choice(["v1", "v0"]), default="v1",
          show_default=True, help="Metric names of vLLM V1 or of the V0 era."),
-    option("--out", section=PLAN_SECTION, type=click.Path(file_okay=False), required=True,
-         help="Run folder to write (requests.parquet, metrics.parquet, manifest.json)."),
+    out_option("Run folder to write (requests.parquet, metrics.parquet, manifest.json).",
+               required=True, cls=GroupedOption, section=PLAN_SECTION),
     option("--overwrite", section=PLAN_SECTION, is_flag=True,
          help="Reuse an --out folder that holds a run: its tables and manifest are removed first."),
 ]
@@ -93,14 +96,14 @@ REPLAY_OPTIONS: list[Callable] = [
 @with_options(REPLAY_OPTIONS)
 @with_options(ENGINE_OPTIONS)
 def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: float,
-           step_duration: float, warmup: float | None, metrics_interval: float, out: str, overwrite: bool,
-           **params: Any) -> None:
+           step_duration: float, warmup: float | None, interval_s: float, out: Path,
+           overwrite: bool, **params: Any) -> None:
     """Run a step load through the simulator in virtual time and write a run folder.
 
     Example: loadlab sim replay --concurrency 1,2,4,8 --step-duration 60 --out runs/sim
     """
-    from loadlab.runstore.claim import claim_run_dir
     from loadlab.replay.driver import ReplayOptions, run_replay
+    from loadlab.runstore.claim import claim_run_dir
     from loadlab.spec.validate import plan_from_flags, validate
 
     cfg = sim_config(params)
@@ -116,7 +119,7 @@ def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: 
             shown[0] = tenth
             click.echo(f"replay: {virtual_s:,.0f} / {total_s:,.0f} virtual s", err=True)
 
-    opts = ReplayOptions(metrics_interval_s=metrics_interval)
+    opts = ReplayOptions(metrics_interval_s=interval_s)
     summary = run_replay(cfg, plan, workload, out, opts, progress,
                          notice=lambda line: click.echo(f"replay: {line}", err=True))
     click.echo(f"replay: {summary.requests} requests ({summary.completed} completed, "

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from loadlab.cli.options import out_option
 from loadlab.errors import InputError, LoadlabError
 
 
@@ -16,8 +17,7 @@ from loadlab.errors import InputError, LoadlabError
               help="Run every point on the simulator in virtual time: each point's knee in seconds.")
 @click.option("--resume", type=click.Path(file_okay=False, path_type=Path), metavar="RUN",
               help="Continue the sweep in RUN: finished points are kept, the others run again.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), metavar="RUN",
-              help="Sweep folder to write (default reports/sweep-<scenario>-<time>).")
+@out_option("Sweep folder to write [default: reports/sweep-<scenario>-<time>].", metavar="RUN")
 def sweep(scenario: str | None, what_if: bool, resume: Path | None, out: Path | None) -> None:
     """Run every point of SCENARIO (a file, or a shipped name: demo, prefix-caching-ab, ...).
 

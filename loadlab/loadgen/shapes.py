@@ -11,8 +11,9 @@
 - trace replay: one step; request ``i`` is trace row ``i`` (time order), sent at its
   recorded offset times ``time_scale``.
 
-The constructors below build plans from flag values (``locust -f``'s environment
-variables, tests), errors naming the flag; ``loadlab run`` maps its options itself.
+The constructors below name the two step plans for ``locust -f``'s environment variables
+and tests; like ``loadlab run`` and ``loadlab sim replay`` they go through
+:func:`loadlab.spec.validate.plan_from_flags`, the one place a plan is built from flags.
 """
 
 from __future__ import annotations

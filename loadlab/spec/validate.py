@@ -11,28 +11,33 @@ YAML, or a CLI's flags) and turns the first validation error into an
 - the fix: the one the validator attached, else built from the model: the allowed keys
   for an unknown one, the field's description for a missing or mistyped one.
 
-:mod:`loadlab.spec.scenario_file` reads a scenario YAML file through it.
+:mod:`loadlab.spec.scenario_file` reads a scenario YAML file through it;
+:func:`plan_from_flags` is the one place a load plan is built from command-line flags
+(``loadlab run``, ``loadlab sim replay``, the Locust file's plan helpers).
 """
 
 from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from loadlab.spec.models import LoadPlan
 from loadlab.errors import InputError
+from loadlab.spec.models import KneeSearch, LoadPlan
 
 M = TypeVar("M", bound=BaseModel)
 # LoadPlan fields -> the flags `loadlab run` and `loadlab sim replay` take for them
-PLAN_FLAGS = {"": "plan", "concurrency": "--concurrency", "rate": "--rate", "burstiness": "--burstiness",
-              "step_duration_s": "--step-duration", "warmup_s": "--warmup",
-              "time_scale": "--time-scale", "max_in_flight": "--max-in-flight",
-              "trace": "--trace-replay", "search": "--search"}
+PLAN_FLAGS = {"": "plan", "concurrency": "--concurrency", "rate": "--rate",
+              "burstiness": "--burstiness", "step_duration_s": "--step-duration",
+              "warmup_s": "--warmup", "time_scale": "--time-scale",
+              "max_in_flight": "--max-in-flight", "trace": "--trace-replay", "search": "--search"}
+# the plan kinds, each the flag that chooses it (--geometric is closed-loop levels too)
+_PLAN_KINDS = {"concurrency": "--concurrency", "geometric": "--geometric", "search": "--search",
+               "rate": "--rate", "trace": "--trace-replay"}
 
 
 def validate(model: type[M], data: Any, *, source: str | Path | None = None,
@@ -44,9 +49,45 @@ def validate(model: type[M], data: Any, *, source: str | Path | None = None,
         raise input_error(exc, model, source, names or {}) from None
 
 
-def plan_from_flags(**fields: Any) -> LoadPlan:
-    """A LoadPlan from flag values (None = not given); errors name the flag."""
-    return validate(LoadPlan, {k: v for k, v in fields.items() if v is not None}, names=PLAN_FLAGS)
+def plan_from_flags(*, geometric: str | None = None, search: str | KneeSearch | None = None,
+                    trace_span: Callable[[str, float], float] | None = None,
+                    **fields: Any) -> LoadPlan:
+    """The LoadPlan of command-line flag values (None = not given); errors name the flag.
+
+    ``fields`` are LoadPlan fields (``concurrency``, ``rate``, ``step_duration_s``, ...).
+    ``geometric`` is ``--geometric start:factor:max`` (closed-loop levels, as
+    ``concurrency``), ``search`` is ``--search START:MAX:RESOLUTION``. A trace's span is
+    read by ``trace_span(trace, time_scale)`` once the trace is known to be the only plan
+    (the trace reader lives in the load generator, a layer above this one); a trace plan
+    ignores ``step_duration_s``, the trace sets its one step's length.
+    """
+    given = {"geometric": geometric, "search": search, **fields}
+    chosen = [flag for key, flag in _PLAN_KINDS.items() if given.get(key) is not None]
+    if len(chosen) != 1:
+        raise InputError(f"give exactly one load plan, got {', '.join(chosen) or 'none'}",
+                         field="plan", fix=f"use one of {', '.join(_PLAN_KINDS.values())}")
+    names = dict(PLAN_FLAGS)
+    if geometric is not None:
+        fields["concurrency"], names["concurrency"] = geometric, "--geometric"
+    if isinstance(search, str):
+        fields["search"] = _search(search)
+    elif search is not None:
+        fields["search"] = search
+    if fields.get("trace") is not None:
+        fields.pop("step_duration_s", None)
+        if trace_span is not None:
+            span = trace_span(fields["trace"], fields.get("time_scale") or 1.0)
+            fields["trace_duration_s"] = max(span, 1e-3)
+    return validate(LoadPlan, {k: v for k, v in fields.items() if v is not None}, names=names)
+
+
+def _search(text: str) -> dict[str, int]:
+    """``2:64:2`` -> the KneeSearch fields (start, max, resolution)."""
+    parts = text.split(":")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise InputError(f"'{text}' is not START:MAX:RESOLUTION", field="--search",
+                         fix="give three whole numbers of users, e.g. --search 2:64:2")
+    return dict(zip(("start", "max", "resolution"), map(int, parts), strict=True))
 
 
 def input_error(exc: ValidationError, model: type[BaseModel], source: str | Path | None,

@@ -23,7 +23,7 @@ def waiting_now(url: str) -> float:
 
 
 def diagnose(url: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loadlab", "diagnose", "--url", url,
+    return subprocess.run([sys.executable, "-m", "loadlab", "diagnose", "--target", url,
                            "--duration", "4", "--interval", "0.5", *extra],
                           check=False, capture_output=True, text=True, timeout=120)
 
@@ -63,8 +63,15 @@ def test_capped_server_under_load_names_the_sequence_cap(sim_url, tmp_path):
     assert "raise --max-num-seqs" in out
 
 
-def test_unreachable_url_is_an_input_error():
-    proc = subprocess.run([sys.executable, "-m", "loadlab", "diagnose", "--url", "http://127.0.0.1:9",
-                           "--duration", "1"], check=False, capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("flag", ["--target", "--url"])
+def test_unreachable_url_is_an_input_error(flag):
+    proc = subprocess.run([sys.executable, "-m", "loadlab", "diagnose", flag, "http://127.0.0.1:9",
+                           "--duration", "1"],
+                          check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert "--url" in proc.stderr and "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[-1].startswith("loadlab: error: --target: no vLLM metrics"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    deprecation = ["loadlab: --url is deprecated, use --target (the old spelling goes in the next "
+                   "release)"]
+    assert lines[:-1] == (deprecation if flag == "--url" else [])

@@ -15,8 +15,11 @@ from loadlab.runstore import METRICS, SCRAPES, read_manifest, read_table
 
 def test_collect_samples_endpoints_for_a_duration(tmp_path, page_server, capsys):
     a, b = page_server("ok"), page_server("500")
-    main(["collect", a.url, b.url, "--interval", "0.2", "--duration", "1.2", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+    main(["collect", "--target", a.url, "--target", b.url, "--interval", "0.2", "--duration", "1.2",
+          "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "deprecated" not in captured.err
     assert f"{a.url}: " in out and "engine v1" in out
     assert "last error: http 500" in out
     scrapes = read_table(tmp_path / "scrapes.parquet", SCRAPES)
@@ -26,8 +29,13 @@ def test_collect_samples_endpoints_for_a_duration(tmp_path, page_server, capsys)
 
 
 def test_collect_compacts_what_it_wrote_without_losing_a_sample(tmp_path, page_server, capsys):
+    """Endpoints given the old way (arguments) still work, with one deprecation line."""
     a, b = page_server("ok"), page_server("ok")           # one metrics writer each: two parts at least
     main(["collect", a.url, b.url, "--interval", "0.2", "--duration", "1.2", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert err.count("deprecated") == 1
+    assert ("loadlab: an endpoint given as an argument is deprecated, use --target URL "
+            "(the old spelling goes in the next release)\n") in err
     parts = {table: [p.name for p in (tmp_path / table).glob("part-*.parquet")]
              for table in ("metrics.parquet", "scrapes.parquet")}
     assert all(len(names) == 1 for names in parts.values()), parts
@@ -40,10 +48,12 @@ def test_collect_compacts_what_it_wrote_without_losing_a_sample(tmp_path, page_s
 
 
 @pytest.mark.parametrize("argv", [
-    ["collect", "http://127.0.0.1:1", "--interval", "0.01"],
-    ["collect", "http://127.0.0.1:1", "--interval", "1", "--timeout", "2"],
+    ["collect", "--target", "http://127.0.0.1:1", "--interval", "0.01"],
+    ["collect", "--target", "http://127.0.0.1:1", "--interval", "1", "--timeout", "2"],
     ["collect"],
-    ["collect", "ftp://x", "--duration", "1"],
+    ["collect", "--target", "ftp://x", "--duration", "1"],
+    ["collect", "--target", "http://127.0.0.1:1", "--prometheus-url", "http://127.0.0.1:1",
+     "--start", "0", "--end", "1"],
     ["collect", "--prometheus-url", "http://127.0.0.1:1", "--start", "yesterday", "--end", "1"],
     ["collect", "--prometheus-url", "http://127.0.0.1:1"],
 ])
@@ -92,7 +102,7 @@ def test_collector_process_flushes_on_sigterm(tmp_path, page_server):
     import sys
 
     server = page_server("ok")
-    proc = subprocess.Popen([sys.executable, "-m", "loadlab", "collect", server.url,
+    proc = subprocess.Popen([sys.executable, "-m", "loadlab", "collect", "--target", server.url,
                              "--interval", "0.2", "--out", str(tmp_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

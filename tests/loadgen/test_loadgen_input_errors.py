@@ -25,7 +25,7 @@ def _main(capsys, *args: str) -> tuple[int, str]:
     (["--join", "nohost.invalid:5557"], ["--join", "'nohost.invalid' does not resolve"]),
     ([*TARGET, "--master-bind", "garbage"], ["--master-bind", "'garbage' does not resolve"]),
     ([*TARGET, "--master-bind", "127.0.0.1:http"], ["--master-bind", "is not HOST:PORT"]),
-    ([*TARGET, "--collect", "--collect-interval", "0"], ["--collect-interval", "at least 0.1 s"]),
+    ([*TARGET, "--collect", "--interval", "0"], ["--interval", "at least 0.1 s"]),
     (["--target", "http://127.0.0.1:9", "--launch", "sim", "--concurrency", "1"],
      ["--target and --launch both name the server"]),
 ])
@@ -81,3 +81,14 @@ def test_reused_out_is_refused_unless_overwrite_and_warmup_follows_the_step(cli,
     assert m2["created"] > m1["finished"] and m2["status"] == "complete"
     # Only the second run's rows: none issued before it began.
     assert len(df2) > 0 and (df2.t_issued >= m2["created"]).all()
+
+
+def test_old_collect_interval_spelling_still_reaches_the_check(capsys) -> None:
+    """``--collect-interval`` is a hidden alias of ``--interval``: same check, one line more."""
+    code, err = _main(capsys, *TARGET, "--collect", "--collect-interval", "0")
+    assert code == 2
+    assert err.splitlines() == [
+        "loadlab: --collect-interval is deprecated, use --interval (the old spelling goes in the "
+        "next release)",
+        "loadlab: error: --interval: must be at least 0.1 s, got 0 (fix: e.g. 1 (seconds between "
+        "scrapes))"]
