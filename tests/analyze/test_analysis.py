@@ -232,7 +232,7 @@ def test_cli_prints_table_and_verdict_and_json(seq_cap):
     verdict = next(line for line in lines if line.startswith("knee between"))
     assert f"knee between {truth.lower} and {truth.upper} concurrent" in verdict
     assert "cause: sequence cap" in verdict
-    proc = subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(run), "--json"],
+    proc = subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(run), "--json", "-"],
                           check=False, capture_output=True, text=True, timeout=120)
     data = json.loads(proc.stdout)
     assert data["schema"] == 1 and data["cause"]["name"] == "seq_cap"

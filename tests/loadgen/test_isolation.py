@@ -64,7 +64,7 @@ def test_run_places_server_and_client_on_their_cpus_and_records_it(tiny_profile,
         [sys.executable, "-m", "loadlab", "run", "--launch", "sim", "--server-cpus",
          format_cpu_list(SPLIT.server_cpus), "--client-cpus", format_cpu_list(SPLIT.client_cpus),
          "--profile", str(tiny_profile), "--concurrency", "2", "--step-duration", "3", "--warmup", "1",
-         "--workers", "1", "--collect", "--collect-interval", "0.5", "--out", str(out),
+         "--workers", "1", "--collect", "--interval", "0.5", "--out", str(out),
          "--", "--max-num-seqs", "8"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

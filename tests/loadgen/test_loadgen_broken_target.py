@@ -15,7 +15,7 @@ from loadlab.loadgen.guards import REJECT_STREAK
 
 
 def _analyze(out) -> dict:
-    res = subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(out), "--json"],
+    res = subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(out), "--json", "-"],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)

@@ -9,7 +9,7 @@ def test_a_live_run_leaves_one_part_per_table_and_every_row(cli, load, tiny_prof
     out = tmp_path / "run"
     # 7 s of load: the Recorder (5 s), client samples (2 s) and the scraper (5 s) each flush mid-run
     res = cli("--launch", "sim", "--profile", str(tiny_profile), "--concurrency", "2", "--step-duration", "7",
-              "--warmup", "0", "--collect", "--collect-interval", "0.5", "--workers", "1", "--out", str(out),
+              "--warmup", "0", "--collect", "--interval", "0.5", "--workers", "1", "--out", str(out),
               "--", "--max-num-seqs", "4", "--time-scale", "5")
     assert res.returncode == 0, res.stderr
     parts = {t: sorted(p.name for p in (out / t).glob("part-*.parquet"))

@@ -133,7 +133,7 @@ def test_launch_sim_chat_and_collect_into_one_run_folder(cli, load, tiny_profile
     out = tmp_path / "launched"
     res = cli("--launch", "sim", "--api", "chat", "--profile", str(tiny_profile), "--concurrency", "2",
               "--step-duration", "2",
-              "--warmup", "0", "--collect", "--collect-interval", "0.25", "--workers", "0", "--out", str(out),
+              "--warmup", "0", "--collect", "--interval", "0.25", "--workers", "0", "--out", str(out),
               "--", "--max-num-seqs", "4", "--time-scale", "5")
     assert res.returncode == 0, res.stderr
     df, manifest = load(out)

@@ -45,7 +45,7 @@ def load_argv(target, out: Path, profile: str, levels: list[int], step_s: float,
             "--model", target.model, "--profile", str(PROFILES / f"{profile}.yaml"),
             "--concurrency", ",".join(map(str, levels)), "--step-duration", str(step_s),
             "--warmup", str(warmup_s), "--workers", "0", "--drain", "10", "--collect",
-            "--collect-interval", "0.5", "--out", str(out)] + (
+            "--interval", "0.5", "--out", str(out)] + (
         ["--client-cpus", format_cpu_list(ISOLATION.client_cpus)] if ISOLATION.client_cpus else [])
 
 
