@@ -38,6 +38,7 @@ from pathlib import Path
 
 from loadlab.spec.models import Point, Scenario
 from loadlab.errors import InputError, LoadlabError, RunInterrupted
+from loadlab.runstore.layout import MANIFEST
 from loadlab.runstore.manifest import (
     PointRecord,
     SweepInfo,
@@ -144,7 +145,7 @@ def _check_runnable(scenario: Scenario, what_if: bool) -> None:
 
 
 def _fresh(out: Path) -> None:
-    if (out / "manifest.json").exists():
+    if (out / MANIFEST).exists():
         raise InputError("this folder already holds a run", source=out,
                          fix=f"continue it with --resume {out}, or give another --out")
 

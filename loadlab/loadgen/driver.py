@@ -91,6 +91,7 @@ from loadlab.loadgen.user import (
 )
 from loadlab.runstore import compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
+from loadlab.runstore.layout import LOADGEN_TABLES
 
 START_LEAD_S = 0.3
 JOIN_TIMEOUT_S = 60.0
@@ -256,7 +257,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
             env.runner.quit() if env.runner else None
         finally:
             _reap(procs)
-        compact_run(out, tables=("requests.parquet", "client.parquet"), progress=opts.progress)
+        compact_run(out, tables=LOADGEN_TABLES, progress=opts.progress)
     if status == "interrupted":
         raise RunInterrupted(f"run interrupted; everything measured is in {out}")
     if master.stop_reason is not None:

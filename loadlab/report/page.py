@@ -25,8 +25,8 @@ from loadlab.report import figures, summary, tables
 from loadlab.report.ab import ArmComparison, compare_arms
 from loadlab.report.inputs import Point, RunSet, load
 from loadlab.report.series import timeline
+from loadlab.runstore.layout import REPORT
 
-REPORT = "report.html"
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("loadlab.report", "templates"),
                           autoescape=True, undefined=jinja2.StrictUndefined,
                           trim_blocks=True, lstrip_blocks=True)

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from loadlab.errors import InputError
+from loadlab.runstore.layout import ANALYSIS, MANIFEST, SERVER_LOG_SUFFIX
 
-RUN_FILES = ("manifest.json", "analysis.json")
-RUN_GLOBS = ("*.parquet", "*-server.log")
+RUN_FILES = (MANIFEST, ANALYSIS)
+RUN_GLOBS = ("*.parquet", f"*{SERVER_LOG_SUFFIX}")
 
 
 def _run_contents(run_dir: Path) -> list[Path]:

@@ -26,8 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loadlab.errors import InputError
-
-MANIFEST = "manifest.json"
+from loadlab.runstore.layout import MANIFEST
 _lock = threading.Lock()
 
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
