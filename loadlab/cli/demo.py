@@ -14,7 +14,6 @@ lands under ``--out``: ``live/`` (the sweep folder, with ``report.html``) and ``
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -56,9 +55,12 @@ def demo(out: Path | None, quick: bool) -> None:
 
 def _cache_line(folder: Path) -> str:
     """Hit rate and first-level TTFT of a point, from its analysis.json."""
+    from loadlab.errors import InputError
+    from loadlab.runstore.analysis_model import read_analysis
+
     try:
-        steps = json.loads((folder / "analysis.json").read_text())["steps"]
-    except (OSError, ValueError, KeyError):
+        steps = [row.model_dump() for row in read_analysis(folder).steps]
+    except InputError:
         return "no analysis"
     hits = [s["prefix_hit_rate"] for s in steps if s.get("prefix_hit_rate") is not None]
     ttft = steps[0].get("ttft_p50_ms") if steps else None

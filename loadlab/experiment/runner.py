@@ -224,7 +224,7 @@ def _verdict(folder: Path, scenario: Scenario, record: PointRecord) -> str:
     """analysis.json of a finished point and its one-line verdict; a failed analysis is
     noted on the point, whose load stays complete."""
     try:
-        return str(analyze_point(folder, scenario.load.slo).get("verdict", ""))
+        return analyze_point(folder, scenario.load.slo).verdict or ""
     except Exception as exc:  # noqa: BLE001 - the measurement is done; say why there is no verdict
         record.error = f"analysis failed: {type(exc).__name__}: {exc}"
         return record.error

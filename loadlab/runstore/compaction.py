@@ -54,7 +54,8 @@ REPLACES = b"loadlab.replaces"   # Parquet key-value metadata: JSON list of part
 LOCK = ".compact.lock"
 NOTICE_PARTS = 500               # compact_run tells progress from this many parts...
 NOTICE_BYTES = 256 << 20         # ...or bytes (below both it takes about a second at most)
-TABLES = {REQUESTS_TABLE: REQUESTS, METRICS_TABLE: METRICS, SCRAPES_TABLE: SCRAPES, CLIENT_TABLE: CLIENT}
+TABLES = {REQUESTS_TABLE: REQUESTS, METRICS_TABLE: METRICS, SCRAPES_TABLE: SCRAPES,
+          CLIENT_TABLE: CLIENT}
 
 
 def live_parts(table_dir: str | Path) -> list[Path]:
