@@ -167,7 +167,8 @@ class PointRecord(_Open):
     """One point of a sweep, as the sweep manifest lists it."""
 
     name: str
-    dir: str = Field(description="the point's run folder, relative to the sweep folder")
+    dir: str | None = Field(None, description="the point's run folder, relative to the sweep "
+                            "folder (None: the point never got one)")
     status: PointStatus = "running"
     error: str | None = None
     flags: dict[str, Any] = Field(default_factory=dict,
