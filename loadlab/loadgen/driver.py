@@ -251,8 +251,9 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         recorder.close()
         manifest = update_manifest(out, status=status, error=error, finished=time.time(),
                                    stop_reason=master.stop_reason, records=recorder.records_entry(),
-                                   workload=WorkloadInfo(fit=_fit_entry(settings, recorder.fit_counts),
-                                                         **recorder.workload_summary()),
+                                   workload=WorkloadInfo(
+                                       fit=_fit_entry(settings, recorder.fit_counts),
+                                       **recorder.workload_summary()),
                                    **walk.manifest_entry())
         try:
             env.runner.quit() if env.runner else None
@@ -324,7 +325,8 @@ def _progress_loop(runner: Any, recorder: Recorder, master: _Master, plan: LoadP
         )
 
 
-def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: dict[str, Any]) -> RunManifest:
+def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
+              extra: dict[str, Any]) -> RunManifest:
     import locust
 
     extra = dict(extra)
@@ -342,8 +344,10 @@ def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: di
                  "api_key_env": settings.api_key_env,
                  "client_table": f"{CLIENT_TABLE} (per-worker samples, cut every 1 s and at window "
                                  "edges); steps[] carry the load each step achieved"},
-        host={"hostname": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        host={"hostname": socket.gethostname(), "cpus": os.cpu_count(),
+              "python": platform.python_version()},
         versions={"loadlab": __version__, "locust": locust.__version__},
+        # the caller's keys (the point's isolation, server, scenario) win over these
         **{"steps": [], "client_limited_steps": [], "isolation": None, **extra},
     )
 
