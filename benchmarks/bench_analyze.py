@@ -79,7 +79,7 @@ def run_stage(name: str, run_dir: Path) -> dict[str, float | str]:
             from loadlab.analyze.analysis import analyze_run
         except ImportError:
             return {"skipped": "loadlab.analyze.analysis not in this tree"}
-        extra["keys"] = ",".join(sorted(analyze_run(run_dir)))
+        extra["keys"] = ",".join(sorted(analyze_run(run_dir).as_json()))
     return {"wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0, **extra}
 
 

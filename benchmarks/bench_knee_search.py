@@ -45,14 +45,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             scan = run_replay(cfg, LoadPlan(concurrency=SEARCH.grid(), **STEP), workload, Path(tmp) / "scan")
-            knee = analyze_run(Path(tmp) / "scan")["knee"]
+            knee = analyze_run(Path(tmp) / "scan").knee
             t1 = time.perf_counter()
             out = Path(tmp) / "search"
             search = run_replay(cfg, LoadPlan(search=SEARCH, **STEP), workload, out, judge=step_judge(out))
             t2 = time.perf_counter()
         found = search.search
         assert found is not None
-        print(f"{cap:>4}  {_bracket(knee['lower'], knee['upper']):>10}  {_bracket(found.lower, found.upper):>10}  "
+        print(f"{cap:>4}  {_bracket(knee.lower, knee.upper):>10}  {_bracket(found.lower, found.upper):>10}  "
               f"{search.steps:>3}/{scan.steps:<3}  {search.virtual_s:>5.0f}/{scan.virtual_s:<5.0f}  "
               f"{search.virtual_s / scan.virtual_s:>5.0%}  {t1 - t0:>10.1f} / {t2 - t1:<9.1f}")
 

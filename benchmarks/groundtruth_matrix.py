@@ -43,7 +43,7 @@ def main() -> None:
                 with tempfile.TemporaryDirectory() as tmp:
                     truth = run_scenario(sc, Path(tmp), seed=seed, metrics_interval_s=interval)
                     t0 = time.perf_counter()
-                    a = analyze_run(tmp)
+                    a = analyze_run(tmp).as_json()
                     wall = time.perf_counter() - t0
                 k = a["knee"]
                 got = k["upper"] if k["found"] else None

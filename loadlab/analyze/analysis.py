@@ -1,19 +1,18 @@
 """``analysis.json``: the analyzer's verdict on one run folder, read by the report,
-``loadlab compare`` and CI jobs (contract: DESIGN.md "Data contracts", ``schema`` 1).
+``loadlab compare`` and CI jobs (the model: :class:`loadlab.runstore.analysis_model.Analysis`).
 
 :func:`analyze_run` reads the run folder once (:func:`loadlab.analyze.steps.load_run`),
 builds the per-step table, finds the knee (:mod:`~loadlab.analyze.knee`), names the
 cause (:mod:`~loadlab.analyze.cause`), checks capacity (:mod:`~loadlab.analyze.capacity`)
 and the SLOs (:mod:`~loadlab.analyze.slo`), and lists in ``warnings`` what it could not
-use. Everything is plain JSON: NaN becomes null. ``verdict`` is the one-line answer
+use. It returns the typed :class:`~loadlab.runstore.analysis_model.Analysis`;
+everything in it is plain JSON: NaN becomes null. ``verdict`` is the one-line answer
 (:func:`loadlab.analyze.display.verdict_line`).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +26,15 @@ from loadlab.analyze.knee import Knee, find_knee
 from loadlab.analyze.slo import evaluate, parse_slo
 from loadlab.analyze.steps import RunData, build_step_table, load_run
 from loadlab.collect import catalog
+from loadlab.runstore.analysis_model import SCHEMA, Analysis, write_analysis_file
+from loadlab.runstore.layout import MANIFEST, METRICS_TABLE, REQUESTS_TABLE
 
-SCHEMA = 1
-ANALYSIS = "analysis.json"
 STALE_WARN = 0.2
 COVERAGE_WARN = 0.9
 
 
-def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> dict[str, Any]:
-    """The analysis.json content of ``run_dir`` (see the module docstring)."""
+def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> Analysis:
+    """The analysis of ``run_dir`` (see the module docstring)."""
     run = load_run(run_dir)
     table = build_step_table(run)
     targets = parse_slo(slo)
@@ -62,17 +61,12 @@ def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> d
         "warnings": warnings + (cause.pop("notes") or []),
     }
     out["verdict"] = verdict_line(out)
-    return out
+    return Analysis.model_validate(out)
 
 
 def write_analysis(run_dir: str | Path, slo: str | None = None) -> Path:
     """Write ``<run_dir>/analysis.json`` (atomically) and return its path."""
-    data = analyze_run(run_dir, slo=slo)
-    path = Path(run_dir) / ANALYSIS
-    tmp = path.with_name(f".{ANALYSIS}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
-    tmp.replace(path)
-    return path
+    return write_analysis_file(run_dir, analyze_run(run_dir, slo=slo))
 
 
 def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any],
@@ -98,11 +92,11 @@ def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:
     if m.get("stop_reason"):
         w.append(f"the run stopped early: {m['stop_reason']}")
     if len(table) == 0:
-        w.append("manifest.json lists no load steps: nothing to judge")
+        w.append(f"{MANIFEST} lists no load steps: nothing to judge")
     elif len(table) == 1:
         w.append("one load step only: a knee needs at least two levels to bracket")
     if req.empty:
-        w.append("requests.parquet is missing or empty: no client-side figures")
+        w.append(f"{REQUESTS_TABLE} is missing or empty: no client-side figures")
     elif not (req["status"] == "ok").any():
         w.append(f"no request succeeded ({len(req)} failed: "
                  f"{', '.join(f'{k} {v}' for k, v in req['status'].value_counts().items())}): "
@@ -110,7 +104,7 @@ def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:
     if m.get("kind") == "sweep":
         w.append("this is a sweep folder: analyse each point's folder")
     if run.metrics.empty:
-        w.append("no server metrics (metrics.parquet): client-only verdict, cause unknown; "
+        w.append(f"no server metrics ({METRICS_TABLE}): client-only verdict, cause unknown; "
                  "rerun with --collect")
     else:
         gen = catalog.engine_generation(run.metrics["family"].unique())
@@ -119,7 +113,7 @@ def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:
             w.append("V0-era metric names found (gpu_cache_usage_perc, ...): read as their V1 roles")
         for col, what in (("waiting_occupancy", "waiting gauge"), ("server_queue_mean_ms", "queue-time histogram")):
             if col not in table or table[col].isna().all():
-                w.append(f"no {what} in metrics.parquet: its detector did not vote")
+                w.append(f"no {what} in {METRICS_TABLE}: its detector did not vote")
         for row in table.itertuples(index=False):
             cov = getattr(row, "coverage", np.nan)
             if not np.isnan(cov) and cov < COVERAGE_WARN:

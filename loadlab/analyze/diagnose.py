@@ -41,6 +41,7 @@ from loadlab.collect import catalog
 from loadlab.collect.scraper import Scraper
 from loadlab.errors import InputError
 from loadlab.runstore import read_manifest, read_table
+from loadlab.runstore.layout import SCRAPES_TABLE
 from loadlab.runstore.schema import REQUESTS, SCRAPES
 
 
@@ -53,7 +54,7 @@ def sample(url: str, duration_s: float, interval_s: float, api_key_env: str) -> 
             time.sleep(duration_s)  # the scraper's threads sample meanwhile
         t1 = time.time()
         metrics = read_metrics(out)
-        scrapes = read_table(out / "scrapes.parquet", SCRAPES)
+        scrapes = read_table(out / SCRAPES_TABLE, SCRAPES)
         manifest = read_manifest(out)
     if metrics.empty:
         errors = scrapes["error"].dropna()

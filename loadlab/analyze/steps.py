@@ -44,6 +44,7 @@ from loadlab.analyze.windows import (
 )
 from loadlab.errors import InputError
 from loadlab.runstore import read_manifest, read_table
+from loadlab.runstore.layout import MANIFEST, SCRAPES_TABLE
 from loadlab.runstore.schema import SCRAPES
 
 GAUGES = {"running": "running", "waiting": "waiting", "kv": "kv_usage"}
@@ -71,7 +72,7 @@ class RunData:
 def load_run(run_dir: str | Path) -> RunData:
     """Read a run folder; InputError (exit 2) names the file when the manifest is missing or bad."""
     run_dir = Path(run_dir)
-    path = run_dir / "manifest.json"
+    path = run_dir / MANIFEST
     try:
         manifest = read_manifest(run_dir)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -84,7 +85,7 @@ def load_run(run_dir: str | Path) -> RunData:
         raise InputError("manifest.json has no list of steps", source=path, field="steps",
                          fix="restore it from the run, or re-run the load")
     return RunData(run_dir, manifest, read_requests(run_dir), read_metrics(run_dir, columns=METRIC_COLUMNS),
-                   read_table(run_dir / "scrapes.parquet", SCRAPES))
+                   read_table(run_dir / SCRAPES_TABLE, SCRAPES))
 
 
 def measured_windows(manifest: dict) -> pd.DataFrame:
@@ -97,7 +98,7 @@ def measured_windows(manifest: dict) -> pd.DataFrame:
             end = float(s["t_end"]) if s.get("t_end") is not None else start
             step = int(s["step"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise InputError(f"step entry {s!r} lacks a usable {exc}", source="manifest.json",
+            raise InputError(f"step entry {s!r} lacks a usable {exc}", source=MANIFEST,
                              field="steps", fix="restore the manifest from the run") from None
         rows.append({"step": step, "concurrency": s.get("concurrency"),
                      "target_rate": s.get("target_rate"), "client_cpu_cores": s.get("client_cpu_cores"),

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loadlab.runstore import METRICS, REQUESTS, read_table
+from loadlab.runstore.layout import METRICS_TABLE, REQUESTS_TABLE
 
 # The request columns the analyzer reads: add one here when it starts to use it. Reading
 # costs per column and per part (~0.1 ms each on an hour's 3,600 parts), and the rest is
@@ -49,7 +50,7 @@ def _strings(schema: pa.Schema, names: Iterable[str]) -> list[str]:
 
 def read_requests(run_dir: str | Path) -> pd.DataFrame:
     """requests.parquet, the columns the analyzer reads (:data:`REQUEST_COLUMNS`)."""
-    return read_table(Path(run_dir) / "requests.parquet", REQUESTS, columns=REQUEST_COLUMNS,
+    return read_table(Path(run_dir) / REQUESTS_TABLE, REQUESTS, columns=REQUEST_COLUMNS,
                       categorical=_strings(REQUESTS, REQUEST_COLUMNS))
 
 
@@ -59,7 +60,7 @@ def read_metrics(run_dir: str | Path, families: Iterable[str] | None = None,
     only the given families' rows when ``families`` is set."""
     where = None if families is None else pc.field("family").isin(sorted(set(families)))
     names = list(columns) if columns is not None else METRICS.names
-    return read_table(Path(run_dir) / "metrics.parquet", METRICS, columns=names, where=where,
+    return read_table(Path(run_dir) / METRICS_TABLE, METRICS, columns=names, where=where,
                       categorical=_strings(METRICS, names))
 
 

@@ -4,8 +4,9 @@
 (the same ``--json`` as ``loadlab compare``); the bare ``--json`` of earlier releases still
 prints it, with a deprecation line.
 
-Before analysing: a manifest that is not JSON, or whose step windows lack their
-numbers, is an input error (exit 2, one line naming the file and field); a part file
+Before analysing: a manifest that is not JSON, or that does not fit its model (a step
+window without its numbers, say), is an input error (exit 2, one line naming the file
+and field: :func:`loadlab.runstore.manifest.load_manifest`); a part file
 that cannot be read is one too (naming the file); a run whose manifest still says
 ``running`` while its writer is gone gets a warning line (it was cut off, the figures
 cover what was recorded).
@@ -15,33 +16,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
-from loadlab.analyze.analysis import write_analysis
+from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.display import format_details, format_step_table
 from loadlab.cli.options import deprecated, json_option, write_json
 from loadlab.errors import InputError
-from loadlab.runstore import read_manifest
+from loadlab.runstore.analysis_model import write_analysis_file
 from loadlab.runstore.claim import unfinished_note
-from loadlab.runstore.manifest import MANIFEST
-
-_STEP_NUMBERS = ("step", "t_start", "t_end")
-
-
-def check_manifest(run_dir: Path) -> dict[str, Any]:
-    """The manifest, with each step window's numbers present (InputError otherwise)."""
-    manifest = read_manifest(run_dir)
-    steps = manifest.get("steps") or []
-    for i, entry in enumerate(steps if isinstance(steps, list) else [None]):
-        missing = [k for k in _STEP_NUMBERS
-                   if not isinstance(entry, dict) or not isinstance(entry.get(k), (int, float))]
-        if missing:
-            raise InputError(f"step window {i} has no number for {', '.join(missing)}",
-                             source=run_dir / MANIFEST, field=f"steps[{i}]",
-                             fix="restore the manifest, or rerun: it is written by the run itself")
-    return manifest
+from loadlab.runstore.manifest import load_manifest
 
 
 @click.command()
@@ -58,24 +42,25 @@ def analyze(run_dir: Path | None, json_out: str | None, slo: str | None) -> None
     import pyarrow as pa
 
     run_dir, json_out = _old_json_form(run_dir, json_out)
-    note = unfinished_note(check_manifest(run_dir))
+    note = unfinished_note(load_manifest(run_dir))
     if note:
         click.echo(f"warning: {note}", err=True)
     try:
-        path = write_analysis(run_dir, slo=slo)
+        analysis = analyze_run(run_dir, slo=slo)
     except pa.ArrowException as exc:
         raise InputError(f"a table part cannot be read ({exc})", source=run_dir,
                          fix="move the damaged part file out of its table folder and rerun"
                          ) from None
-    analysis = json.loads(path.read_text())
+    path = write_analysis_file(run_dir, analysis)
+    data = analysis.as_json()
     if json_out:
-        write_json(json.dumps(analysis, indent=2), json_out)
+        write_json(json.dumps(data, indent=2), json_out)
     if json_out == "-":
         return
-    click.echo(format_step_table(analysis["steps"]))
+    click.echo(format_step_table(data["steps"]))
     click.echo("")
-    click.echo(format_details(analysis))
-    click.echo(f"\n{analysis['verdict']}")
+    click.echo(format_details(data))
+    click.echo(f"\n{analysis.verdict}")
     click.echo(f"(written to {path})")
 
 

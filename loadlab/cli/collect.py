@@ -114,6 +114,7 @@ def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeou
             duration_s: float | None, api_key_env: str) -> None:
     from loadlab.collect.scraper import Scraper
     from loadlab.runstore import compact_run
+    from loadlab.runstore.layout import SCRAPER_TABLES
 
     if not endpoints:
         raise InputError("no server given", field="--target",
@@ -136,7 +137,7 @@ def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeou
                 pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-    compact_run(out_dir, tables=("metrics.parquet", "scrapes.parquet"),
+    compact_run(out_dir, tables=SCRAPER_TABLES,
                 progress=lambda line: click.echo(line, err=True))
     for endpoint, st in scraper.stats().items():
         info = scraper.endpoint_info().get(endpoint, {})

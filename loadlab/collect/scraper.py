@@ -51,6 +51,7 @@ from loadlab.collect.sink import MetricsSink
 from loadlab.spec.models import SCRAPE_INTERVAL_MIN_S
 from loadlab.errors import InputError, StoreError
 from loadlab.runstore import SCRAPES, PartWriter, update_manifest
+from loadlab.runstore.layout import METRICS_TABLE, SCRAPES_TABLE
 
 MIN_INTERVAL_S = SCRAPE_INTERVAL_MIN_S
 DEFAULT_API_KEY_ENV = "LOADLAB_API_KEY"
@@ -100,7 +101,7 @@ class _EndpointLoop:
         self.parser = ExpositionParser()
         self.fetcher = MetricsFetcher(url, timeout_s=owner.timeout_s, headers=owner._headers)
         self.sink = MetricsSink(
-            owner.out_dir / "metrics.parquet", self.parser, endpoint=label, source=owner.source,
+            owner.out_dir / METRICS_TABLE, self.parser, endpoint=label, source=owner.source,
             writer_id=f"{owner.writer_id}-{index}", flush_interval_s=owner.flush_interval_s,
         )
         self._n_families = 0
@@ -204,7 +205,7 @@ class Scraper:
         key = os.environ.get(api_key_env)
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.writer_id = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._scrapes = PartWriter(self.out_dir / "scrapes.parquet", SCRAPES,
+        self._scrapes = PartWriter(self.out_dir / SCRAPES_TABLE, SCRAPES,
                                    writer_id=self.writer_id, flush_interval_s=flush_interval_s)
         self._stop = threading.Event()
         self._changed = threading.Condition()

@@ -14,13 +14,14 @@ lands under ``out``: ``live/`` (the sweep folder, with ``report.html``) and ``wh
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from loadlab.errors import InputError
 from loadlab.experiment.runner import run_sweep
 from loadlab.experiment.scenarios import load_scenario, scenario_path
+from loadlab.runstore.analysis_model import read_analysis
 
 QUICK_PLAN = {"concurrency": [4, 16], "step_duration_s": 4.0, "warmup_s": 1.0}
 
@@ -54,8 +55,8 @@ def run_demo(out: Path | None = None, quick: bool = False,
 def _cache_line(folder: Path) -> str:
     """Hit rate and first-level TTFT of a point, from its analysis.json."""
     try:
-        steps = json.loads((folder / "analysis.json").read_text())["steps"]
-    except (OSError, ValueError, KeyError):
+        steps = [row.model_dump() for row in read_analysis(folder).steps]
+    except InputError:
         return "no analysis"
     hits = [s["prefix_hit_rate"] for s in steps if s.get("prefix_hit_rate") is not None]
     ttft = steps[0].get("ttft_p50_ms") if steps else None

@@ -54,6 +54,7 @@ import httpx
 from loadlab.errors import InputError, TargetError
 from loadlab.experiment.cpus import CpuSet, check_omp_bind, inherited_affinity, pin_tree
 from loadlab.experiment.server_flags import parse_flags, redact_argv, redacted_values
+from loadlab.runstore.layout import server_log
 
 KINDS = ("sim", "vllm")
 DEFAULT_STARTUP_TIMEOUT_S = {"sim": 60.0, "vllm": 300.0}
@@ -285,7 +286,7 @@ def launch_target(
     parsed = parse_flags(rest)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / f"{kind}-server.log"
+    log_path = run_dir / server_log(kind)
     child_env = {**os.environ, **(VLLM_BASE_ENV if kind == "vllm" else {}), **(env or {})}
     timeout_s = startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S[kind]
     base_url = f"http://{host}:{port}"

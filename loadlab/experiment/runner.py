@@ -38,6 +38,7 @@ from pathlib import Path
 
 from loadlab.spec.models import Point, Scenario
 from loadlab.errors import InputError, LoadlabError, RunInterrupted
+from loadlab.runstore.layout import MANIFEST
 from loadlab.runstore.manifest import (
     PointRecord,
     SweepInfo,
@@ -144,7 +145,7 @@ def _check_runnable(scenario: Scenario, what_if: bool) -> None:
 
 
 def _fresh(out: Path) -> None:
-    if (out / "manifest.json").exists():
+    if (out / MANIFEST).exists():
         raise InputError("this folder already holds a run", source=out,
                          fix=f"continue it with --resume {out}, or give another --out")
 
@@ -223,7 +224,7 @@ def _verdict(folder: Path, scenario: Scenario, record: PointRecord) -> str:
     """analysis.json of a finished point and its one-line verdict; a failed analysis is
     noted on the point, whose load stays complete."""
     try:
-        return str(analyze_point(folder, scenario.load.slo).get("verdict", ""))
+        return analyze_point(folder, scenario.load.slo).verdict or ""
     except Exception as exc:  # noqa: BLE001 - the measurement is done; say why there is no verdict
         record.error = f"analysis failed: {type(exc).__name__}: {exc}"
         return record.error

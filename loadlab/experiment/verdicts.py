@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from loadlab.runstore.analysis_model import Analysis, write_analysis_file
 from loadlab.spec.models import Slo
 
 
@@ -31,16 +31,16 @@ def step_judge(run_dir: Path) -> Callable[[int], bool]:
     from loadlab.analyze.analysis import analyze_run
 
     def judge(step: int) -> bool:
-        rows = analyze_run(run_dir)["steps"]
-        return any(row.get("step") == step and row.get("state") == "stalled" for row in rows)
+        rows = analyze_run(run_dir).steps
+        return any(row.step == step and row.state == "stalled" for row in rows)
 
     return judge
 
 
-def analyze_point(run_dir: Path, slo: Slo | None) -> dict[str, Any]:
-    """Write ``run_dir/analysis.json`` and return its content."""
-    import json
+def analyze_point(run_dir: Path, slo: Slo | None) -> Analysis:
+    """Write ``run_dir/analysis.json`` and return it."""
+    from loadlab.analyze.analysis import analyze_run
 
-    from loadlab.analyze.analysis import write_analysis
-
-    return json.loads(write_analysis(run_dir, slo=slo_text(slo)).read_text())
+    analysis = analyze_run(run_dir, slo=slo_text(slo))
+    write_analysis_file(run_dir, analysis)
+    return analysis

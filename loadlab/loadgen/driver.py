@@ -91,6 +91,8 @@ from loadlab.loadgen.user import (
 )
 from loadlab.runstore import compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
+from loadlab.runstore.layout import CLIENT_TABLE, LOADGEN_TABLES
+from loadlab.runstore.manifest import RunManifest, TargetInfo, WorkloadInfo
 
 START_LEAD_S = 0.3
 JOIN_TIMEOUT_S = 60.0
@@ -249,14 +251,15 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         recorder.close()
         manifest = update_manifest(out, status=status, error=error, finished=time.time(),
                                    stop_reason=master.stop_reason, records=recorder.records_entry(),
-                                   workload={"fit": _fit_entry(settings, recorder.fit_counts),
-                                             **recorder.workload_summary()},
+                                   workload=WorkloadInfo(
+                                       fit=_fit_entry(settings, recorder.fit_counts),
+                                       **recorder.workload_summary()),
                                    **walk.manifest_entry())
         try:
             env.runner.quit() if env.runner else None
         finally:
             _reap(procs)
-        compact_run(out, tables=("requests.parquet", "client.parquet"), progress=opts.progress)
+        compact_run(out, tables=LOADGEN_TABLES, progress=opts.progress)
     if status == "interrupted":
         raise RunInterrupted(f"run interrupted; everything measured is in {out}")
     if master.stop_reason is not None:
@@ -322,29 +325,31 @@ def _progress_loop(runner: Any, recorder: Recorder, master: _Master, plan: LoadP
         )
 
 
-def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions, extra: dict[str, Any]) -> dict[str, Any]:
+def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
+              extra: dict[str, Any]) -> RunManifest:
     import locust
 
     extra = dict(extra)
-    return {
-        "kind": "run", "point": settings.point, "created": time.time(), "status": "running",
-        "owner": owner_entry(), "stop_reason": None,
-        "target": {"base_url": settings.base_url, "model": settings.model, "api": settings.api,
-                   **extra.pop("target", {})},
-        "plan": plan.describe(),
-        "workload": {"profile": settings.profile, "trace": settings.trace, "seed": settings.seed,
-                     "nonce": settings.nonce, "calibrate": settings.calibrate,
-                     "time_scale": settings.time_scale},
-        "loadgen": {"workers": opts.workers, "remote_workers": opts.remote_workers,
-                    "timeout_s": settings.timeout_s, "drain_s": opts.drain_s,
-                    "api_key_env": settings.api_key_env,
-                    "client_table": "client.parquet (per-worker samples, cut every 1 s and at window edges); "
-                                    "steps[] carry the load each step achieved"},
-        "host": {"hostname": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "versions": {"loadlab": __version__, "locust": locust.__version__},
-        "steps": [], "client_limited_steps": [], "isolation": None,
-        **extra,
-    }
+    return RunManifest(
+        kind="run", point=settings.point, created=time.time(), status="running",
+        owner=owner_entry(), stop_reason=None,
+        target=TargetInfo(base_url=settings.base_url, model=settings.model, api=settings.api,
+                          **extra.pop("target", {})),
+        plan=plan.describe(),
+        workload=WorkloadInfo(profile=settings.profile, trace=settings.trace, seed=settings.seed,
+                              nonce=settings.nonce, calibrate=settings.calibrate,
+                              time_scale=settings.time_scale),
+        loadgen={"workers": opts.workers, "remote_workers": opts.remote_workers,
+                 "timeout_s": settings.timeout_s, "drain_s": opts.drain_s,
+                 "api_key_env": settings.api_key_env,
+                 "client_table": f"{CLIENT_TABLE} (per-worker samples, cut every 1 s and at window "
+                                 "edges); steps[] carry the load each step achieved"},
+        host={"hostname": socket.gethostname(), "cpus": os.cpu_count(),
+              "python": platform.python_version()},
+        versions={"loadlab": __version__, "locust": locust.__version__},
+        # the caller's keys (the point's isolation, server, scenario) win over these
+        **{"steps": [], "client_limited_steps": [], "isolation": None, **extra},
+    )
 
 
 def _fit_entry(settings: RunSettings, counts: dict[str, int]) -> dict[str, Any] | None:

@@ -43,11 +43,12 @@ class Recorder:
     def __init__(self, run_dir: str | Path, writer_id: str = "master") -> None:
         # Imported here: workers only ship rows and should not pay for pandas/pyarrow.
         from loadlab.runstore import CLIENT, REQUESTS, PartWriter
+        from loadlab.runstore.layout import CLIENT_TABLE, REQUESTS_TABLE
 
         run_dir = Path(run_dir)
-        self.requests = PartWriter(run_dir / "requests.parquet", REQUESTS, writer_id=writer_id,
+        self.requests = PartWriter(run_dir / REQUESTS_TABLE, REQUESTS, writer_id=writer_id,
                                    flush_rows=2000, flush_interval_s=REQUESTS_FLUSH_S)
-        self.client = PartWriter(run_dir / "client.parquet", CLIENT, writer_id=writer_id,
+        self.client = PartWriter(run_dir / CLIENT_TABLE, CLIENT, writer_id=writer_id,
                                  flush_rows=500, flush_interval_s=2.0)
         self._lock = threading.Lock()
         self.ok: dict[int, int] = defaultdict(int)

@@ -55,6 +55,7 @@ from loadlab.errors import InputError
 from loadlab.spec.knee_search import LevelWalk, SearchResult
 from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
+from loadlab.runstore.layout import METRICS_TABLE, REQUESTS_TABLE
 from loadlab.runstore.manifest import Launch, MetricsInfo, RunManifest, TargetInfo, WorkloadInfo
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
@@ -154,10 +155,10 @@ class _Replay:
         self.common = profile.common_prefix_tokens
         self.epoch = time.time() if opts.start_epoch is None else opts.start_epoch
         self.progress = progress
-        self.requests = RequestRows(PartWriter(out_dir / "requests.parquet", REQUESTS,
+        self.requests = RequestRows(PartWriter(out_dir / REQUESTS_TABLE, REQUESTS,
                                                writer_id=WORKER))
         self.parser = ExpositionParser()
-        self.metric_rows = MetricsSink(out_dir / "metrics.parquet", self.parser, endpoint=ENDPOINT,
+        self.metric_rows = MetricsSink(out_dir / METRICS_TABLE, self.parser, endpoint=ENDPOINT,
                                        source="sim", writer_id=WORKER, flush_interval_s=30.0)
         self.series_ids: list[int] = []
         self.now = 0.0

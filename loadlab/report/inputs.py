@@ -15,7 +15,6 @@ is neither a run nor a sweep is an :class:`~loadlab.errors.InputError`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,10 +23,16 @@ from typing import Any
 import pandas as pd
 
 from loadlab.errors import InputError, LoadlabError
-
-ANALYSIS = "analysis.json"
-MANIFEST = "manifest.json"
-RUN_KINDS = ("run", "sim-replay", "sweep-point")
+from loadlab.runstore.analysis_model import Analysis, read_analysis
+from loadlab.runstore.layout import ANALYSIS, MANIFEST
+from loadlab.runstore.manifest import (
+    RUN_KINDS,
+    SWEEP_KIND,
+    PointRecord,
+    SweepManifest,
+    load_manifest,
+    read_manifest,
+)
 
 
 @dataclass
@@ -41,20 +46,20 @@ class Point:
     flags: dict[str, Any] = field(default_factory=dict)
     what_if: bool = False
     manifest: dict[str, Any] = field(default_factory=dict)
-    analysis: dict[str, Any] | None = None
+    analysis: Analysis | None = None
     problems: list[str] = field(default_factory=list)  # what could not be read, and why
 
     @cached_property
     def steps(self) -> pd.DataFrame:
         """analysis.json ``steps[]`` as a frame (empty when there is no analysis); read once."""
-        return pd.DataFrame((self.analysis or {}).get("steps") or [])
+        rows = self.analysis.steps if self.analysis else []
+        return pd.DataFrame([row.model_dump() for row in rows])
 
     @property
     def unit(self) -> str:
         """"concurrency" (closed loop) or "rate" (open loop)."""
-        knee = (self.analysis or {}).get("knee") or {}
-        if knee.get("unit"):
-            return str(knee["unit"])
+        if self.analysis and self.analysis.knee.unit:
+            return self.analysis.knee.unit
         steps = self.manifest.get("steps") or []
         return "rate" if steps and steps[0].get("concurrency") is None else "concurrency"
 
@@ -63,9 +68,8 @@ class Point:
         return "target_rate" if self.unit == "rate" else "concurrency"
 
     def section(self, key: str) -> dict[str, Any]:
-        """One top-level dict of the analysis ({} when absent)."""
-        value = (self.analysis or {}).get(key)
-        return value if isinstance(value, dict) else {}
+        """One top-level block of the analysis as JSON ({} when absent)."""
+        return self.analysis.block(key) if self.analysis else {}
 
 
 @dataclass
@@ -87,68 +91,42 @@ class RunSet:
         return next((p for p in self.points if p.name == name), None)
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``; InputError naming the file when it is not one."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read it: {exc}", source=path) from exc
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}",
-                         source=path, fix="rewrite it, or rerun the stage that writes it") from exc
-    if not isinstance(data, dict):
-        raise InputError("expected a JSON object at the top", source=path)
-    return data
-
-
 def load(root: str | Path) -> RunSet:
     """Read a run folder or a sweep folder; InputError when it is neither."""
     root = Path(root)
-    path = root / MANIFEST
-    if not path.is_file():
-        raise InputError("no manifest.json here", source=root,
-                         fix="point at a run folder (loadlab run / sim replay) or a sweep folder")
-    manifest = read_json(path)
-    kind = manifest.get("kind")
-    if kind == "sweep":
-        return _sweep(root, manifest)
-    if kind in RUN_KINDS:
-        point = _run_point(root, manifest)
-        return RunSet(root=root, kind="run", manifest=manifest, points=[point])
-    raise InputError(f"unknown kind {kind!r}", source=path, field="kind",
-                     fix=f"expected 'sweep' or one of {', '.join(RUN_KINDS)}")
+    typed = load_manifest(root)
+    manifest = read_manifest(root)
+    if isinstance(typed, SweepManifest):
+        points = [_sweep_point(root, record) for record in typed.points]
+        return RunSet(root=root, kind="sweep", manifest=manifest, points=points,
+                      mode=typed.sweep.mode, baseline=typed.sweep.baseline)
+    if typed.kind is None:
+        raise InputError("no kind: only a collector wrote this folder", source=root / MANIFEST,
+                         field="kind",
+                         fix=f"expected {SWEEP_KIND!r} or one of {', '.join(RUN_KINDS)}: point at "
+                         "a run folder (loadlab run / sim replay) or a sweep folder")
+    point = _run_point(root, manifest)
+    return RunSet(root=root, kind="run", manifest=manifest, points=[point])
 
 
-def _sweep(root: Path, manifest: dict[str, Any]) -> RunSet:
-    sweep = manifest.get("sweep") or {}
-    entries = manifest.get("points")
-    if not isinstance(entries, list):
-        raise InputError("a sweep manifest needs a list of points", source=root / MANIFEST,
-                         field="points")
-    points = [_sweep_point(root, entry, k) for k, entry in enumerate(entries)]
-    return RunSet(root=root, kind="sweep", manifest=manifest, points=points,
-                  mode=str(sweep.get("mode") or "matrix"), baseline=sweep.get("baseline"))
-
-
-def _sweep_point(root: Path, entry: dict[str, Any], k: int) -> Point:
-    name = str(entry.get("name") or f"point {k + 1}")
-    run_dir = root / entry["dir"] if entry.get("dir") else None
-    point = Point(name=name, status=str(entry.get("status") or "unknown"), run_dir=run_dir,
-                  error=entry.get("error"), flags=dict(entry.get("flags") or {}),
-                  what_if=bool(entry.get("what_if")))
+def _sweep_point(root: Path, record: PointRecord) -> Point:
+    run_dir = root / record.dir if record.dir else None
+    point = Point(name=record.name, status=record.status, run_dir=run_dir, error=record.error,
+                  flags=dict(record.flags), what_if=record.what_if)
     if run_dir is None or not (run_dir / MANIFEST).is_file():
         if point.status not in ("failed", "skipped"):
             point.problems.append("no run folder was written for this point")
         return point
     try:
-        _fill(point, run_dir, read_json(run_dir / MANIFEST))
+        _fill(point, run_dir, read_manifest(run_dir))
     except InputError as exc:
         point.problems.append(str(exc))
     return point
 
 
 def _run_point(root: Path, manifest: dict[str, Any]) -> Point:
-    flags = (manifest.get("target") or {}).get("launch", {}).get("flags") or manifest.get("server") or {}
+    launch = (manifest.get("target") or {}).get("launch") or {}
+    flags = launch.get("flags") or manifest.get("server") or {}
     point = Point(name=str(manifest.get("point") or root.name), status="unknown", run_dir=root,
                   flags=dict(flags))
     _fill(point, root, manifest)
@@ -168,11 +146,10 @@ def _fill(point: Point, run_dir: Path, manifest: dict[str, Any]) -> None:
         point.problems.append(str(exc))
 
 
-def analysis_of(run_dir: Path) -> dict[str, Any]:
+def analysis_of(run_dir: Path) -> Analysis:
     """The run folder's analysis.json, written by the analyzer first when missing."""
-    path = run_dir / ANALYSIS
-    if not path.is_file():
+    if not (run_dir / ANALYSIS).is_file():
         from loadlab.analyze.analysis import write_analysis
 
         write_analysis(run_dir)
-    return read_json(path)
+    return read_analysis(run_dir)

@@ -25,8 +25,8 @@ from loadlab.report import figures, summary, tables
 from loadlab.report.ab import ArmComparison, compare_arms
 from loadlab.report.inputs import Point, RunSet, load
 from loadlab.report.series import timeline
+from loadlab.runstore.layout import REPORT
 
-REPORT = "report.html"
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("loadlab.report", "templates"),
                           autoescape=True, undefined=jinja2.StrictUndefined,
                           trim_blocks=True, lstrip_blocks=True)
@@ -97,7 +97,7 @@ def _point_view(row: summary.VerdictRow, p: Point, charts: dict[str, go.Figure])
     view = PointView(
         row=row, point=p, sentence=summary.knee_sentence(p), cause_detail=summary.cause_detail(p),
         evidence=summary.evidence_lines(cause), ranked=summary.ranked_causes(cause),
-        warnings=[str(w) for w in (p.analysis or {}).get("warnings") or []],
+        warnings=list(p.analysis.warnings) if p.analysis else [],
         client_limited=tables.client_limited_notes(p), step_headers=headers, step_rows=rows,
         capacity=tables.capacity_rows(p),
         manifest=tables.manifest_sections(p))

@@ -1,13 +1,19 @@
 """The run folder: the one contract every stage reads and writes.
 
-Layout of one point (``reports/<run>/<point>/``)::
+Layout of one point (``reports/<run>/<point>/``), every name in :mod:`.layout`::
 
     manifest.json        what was run: scenario as resolved, server flags, versions,
                          host, start/end, per-step windows, status (see manifest.py)
+    analysis.json        the analyzer's verdict (see analysis_model.py)
     requests.parquet/    one row per request (schema.REQUESTS), a directory of part files
     metrics.parquet/     long-format /metrics samples (schema.METRICS), likewise
     scrapes.parquet/     one row per scrape attempt (schema.SCRAPES): gaps and their cause
     client.parquet/      the load generator's own CPU and scheduling lag (schema.CLIENT)
+
+The two JSON files have typed models (:class:`~.manifest.RunManifest`,
+:class:`~.manifest.SweepManifest`, :class:`~.analysis_model.Analysis`); readers load them
+with :func:`load_manifest` / :func:`read_analysis`, which name the file and the field
+when one does not fit.
 
 Each ``*.parquet`` is a directory of part files because a part is only written
 whole (to a temporary name, then renamed): a crash, a kill or Ctrl-C loses at most
@@ -21,12 +27,14 @@ nothing was written. Once a run's writers are closed,
 Times are unix seconds (float64) everywhere; durations end in ``_s``.
 """
 
+from loadlab.runstore.analysis_model import Analysis, read_analysis
 from loadlab.runstore.compaction import compact, compact_run
-from loadlab.runstore.manifest import read_manifest, update_manifest, write_manifest
+from loadlab.runstore.manifest import load_manifest, read_manifest, update_manifest, write_manifest
 from loadlab.runstore.schema import CLIENT, METRICS, REQUEST_STATUSES, REQUESTS, SCRAPES
 from loadlab.runstore.writer import PartWriter, read_table
 
 __all__ = [
+    "Analysis",
     "CLIENT",
     "METRICS",
     "REQUESTS",
@@ -35,6 +43,8 @@ __all__ = [
     "PartWriter",
     "compact",
     "compact_run",
+    "load_manifest",
+    "read_analysis",
     "read_manifest",
     "read_table",
     "update_manifest",

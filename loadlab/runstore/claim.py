@@ -11,7 +11,7 @@ sit beside others (old metrics next to new requests). So:
    those, and a launched server's ``*-server.log``, are removed first; anything else in
    the folder is left alone.
 
-:func:`owner_entry` is the manifest's ``owner`` ({"pid", "hostname"}: the process
+:func:`owner_entry` is the manifest's ``owner`` (pid and hostname of the process
 writing the folder). :func:`unfinished_note` reads it back: a manifest still
 ``running`` whose owner process is gone (same host) was cut off (SIGKILL, a crash, a
 power cut) and says so in one line.
@@ -24,12 +24,13 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from loadlab.errors import InputError
+from loadlab.runstore.layout import ANALYSIS, MANIFEST, SERVER_LOG_SUFFIX
+from loadlab.runstore.manifest import Manifest, Owner
 
-RUN_FILES = ("manifest.json", "analysis.json")
-RUN_GLOBS = ("*.parquet", "*-server.log")
+RUN_FILES = (MANIFEST, ANALYSIS)
+RUN_GLOBS = ("*.parquet", f"*{SERVER_LOG_SUFFIX}")
 
 
 def _run_contents(run_dir: Path) -> list[Path]:
@@ -52,7 +53,8 @@ def _writable(folder: Path) -> bool:
 
 
 def claim_run_dir(run_dir: str | Path, overwrite: bool = False, flag: str = "--out") -> Path:
-    """Check (and with ``overwrite``, clear) a folder a new run will write; see the module docstring."""
+    """Check (and with ``overwrite``, clear) a folder a new run will write; see the module
+    docstring."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise InputError("exists and is not a folder", source=run_dir, field=flag,
@@ -75,9 +77,9 @@ def claim_run_dir(run_dir: str | Path, overwrite: bool = False, flag: str = "--o
     return run_dir
 
 
-def owner_entry() -> dict[str, Any]:
+def owner_entry() -> Owner:
     """The manifest's ``owner``: this process, on this host."""
-    return {"pid": os.getpid(), "hostname": socket.gethostname()}
+    return Owner(pid=os.getpid(), hostname=socket.gethostname())
 
 
 def _alive(pid: int) -> bool:
@@ -90,13 +92,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def unfinished_note(manifest: dict[str, Any]) -> str | None:
+def unfinished_note(manifest: Manifest) -> str | None:
     """One line when the manifest says ``running`` but its writer is gone (None otherwise)."""
-    if manifest.get("status") != "running":
+    if manifest.status != "running":
         return None
-    owner = manifest.get("owner") or {}
-    pid, host = owner.get("pid"), owner.get("hostname")
-    if not isinstance(pid, int) or host != socket.gethostname():
+    owner = getattr(manifest, "owner", None)
+    pid, host = (owner.pid, owner.hostname) if owner is not None else (None, None)
+    if pid is None or host != socket.gethostname():
         where = f" on {host}" if host else ""
         return (f"the manifest says the run is still going (written by pid {pid}{where}); "
                 "if it is not, it was cut off: figures cover what was recorded")

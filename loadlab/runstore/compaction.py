@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from loadlab.runstore.layout import CLIENT_TABLE, METRICS_TABLE, REQUESTS_TABLE, SCRAPES_TABLE
 from loadlab.runstore.schema import CLIENT, METRICS, REQUESTS, SCRAPES
 
 MARK = "~"                       # in the name of a compacted part, and only there
@@ -53,8 +54,8 @@ REPLACES = b"loadlab.replaces"   # Parquet key-value metadata: JSON list of part
 LOCK = ".compact.lock"
 NOTICE_PARTS = 500               # compact_run tells progress from this many parts...
 NOTICE_BYTES = 256 << 20         # ...or bytes (below both it takes about a second at most)
-TABLES = {"requests.parquet": REQUESTS, "metrics.parquet": METRICS,
-          "scrapes.parquet": SCRAPES, "client.parquet": CLIENT}
+TABLES = {REQUESTS_TABLE: REQUESTS, METRICS_TABLE: METRICS, SCRAPES_TABLE: SCRAPES,
+          CLIENT_TABLE: CLIENT}
 
 
 def live_parts(table_dir: str | Path) -> list[Path]:

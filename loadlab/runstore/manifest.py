@@ -3,34 +3,43 @@
 Written atomically (temporary file, then rename) and updated at step boundaries, so a
 crashed run still says which steps finished. Two kinds of folder:
 
-- a run (:class:`RunManifest`, ``kind`` "run" from ``loadlab run``, "sim-replay" from
-  ``loadlab sim replay``, absent when only ``loadlab collect`` wrote the folder);
+- a run (:class:`RunManifest`, ``kind`` one of :data:`RUN_KINDS`: "run" from
+  ``loadlab run``, "sim-replay" from ``loadlab sim replay``; absent when only
+  ``loadlab collect`` wrote the folder);
 - a sweep (:class:`SweepManifest`, ``kind`` "sweep"): one run folder per point below it.
 
 The models name every key the stages share (what each means is in its description);
 any other key is kept as written (``extra="allow"``), so a writer can add one without
-touching this module. :func:`write_manifest` and :func:`update_manifest` check the
-result against the model before writing (a wrong type fails there, not in a reader an
-hour later) and write what they were given, defaults not filled in;
-:func:`load_manifest` gives readers the typed model.
+touching this module. Writers build the models; :func:`write_manifest` and
+:func:`update_manifest` check the result before writing (a wrong type fails there, as a
+pydantic ValidationError: a bug in the writer, not bad input) and write what they were
+given, defaults not filled in. Readers go through :func:`load_manifest` (the typed
+model) or :func:`read_manifest` (the checked JSON object, for code that merges or
+indexes it); a file that does not fit is an InputError naming the file and the field.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from loadlab.errors import InputError
+from loadlab.runstore.jsonfile import read_object, replace_text, validated
+from loadlab.runstore.layout import MANIFEST
 
-MANIFEST = "manifest.json"
 _lock = threading.Lock()
+_FIX = "restore it, or rerun: the manifest is written by the run itself"
 
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
+RunKind = Literal["run", "sim-replay", "sweep-point"]
+"""A run folder's ``kind``; "sweep-point" is read for folders from before sweep points
+were written as plain runs (nothing writes it now)."""
+RUN_KINDS: tuple[str, ...] = get_args(RunKind)
+SWEEP_KIND = "sweep"
 
 
 class _Open(BaseModel):
@@ -47,9 +56,11 @@ class StepWindow(_Open):
     concurrency: int | None = Field(None, description="closed loop: users")
     target_rate: float | None = Field(None, description="open loop: requests/s asked for")
     burstiness: float | None = None
-    client_cpu_cores: float | None = Field(None, description="CPU the load generator used, in cores")
+    client_cpu_cores: float | None = Field(None, description="CPU the load generator used, "
+                                           "in cores")
     client_cpu_max_worker: float | None = None
-    inflight_mean: float | None = Field(None, description="time-mean requests in flight after warm-up")
+    inflight_mean: float | None = Field(None, description="time-mean requests in flight "
+                                       "after warm-up")
     achieved_ratio: float | None = Field(None, description="closed: inflight_mean / concurrency; "
                                          "open: achieved_rate / target_rate")
     achieved_rate: float | None = Field(None, description="requests sent per second after warm-up")
@@ -100,7 +111,8 @@ class MetricsInfo(_Open):
     timeout_s: float | None = None
     api_key_env: str | None = None
     endpoints: dict[str, EndpointInfo] = Field(default_factory=dict)
-    names_found: dict[str, str] = Field(default_factory=dict, description="the first endpoint's roles")
+    names_found: dict[str, str] = Field(default_factory=dict,
+                                        description="the first endpoint's roles")
     vllm_engine: str | None = None
     cache_config_info: dict[str, Any] = Field(default_factory=dict)
 
@@ -120,15 +132,10 @@ class Owner(_Open):
     hostname: str
 
 
-class Isolation(_Open):
-    server_cpus: list[int] | None = None
-    client_cpus: list[int] | None = None
-
-
 class RunManifest(_Open):
     """One run folder (one sweep point)."""
 
-    kind: Literal["run", "sim-replay"] | None = None
+    kind: RunKind | None = None
     point: str = ""
     status: RunStatus | None = None
     error: str | None = None
@@ -144,7 +151,9 @@ class RunManifest(_Open):
     metrics: MetricsInfo | None = None
     steps: list[StepWindow] = Field(default_factory=list)
     client_limited_steps: list[int] = Field(default_factory=list)
-    isolation: Isolation | None = None
+    isolation: dict[str, list[int] | None] | None = Field(
+        None, description="the CPUs each side was pinned to: loadlab.spec.models.Isolation."
+        "manifest_entry() (runstore and spec are independent layers, so not that model)")
     records: dict[str, Any] | None = Field(None, description="rows written, by worker, missing")
     search: dict[str, Any] | None = Field(None, description="knee search: lower, upper, steps run")
     host: dict[str, Any] = Field(default_factory=dict)
@@ -158,10 +167,12 @@ class PointRecord(_Open):
     """One point of a sweep, as the sweep manifest lists it."""
 
     name: str
-    dir: str = Field(description="the point's run folder, relative to the sweep folder")
+    dir: str | None = Field(None, description="the point's run folder, relative to the sweep "
+                            "folder (None: the point never got one)")
     status: PointStatus = "running"
     error: str | None = None
-    flags: dict[str, Any] = Field(default_factory=dict, description="the server flags of this point")
+    flags: dict[str, Any] = Field(default_factory=dict,
+                                  description="the server flags of this point")
     what_if: bool = Field(False, description="run on the simulator in virtual time (--what-if)")
 
 
@@ -188,12 +199,13 @@ Manifest = RunManifest | SweepManifest
 
 
 def _model(data: dict[str, Any]) -> type[RunManifest | SweepManifest]:
-    return SweepManifest if data.get("kind") == "sweep" else RunManifest
+    return SweepManifest if data.get("kind") == SWEEP_KIND else RunManifest
 
 
-def check_manifest(data: dict[str, Any]) -> Manifest:
-    """The typed model of manifest data; pydantic's ValidationError when it does not fit."""
-    return _model(data).model_validate(data)
+def check_manifest(data: dict[str, Any], source: Path | str = MANIFEST) -> Manifest:
+    """The typed model of manifest data; InputError naming ``source`` and the field that
+    does not fit."""
+    return validated(_model(data), data, source, _FIX)
 
 
 def _dump(model: BaseModel) -> dict[str, Any]:
@@ -207,48 +219,32 @@ def write_manifest(run_dir: str | Path, data: dict[str, Any] | BaseModel) -> Pat
     """Replace the manifest atomically, after checking it against its model."""
     if isinstance(data, BaseModel):
         data = _dump(data)
-    check_manifest(data)
+    _model(data).model_validate(data)
+    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    return replace_text(Path(run_dir) / MANIFEST, text)
+
+
+def _read(run_dir: str | Path) -> tuple[dict[str, Any], Manifest] | None:
     path = Path(run_dir) / MANIFEST
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    if not path.exists():
+        return None
+    data = read_object(path, _FIX)
+    return data, check_manifest(data, path)
 
 
 def read_manifest(run_dir: str | Path) -> dict[str, Any]:
-    """The manifest ({} when there is none); InputError when it is not a JSON object."""
-    path = Path(run_dir) / MANIFEST
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"not valid JSON ({exc})", source=path,
-                         fix="restore it, or rerun: the manifest is written by the run itself") from None
-    if not isinstance(data, dict):
-        raise InputError(f"holds a {type(data).__name__}, not a JSON object", source=path,
-                         fix="restore it, or rerun: the manifest is written by the run itself")
-    return data
+    """The manifest as a JSON object ({} when there is none), checked against its model."""
+    found = _read(run_dir)
+    return found[0] if found else {}
 
 
 def load_manifest(run_dir: str | Path) -> Manifest:
     """The typed manifest; InputError (exit 2) naming the file when it is missing or broken."""
-    path = Path(run_dir) / MANIFEST
-    try:
-        data = read_manifest(run_dir)
-    except OSError as exc:
-        raise InputError(f"unreadable manifest: {exc}", source=path,
-                         fix="point at a folder written by loadlab; rerun what wrote it") from None
-    if not data:
-        raise InputError("no manifest.json here", source=Path(run_dir),
+    found = _read(run_dir)
+    if found is None:
+        raise InputError(f"no {MANIFEST} here", source=Path(run_dir),
                          fix="point at a run or sweep folder written by loadlab")
-    try:
-        return check_manifest(data)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        raise InputError(err["msg"], source=path, field=".".join(map(str, err["loc"])),
-                         fix="the file was edited or written by another tool; rerun what wrote it") from None
+    return found[1]
 
 
 def update_manifest(run_dir: str | Path, **patch: Any) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def test_analysis_json_keeps_the_contract(seq_cap):
 
 def test_throughput_plateau_before_the_queue_does_not_move_the_knee(seq_cap):
     run, truth = seq_cap
-    data = analyze_run(run)
+    data = analyze_run(run).as_json()
     plateau = data["knee"]["detectors"]["throughput_plateau"]
     # tokens/s stop rising where the cap fills (8 users), before anybody queues (12)
     assert plateau["level"] is not None and plateau["level"] < truth.upper
@@ -71,7 +71,7 @@ def test_throughput_plateau_before_the_queue_does_not_move_the_knee(seq_cap):
 
 def test_slo_gives_the_highest_level_meeting_it_and_goodput(seq_cap):
     run, _ = seq_cap
-    data = analyze_run(run, slo="ttft_p99_ms=500,itl_p99_ms=50")
+    data = analyze_run(run, slo="ttft_p99_ms=500,itl_p99_ms=50").as_json()
     assert data["slo"]["targets"] == {"ttft_p99_ms": 500.0, "itl_p99_ms": 50.0}
     steps = data["steps"]
     meeting = [s["concurrency"] for s in steps if s["meets_slo"]]
@@ -91,7 +91,7 @@ def test_bad_slo_names_the_flag():
 def test_capacity_formula_against_the_pool(tmp_path):
     sc = SCENARIOS["kv_exhausted"]
     run_scenario(sc, tmp_path, seed=0, metrics_interval_s=1.0)
-    data = analyze_run(tmp_path)
+    data = analyze_run(tmp_path).as_json()
     cap = data["capacity"]
     assert cap["num_gpu_blocks"] == 1200 and cap["usable_blocks"] == 1199
     requests = read_table(tmp_path / "requests.parquet", REQUESTS)
@@ -117,7 +117,7 @@ def test_lagging_gauges_do_not_change_the_verdict(seq_cap, tmp_path):
     gauges = metrics.family.isin(["vllm:num_requests_running", "vllm:num_requests_waiting"])
     metrics.loc[gauges & metrics.t.isin(stale), "value"] = 0.0
     rewrite(lagged, "metrics.parquet", METRICS, metrics)
-    before, after = analyze_run(run), analyze_run(lagged)
+    before, after = analyze_run(run).as_json(), analyze_run(lagged).as_json()
     assert after["steps"][-1]["gauge_stale"] > 0.3  # the lag is there and measured
     for key in ("found", "lower", "upper"):
         assert after["knee"][key] == before["knee"][key]
@@ -135,7 +135,7 @@ def test_client_limited_steps_are_not_blamed_on_the_server(seq_cap, tmp_path):
             s["client_limited"] = True
             s["client_limited_reasons"] = ["client in-flight 2.1 of 8 users"]
     write_manifest(limited, manifest)
-    data = analyze_run(limited)
+    data = analyze_run(limited).as_json()
     assert data["knee"]["found"] is False
     assert data["cause"]["name"] == "client_limited"
     assert data["verdict"].startswith("no knee: the load generator could not apply the load")
@@ -148,7 +148,7 @@ def test_null_chunk_offsets_still_analyse(seq_cap, tmp_path):
     requests = read_table(nulls / "requests.parquet", REQUESTS)
     requests["chunk_offsets_s"] = None
     rewrite(nulls, "requests.parquet", REQUESTS, requests)
-    data = analyze_run(nulls)  # bursts come from itl_mean_s x (n_chunks - 1), not the offsets
+    data = analyze_run(nulls).as_json()  # bursts come from itl_mean_s x (n_chunks - 1), not the offsets
     assert data["knee"]["upper"] == truth.upper and data["cause"]["name"] == "seq_cap"
     assert all(s["burst_share"] == 0 for s in data["steps"])
 
@@ -157,7 +157,7 @@ def test_no_metrics_gives_a_client_only_verdict(seq_cap, tmp_path):
     run, truth = seq_cap
     bare = copy_run(run, tmp_path / "bare")
     shutil.rmtree(bare / "metrics.parquet")
-    data = analyze_run(bare)
+    data = analyze_run(bare).as_json()
     assert data["cause"]["name"] == "unknown"
     assert data["run"]["server_metrics"] is False
     assert any("no server metrics" in w for w in data["warnings"])
@@ -174,7 +174,7 @@ def test_scrape_gaps_are_warned_and_survived(seq_cap, tmp_path):
     hole = (windows[5]["t_start"] + 20, windows[5]["t_start"] + 40)  # 20 s of a 45 s window
     metrics = metrics[~metrics.t.between(*hole)]
     rewrite(gappy, "metrics.parquet", METRICS, metrics)
-    data = analyze_run(gappy)
+    data = analyze_run(gappy).as_json()
     assert any("step 5" in w and "scrape gap" in w for w in data["warnings"])
     assert data["knee"]["upper"] == truth.upper and data["cause"]["name"] == "seq_cap"
 
@@ -183,7 +183,7 @@ def test_v0_metric_names(tmp_path):
     sc = SCENARIOS["seq_cap"]
     v0 = Scenario(sc.name, SimConfig(**{**sc.cfg.__dict__, "metrics_names": "v0"}), sc.levels, sc.profile)
     truth = run_scenario(v0, tmp_path, seed=0, metrics_interval_s=1.0)
-    data = analyze_run(tmp_path)
+    data = analyze_run(tmp_path).as_json()
     assert any("V0-era metric names" in w for w in data["warnings"])
     assert data["knee"]["upper"] == truth.upper and data["cause"]["name"] == "seq_cap"
     assert data["capacity"]["usable_blocks"] == pytest.approx(0.99 * data["capacity"]["num_gpu_blocks"])
@@ -192,7 +192,7 @@ def test_v0_metric_names(tmp_path):
 def test_one_step_only(tmp_path):
     sc = SCENARIOS["seq_cap"]
     run_scenario(Scenario("one", sc.cfg, (16,), sc.profile), tmp_path, seed=0)
-    data = analyze_run(tmp_path)
+    data = analyze_run(tmp_path).as_json()
     assert any("one load step only" in w for w in data["warnings"])
     assert data["knee"]["found"] and data["knee"]["lower"] is None and data["knee"]["upper"] == 16
     assert data["verdict"].startswith("stalled at the first step, 16 concurrent")
@@ -203,7 +203,7 @@ def test_failed_requests_only(tmp_path):
     """Steps too short for any 1.6k-token translation to finish: every row is aborted."""
     sc = SCENARIOS["kv_exhausted"]
     run_scenario(Scenario("short", sc.cfg, (2, 4), "bwb", step_s=3.0, warmup_s=0.5), tmp_path, seed=0)
-    data = analyze_run(tmp_path)
+    data = analyze_run(tmp_path).as_json()
     assert any("no request succeeded" in w for w in data["warnings"])
     assert all(s["n_ok"] == 0 for s in data["steps"])
     assert data["knee"]["found"] is False

@@ -35,7 +35,7 @@ def _damage(run_dir, how: str) -> str:
         return "manifest.json: not valid JSON"
     if how == "window":
         (run_dir / "manifest.json").write_text(json.dumps({"status": "complete", "steps": [{"step": 0}]}))
-        return "steps[0]: step window 0 has no number for t_start, t_end"
+        return "manifest.json: steps[0].t_start: field required"
     if how == "truncated":
         part.write_bytes(part.read_bytes()[:100])
     else:

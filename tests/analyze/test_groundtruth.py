@@ -29,8 +29,8 @@ def test_knee_and_cause_match_the_engine(tmp_path, name, interval, seed):
     truth = run_scenario(sc, tmp_path, seed=seed, metrics_interval_s=interval)
     assert truth.cause == name.removesuffix("_open"), truth  # the limit it was built to bind
     analysis = analyze_run(tmp_path)
-    knee = analysis["knee"]
-    got = knee["upper"] if knee["found"] else None
+    knee = analysis.knee
+    got = knee.upper if knee.found else None
     assert within_one_step(sc.levels, got, truth.upper), (knee, truth)
-    assert analysis["cause"]["name"] == truth.cause, (analysis["cause"]["ranked"], truth)
-    assert analysis["verdict"].startswith("knee between" if truth.upper else "never stalled")
+    assert analysis.cause.name == truth.cause, (analysis.cause.ranked, truth)
+    assert analysis.verdict.startswith("knee between" if truth.upper else "never stalled")

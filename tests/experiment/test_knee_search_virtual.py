@@ -17,21 +17,21 @@ def test_same_knee_as_a_full_scan_in_a_fraction_of_its_time(tmp_path):
     cfg = SimConfig(max_num_seqs=50, model="llama-3.1-8b", gpu="h100")
     workload = Workload(profile="azure-conv", seed=1)
     scan = run_replay(cfg, LoadPlan(concurrency=SEARCH.grid(), **STEP), workload, tmp_path / "scan")
-    knee = analyze_run(tmp_path / "scan")["knee"]
-    assert knee["found"] and scan.steps == 32
+    knee = analyze_run(tmp_path / "scan").knee
+    assert knee.found and scan.steps == 32
 
     adaptive = run_replay(cfg, LoadPlan(search=SEARCH, **STEP), workload, tmp_path / "adaptive",
                           judge=step_judge(tmp_path / "adaptive"))
     found = adaptive.search
     assert found is not None and found.upper is not None
-    assert abs(found.upper - knee["upper"]) <= SEARCH.resolution      # the same knee, +-1 step
+    assert abs(found.upper - knee.upper) <= SEARCH.resolution      # the same knee, +-1 step
     assert found.lower is not None and found.upper - found.lower == SEARCH.resolution
     # the load itself (what a live search spends wall time on): at most 40% of the scan's
     assert adaptive.virtual_s <= 0.4 * scan.virtual_s, (adaptive.virtual_s, scan.virtual_s)
     assert adaptive.steps == len(found.steps) <= 0.4 * scan.steps
     # the run folder of the search is a normal run folder whose own analysis agrees
-    again = analyze_run(tmp_path / "adaptive")["knee"]
-    assert (again["lower"], again["upper"]) == (found.lower, found.upper)
+    again = analyze_run(tmp_path / "adaptive").knee
+    assert (again.lower, again.upper) == (found.lower, found.upper)
 
 
 def test_a_client_limited_step_is_not_a_stall(tmp_path):

@@ -63,7 +63,7 @@ def test_seq_cap_verdict_is_the_same_in_three_runs(vllm_server, tmp_path_factory
     for i in range(3):
         run = load(target, tmp_path_factory.mktemp(f"seqcap-{i}"), "tiny-short", LEVELS,
                    step_s=5.0, warmup_s=1.5)
-        a = analyze_run(run)
+        a = analyze_run(run).as_json()
         knee, cause = a["knee"], a["cause"]
         print(f"\nrun {i}: {a['verdict']}")
         assert knee["found"] and knee["lower"] == 4 and knee["upper"] in (6, 8), a["verdict"]
@@ -100,7 +100,7 @@ def test_starved_client_is_client_limited_not_a_knee(vllm_server, tmp_path_facto
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode in (0, 3), err[-3000:]
-    a = analyze_run(out)
+    a = analyze_run(out).as_json()
     print(f"\n{a['verdict']}")
     states = [s["state"] for s in a["steps"]]
     assert states[0] == "ok" and "client_limited" in states[1:], a["steps"]
@@ -111,7 +111,7 @@ def test_small_pool_with_long_requests_is_kv_exhausted(vllm_server, tmp_path_fac
     target = vllm_server(**KV)
     run = load(target, tmp_path_factory.mktemp("kv"), "tiny-long", [1, 2, 4, 8], step_s=8.0,
                warmup_s=2.0)
-    a = analyze_run(run)
+    a = analyze_run(run).as_json()
     print(f"\n{a['verdict']}")
     assert a["knee"]["found"], a["verdict"]
     assert a["cause"]["name"] == "kv_exhausted", (a["cause"]["ranked"], a["verdict"])

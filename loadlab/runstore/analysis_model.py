@@ -1,0 +1,149 @@
+"""analysis.json as a typed model: the analyzer's verdict on one run folder.
+
+The analyzer (:func:`loadlab.analyze.analysis.analyze_run`) builds an :class:`Analysis`;
+the report, ``loadlab compare``, sweeps and CI jobs read it back with
+:func:`read_analysis`. The model lives with the run folder, not with the analyzer, so a
+reader needs no analyzer code to understand the file.
+
+Every block keeps keys the model does not name (``extra="allow"``): the per-step rows
+carry one column per figure of the analyzer's step table, and a newer analyzer may add
+a figure without a change here. Numbers are ``int | float`` so an integer level stays an
+integer on its way through (a knee "between 8 and 12", not "8.0 and 12.0"). ``schema``
+is 1; a reader that needs a key added later checks for it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loadlab.errors import InputError
+from loadlab.runstore.jsonfile import read_object, replace_text, validated
+from loadlab.runstore.layout import ANALYSIS
+
+SCHEMA = 1
+Number = int | float
+_FIX = "rerun `loadlab analyze RUN_DIR`: the analyzer rewrites it from the run folder"
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class RunInfo(_Open):
+    """Which folder was judged, and what it was."""
+
+    dir: str
+    kind: str | None = Field(None, description="the manifest's kind")
+    status: str | None = Field(None, description="the manifest's status when analysed")
+    point: str | None = None
+    unit: Literal["concurrency", "rate"] | None = None
+    server_metrics: bool = Field(False, description="metrics.parquet had samples")
+
+
+class StepRow(_Open):
+    """One load step of the analyzer's table; every other figure is an extra key
+    (``ttft_p50_ms``, ``running_max``, ``kv_max``, ``prefix_hit_rate``, ...)."""
+
+    step: int
+    level: Number | None = Field(None, description="users (closed loop) or requests/s (open)")
+    concurrency: Number | None = None
+    target_rate: Number | None = None
+    state: str | None = Field(None, description="ok | stalled | client_limited | unjudged")
+
+
+class KneeBlock(_Open):
+    """The knee: the last level that held and the first that stalled."""
+
+    found: bool
+    unit: Literal["concurrency", "rate"] | None = None
+    lower: Number | None = Field(None, description="the last level before the stall")
+    upper: Number | None = Field(None, description="the first stalled level")
+    confidence: str | None = None
+    reasons: list[str] = Field(default_factory=list)
+    detectors: dict[str, Any] = Field(default_factory=dict, description="each detector's vote")
+    psi: Number | None = Field(None, description="the hinge fit's breakpoint")
+    client_limited_before_knee: bool | None = None
+
+
+class Evidence(_Open):
+    what: str
+    value: Any = None
+    step: int | None = None
+
+
+class Ranked(_Open):
+    name: str
+    score: Number
+
+
+class CauseBlock(_Open):
+    """Why the knee is where it is, and the knob to turn."""
+
+    name: str | None = Field(None, description="seq_cap | kv_exhausted | ... | unknown")
+    evidence: list[Evidence] = Field(default_factory=list)
+    knob: str | None = None
+    facts: dict[str, Any] = Field(default_factory=dict)
+    ranked: list[Ranked] = Field(default_factory=list)
+
+
+class SloBlock(_Open):
+    targets: dict[str, Number] = Field(default_factory=dict, description="name -> limit")
+    max_level_meeting: Number | None = Field(None, description="highest level meeting them all")
+    goodput: str | None = None
+
+
+class CapacityBlock(_Open):
+    """The KV pool's arithmetic beside the measured knee (None where unknown)."""
+
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    usable_blocks: Number | None = None
+    blocks_per_request: Number | None = None
+    formula_max_concurrency: Number | None = None
+    practical_range: list[Number] | None = None
+    vllm_kv_cache_max_concurrency: Number | None = None
+    measured_knee: Any = Field(None, description="the knee's upper level")
+
+
+class Analysis(_Open):
+    """The whole of analysis.json."""
+
+    schema_version: int = Field(SCHEMA, alias="schema")
+    run: RunInfo | None = None
+    steps: list[StepRow] = Field(default_factory=list)
+    knee: KneeBlock
+    slo: SloBlock = Field(default_factory=SloBlock)
+    cause: CauseBlock = Field(default_factory=CauseBlock)
+    capacity: CapacityBlock = Field(default_factory=CapacityBlock)
+    warnings: list[str] = Field(default_factory=list, description="what could not be used")
+    verdict: str | None = Field(None, description="the one-line answer")
+
+    def as_json(self) -> dict[str, Any]:
+        """The file's content: the keys that were given (defaults not filled in)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+    def block(self, key: str) -> dict[str, Any]:
+        """One top-level block as JSON ({} when absent), for readers that walk its keys."""
+        value = getattr(self, key, None)
+        if isinstance(value, BaseModel):
+            return value.model_dump(mode="json", exclude_unset=True)
+        return value if isinstance(value, dict) else {}
+
+
+def write_analysis_file(run_dir: str | Path, analysis: Analysis) -> Path:
+    """Replace ``<run_dir>/analysis.json`` atomically; return its path."""
+    text = json.dumps(analysis.as_json(), indent=2, allow_nan=False) + "\n"
+    return replace_text(Path(run_dir) / ANALYSIS, text)
+
+
+def read_analysis(run_dir: str | Path) -> Analysis:
+    """``<run_dir>/analysis.json``; InputError naming the file (and field) when it is
+    missing or does not fit the model."""
+    path = Path(run_dir) / ANALYSIS
+    if not path.is_file():
+        raise InputError(f"no {ANALYSIS} here", source=Path(run_dir), fix=_FIX)
+    return validated(Analysis, read_object(path, _FIX), path, _FIX)

@@ -1,0 +1,48 @@
+"""The run folder's file names: spelled once (runstore.layout), and what the stages write."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadlab.replay.driver import run_replay
+from loadlab.runstore import layout
+from loadlab.runstore.claim import claim_run_dir
+from loadlab.runstore.compaction import TABLES
+from loadlab.sim.engine.config import SimConfig
+from loadlab.spec.models import LoadPlan, Workload
+
+
+def test_names_did_not_drift():
+    """Old run folders, CI jobs and users' scripts find files by these exact names."""
+    assert (layout.MANIFEST, layout.ANALYSIS, layout.REPORT) == (
+        "manifest.json", "analysis.json", "report.html")
+    assert layout.TABLES == ("requests.parquet", "metrics.parquet", "scrapes.parquet",
+                             "client.parquet")
+    assert layout.server_log("vllm") == "vllm-server.log"
+    assert set(layout.LOADGEN_TABLES) | set(layout.SCRAPER_TABLES) == set(layout.TABLES)
+    assert set(TABLES) == set(layout.TABLES)    # compaction knows every table
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("replayed")
+    run_replay(SimConfig(max_num_seqs=4, model="llama-3.1-8b", gpu="h100"),
+               LoadPlan(concurrency=[2, 8], step_duration_s=6.0, warmup_s=1.0),
+               Workload(profile="azure-conv", seed=1), out)
+    return out
+
+
+def test_a_run_folder_holds_only_layout_names(replayed):
+    written = {p.name for p in replayed.iterdir() if not p.name.startswith(".")}
+    assert written == {layout.MANIFEST, layout.REQUESTS_TABLE, layout.METRICS_TABLE}
+
+
+def test_overwrite_clears_exactly_the_layout_files(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in (layout.MANIFEST, layout.ANALYSIS, layout.server_log("sim")):
+        (run / name).write_text("{}")
+    (run / layout.REQUESTS_TABLE).mkdir()
+    (run / "notes.txt").write_text("mine")
+    claim_run_dir(run, overwrite=True)
+    assert [p.name for p in run.iterdir()] == ["notes.txt"]
