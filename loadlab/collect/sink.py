@@ -65,7 +65,10 @@ class MetricsSink(PartWriter):
     def _pending_rows(self) -> int:
         return self._n_buffered
 
-    def _to_table(self, scrapes: list[tuple[float, float | None, Scrape]]) -> tuple[pa.Table, list]:
+    # The batch is what this class's _snapshot returns (whole scrapes), not PartWriter's rows.
+    def _to_table(  # type: ignore[override]
+        self, scrapes: list[tuple[float, float | None, Scrape]]
+    ) -> tuple[pa.Table, list]:
         if not any(s.ids for _, _, s in scrapes):
             return METRICS.empty_table(), []
         return self._table(scrapes), []
