@@ -65,8 +65,7 @@ class MetricsSink(PartWriter):
     def _pending_rows(self) -> int:
         return self._n_buffered
 
-    # The batch is what this class's _snapshot returns (whole scrapes), not PartWriter's rows.
-    def _to_table(  # type: ignore[override]
+    def _to_table(  # type: ignore[override]  # the batch is _snapshot's scrapes, not rows
         self, scrapes: list[tuple[float, float | None, Scrape]]
     ) -> tuple[pa.Table, list]:
         if not any(s.ids for _, _, s in scrapes):
