@@ -72,7 +72,7 @@ def write_analysis(run_dir: str | Path, slo: str | None = None) -> Path:
 def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any],
            cap: dict[str, Any]) -> dict[str, Any]:
     stalled = table[(table["state"] == "stalled")]
-    if knee.found:
+    if knee.found and knee.upper is not None:  # a found knee has its upper level
         stalled = stalled[stalled["level"].astype(float) >= float(knee.upper)]
     else:
         stalled = stalled.iloc[0:0]

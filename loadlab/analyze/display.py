@@ -126,7 +126,7 @@ def _n(v: Any, digits: int = 2) -> str:
     return str(int(f)) if f.is_integer() else f"{f:.{digits}f}"
 
 
-def _fmt(value: object, fmt: str) -> str:
+def _fmt(value: Any, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if fmt == "{}":

@@ -37,13 +37,14 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from itertools import chain
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
 
 from loadlab.collect import catalog
 
-Windows = pd.DataFrame | Sequence[tuple[float, float]]
+Windows: TypeAlias = pd.DataFrame | Sequence[tuple[float, float]]
 DEFAULT_QUANTILES = (0.5, 0.9, 0.95, 0.99)
 SAMPLE_COLUMNS = ["t", "endpoint", "metric", "labels", "value"]
 
@@ -276,8 +277,8 @@ def _series(data: pd.DataFrame) -> Iterator[tuple[tuple[str, str, str], tuple[np
     starts = np.flatnonzero(np.diff(sid, prepend=-1))
     ends = np.append(starts[1:], len(sid))
     for a, b in zip(starts, ends):
-        key = tuple(str(n[c[keep[order[a]]]]) for c, n in zip(codes, names))
-        yield key, (t[a:b], v[a:b])
+        endpoint, metric, labels = (str(n[c[keep[order[a]]]]) for c, n in zip(codes, names))
+        yield (endpoint, metric, labels), (t[a:b], v[a:b])
 
 
 def _cumulative_increase(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

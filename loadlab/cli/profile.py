@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -12,7 +13,7 @@ from loadlab.workload import list_profiles, load_profile
 from loadlab.workload.model import ProfileModel, Source, Summary, Table, dump_profile
 from loadlab.workload.quantile import QuantileFn
 from loadlab.workload.sampler import RequestSampler
-from loadlab.workload.traces import FORMATS, Columns, read_trace
+from loadlab.workload.traces import FORMATS, Columns, TraceFormat, read_trace
 
 _QUANTILES = ("p10", "p25", "p50", "p75", "p90", "p99")
 REUSE_REQUESTS = 20_000
@@ -160,11 +161,11 @@ def show(name: str) -> None:
 @click.option("--description", default=None, help="one line on what this workload is")
 def build(
     trace: Path,
-    fmt: str | None,
+    fmt: TraceFormat | None,
     input_col: str | None,
     output_col: str | None,
     time_col: str | None,
-    time_unit: str,
+    time_unit: Literal["s", "ms"],
     name: str,
     out: Path,
     paired: bool | None,
@@ -183,8 +184,8 @@ def build(
     if input_col or output_col or fmt in ("csv", "jsonl"):
         columns = Columns(
             input_col or "input_tokens", output_col or "output_tokens", time_col, time_unit
-        )  # type: ignore[arg-type]
-    data = read_trace(trace, fmt, columns)  # type: ignore[arg-type]
+        )
+    data = read_trace(trace, fmt, columns)
     source = Source(
         dataset=trace.name,
         origin=str(trace),

@@ -229,7 +229,7 @@ class MetricsFetcher:
 
 def _dechunk(reader: _Reader) -> bytes:
     """Body of a chunked response (chunk extensions and trailers ignored)."""
-    parts = []
+    parts: list[bytes] = []
     while True:
         size_line = reader.until(b"\r\n", limit=1024)
         try:

@@ -118,7 +118,7 @@ class _Types:
 
 def metrics_rows(series: Iterable[dict], types: _Types, scheme: str = "http") -> list[dict]:
     """METRICS rows of Prometheus API series (``{"metric": labels, "values": [(t, v)]}``)."""
-    rows = []
+    rows: list[dict] = []
     for item in series:
         labels = dict(item["metric"])
         name = labels.get("__name__", "")

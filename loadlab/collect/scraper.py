@@ -133,6 +133,7 @@ class _EndpointLoop:
         result = self.fetcher.fetch()
         n, error = 0, result.error
         if error is None:
+            assert result.body is not None  # a FetchResult has exactly one of body and error
             try:
                 scrape = self.parser.parse(result.body.decode("utf-8", errors="replace"))
             except ExpositionError:

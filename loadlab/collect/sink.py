@@ -65,7 +65,9 @@ class MetricsSink(PartWriter):
     def _pending_rows(self) -> int:
         return self._n_buffered
 
-    def _to_table(self, scrapes: list[tuple[float, float | None, Scrape]]) -> tuple[pa.Table, list]:
+    def _to_table(  # type: ignore[override]  # the batch is _snapshot's scrapes, not rows
+        self, scrapes: list[tuple[float, float | None, Scrape]]
+    ) -> tuple[pa.Table, list]:
         if not any(s.ids for _, _, s in scrapes):
             return METRICS.empty_table(), []
         return self._table(scrapes), []

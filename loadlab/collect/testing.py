@@ -41,16 +41,24 @@ class _QuietServer(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, *args: object) -> None:
-        super().__init__(*args)
+    def __init__(
+        self, address: tuple[str, int], handler: type[http.server.BaseHTTPRequestHandler]
+    ) -> None:
+        super().__init__(address, handler)
         self.open_connections: set[socket.socket] = set()
 
-    def process_request(self, request: socket.socket, client_address: object) -> None:
-        self.open_connections.add(request)
+    # The (bytes, socket) pair in the signatures is what a UDP server gets; over TCP the
+    # request is always a socket.
+    def process_request(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: object
+    ) -> None:
+        if isinstance(request, socket.socket):
+            self.open_connections.add(request)
         super().process_request(request, client_address)
 
-    def shutdown_request(self, request: socket.socket) -> None:
-        self.open_connections.discard(request)
+    def shutdown_request(self, request: socket.socket | tuple[bytes, socket.socket]) -> None:
+        if isinstance(request, socket.socket):
+            self.open_connections.discard(request)
         super().shutdown_request(request)
 
     def drop_connections(self) -> None:

@@ -188,9 +188,12 @@ def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, re
         _set_aside(out / record.dir)
         record.status, record.error = "running", None
         write_manifest(out, manifest)
+
+        def point_progress(line: str, tag: str = tag) -> None:
+            progress(f"{tag} ETA {_fmt_s(clock.eta_s())} {line}")
+
         try:
-            _run_point(scenario, points[record.name], out / record.dir, what_if,
-                       lambda line, tag=tag: progress(f"{tag} ETA {_fmt_s(clock.eta_s())} {line}"))
+            _run_point(scenario, points[record.name], out / record.dir, what_if, point_progress)
             record.status = "complete"
             result.verdicts[record.name] = _verdict(out / record.dir, scenario, record)
             progress(f"{tag} complete in {_fmt_s(time.monotonic() - clock.point_start)}: "

@@ -8,6 +8,7 @@ of this passed, so a typo fails in a second, not after the first point's server.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from loadlab.errors import InputError
@@ -38,8 +39,9 @@ def _check_sim_flags(scenario: Scenario, path: Path) -> None:
     known = accepted_flags()
     arms = scenario.sweep.arms if scenario.sweep and scenario.sweep.arms else {}
     matrix = scenario.sweep.matrix if scenario.sweep and scenario.sweep.matrix else {}
-    places = [("flags", scenario.flags), ("sweep.matrix", matrix),
-              *((f"sweep.arms.{name}", arm) for name, arm in arms.items())]
+    places: list[tuple[str, Mapping[str, object]]] = [
+        ("flags", scenario.flags), ("sweep.matrix", matrix),
+        *((f"sweep.arms.{name}", arm) for name, arm in arms.items())]
     for where, flags in places:
         for name in flags:
             if name not in known:

@@ -119,20 +119,22 @@ def summarise(samples: Iterable[dict[str, Any]], t_start: float, t_end: float, *
     if not live:
         return Achieved()
     length = max(t_end - t_start, 1e-9)
+    inflight_mean = sum(a.inflight / a.covered for a in live.values())
+    achieved_rate = sum(a.sent / a.covered for a in live.values())
     out = Achieved(
-        inflight_mean=sum(a.inflight / a.covered for a in live.values()),
+        inflight_mean=inflight_mean,
         backoff_mean=sum(a.backoff / a.covered for a in live.values()),
-        achieved_rate=sum(a.sent / a.covered for a in live.values()),
+        achieved_rate=achieved_rate,
         loop_lag_mean_s=max((a.lag_sum / a.ticks for a in live.values() if a.ticks > 0), default=None),
         loop_lag_max_s=max(a.lag_max for a in live.values()),
         client_cpu_cores=sum(a.cpu / a.covered for a in live.values()),
         client_cpu_max_worker=max(a.cpu / a.covered for a in live.values()),
     )
     if concurrency:
-        out.achieved_ratio = out.inflight_mean / concurrency
+        out.achieved_ratio = inflight_mean / concurrency
     elif due is not None:
         out.scheduled_rate, out.scheduled_count = due / length, due
-        out.achieved_ratio = out.achieved_rate / out.scheduled_rate if due else None
+        out.achieved_ratio = achieved_rate / out.scheduled_rate if due else None
     if lags:
         p50, p99 = np.percentile(lags, [50, 99])
         out.send_lag_p50_s, out.send_lag_p99_s, out.send_lag_max_s = float(p50), float(p99), max(lags)

@@ -213,6 +213,7 @@ class StreamingClient:
 
     def _consume(self, response: Any, outcome: Outcome) -> None:
         timings = outcome.timings
+        assert timings.t_sent is not None  # send() stamps it before any body is read
         chat = self.api == "chat"
         marker = CHAT_MARKER if chat else TEXT_MARKER
         offsets = timings.chunk_offsets_s
@@ -247,6 +248,7 @@ class StreamingClient:
                 outcome: Outcome) -> Literal["more", "done", "stop"]:
         """Apply complete events one by one, up to ``[DONE]`` ("done") or an error event ("stop")."""
         timings = outcome.timings
+        assert timings.t_sent is not None  # send() stamps it before any body is read
         for data in event_payloads(events):
             if data == b"[DONE]":
                 timings.t_done = now
@@ -264,6 +266,7 @@ class StreamingClient:
 
     def _handle(self, obj: dict, chat: bool, now: float, timings: Timings, outcome: Outcome) -> bool:
         """Apply one SSE JSON event; False stops reading (an error event)."""
+        assert timings.t_sent is not None  # send() stamps it before any body is read
         if "error" in obj:
             outcome.status = "http_error"
             outcome.error = _message_of(obj)

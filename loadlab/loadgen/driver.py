@@ -64,6 +64,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 from locust.env import Environment
+from locust.runners import LocalRunner, MasterRunner
 
 from loadlab.version import __version__
 from loadlab.errors import RunInterrupted, TargetError
@@ -144,16 +145,31 @@ class _Master:
         self.changed.set()
 
     def attach(self, link: Link) -> None:
+        def hello(d: dict[str, Any]) -> None:
+            self.joined.append(d["worker"])
+            self.changed.set()
+
+        def ready(d: dict[str, Any]) -> None:
+            self.recorder.note_calibration(d)
+            self._note(self.ready, d["worker"])
+
+        def failed(d: dict[str, Any]) -> None:
+            self.failures.append(d["error"])
+            self.changed.set()
+
+        def done(d: dict[str, Any]) -> None:
+            self.recorder.mark_done(d["worker"], d["rows"], d.get("issued"), d.get("fit"))
+            self.recorder.note_calibration(d)
+            self.changed.set()
+
         link.on(ROWS_MSG, self.recorder.add_rows)
         link.on(CLIENT_MSG, self.recorder.add_client)
-        link.on(HELLO_MSG, lambda d: (self.joined.append(d["worker"]), self.changed.set()))
-        link.on(READY_MSG, lambda d: (self.recorder.note_calibration(d), self._note(self.ready, d["worker"])))
+        link.on(HELLO_MSG, hello)
+        link.on(READY_MSG, ready)
         link.on(DRAINED_MSG, lambda d: self._note(self.drained, d["worker"]))
-        link.on(FAILED_MSG, lambda d: (self.failures.append(d["error"]), self.changed.set()))
+        link.on(FAILED_MSG, failed)
         link.on(STOP_MSG, lambda d: self._halt(d["reason"]))
-        link.on(DONE_MSG, lambda d: (self.recorder.mark_done(d["worker"], d["rows"], d.get("issued"),
-                                                             d.get("fit")),
-                                     self.recorder.note_calibration(d), self.changed.set()))
+        link.on(DONE_MSG, done)
 
     def _note(self, group: set[str], worker: str) -> None:
         group.add(worker)
@@ -201,7 +217,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         if opts.on_open is not None:
             opts.on_open()
         if opts.workers == 0 and opts.remote_workers == 0:
-            runner = env.create_local_runner()
+            runner: LocalRunner | MasterRunner = env.create_local_runner()
             mlink, wlink = _local_links()
             master.attach(mlink)
             serve_worker(env, wlink, "local", sink_factory=lambda: LocalSink(recorder))

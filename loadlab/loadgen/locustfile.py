@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,7 @@ if _STEPS:
             step = step_at(PLAN, self.get_run_time())
             if step is None:
                 return None
+            assert step.concurrency is not None  # concurrency_steps sets it on every step
             if step.index != self.last_step:
                 self.last_step = step.index
                 _announce_step(self.runner, step.index)
@@ -116,7 +118,7 @@ def _on_init(environment: Any, **_: Any) -> None:
     if isinstance(runner, WorkerRunner):
         link = locust_link(runner)
         link.on(STEP_MSG, lambda d: _set_step(environment, d["index"]))
-        sink_factory = lambda: BatchSender(link.send)
+        sink_factory: Callable[[], BatchSender | LocalSink] = lambda: BatchSender(link.send)
         n_workers = lambda: int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
         worker, index = runner.client_id, lambda: runner.worker_index
     else:

@@ -239,7 +239,7 @@ class SocketTransport:
         )
 
     def _body(
-        self, sock: socket.socket, parser: _Parser, pending: list[bytes], deadline: float
+        self, sock: socket.socket, parser: _Parser, pending: list[bytearray], deadline: float
     ) -> Iterator[bytes]:
         first = True   # the first body bytes end the urgency open() set (_Readable.urgent)
         try:

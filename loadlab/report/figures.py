@@ -98,9 +98,9 @@ def timeline(point: Point, tl: Timeline) -> go.Figure:
     styles = {"running": (BLUE, None), "waiting": (RED, "rgba(220,38,38,0.15)")}
     for name, (color, fill) in styles.items():
         if name in tl.gauges:
+            filled: dict[str, Any] = {"fill": "tozeroy", "fillcolor": fill} if fill else {}
             c.trace(x=tl.t, y=tl.gauges[name], name=name, mode="lines",
-                    line={"color": color, "width": 2, "shape": "hv"},
-                    **({"fill": "tozeroy", "fillcolor": fill} if fill else {}))
+                    line={"color": color, "width": 2, "shape": "hv"}, **filled)
     if "kv" in tl.gauges:
         c.trace(secondary=True, x=tl.t, y=tl.gauges["kv"] * 100, name="KV usage %", mode="lines",
                 line={"color": PURPLE, "width": 1.5}, fill="tozeroy", fillcolor="rgba(147,51,234,0.08)",

@@ -262,7 +262,7 @@ def kpis(runset: RunSet) -> list[Kpi]:
     if ranked:
         best = max(ranked, key=lambda x: x[0])[1]
         cards.append(Kpi("Highest knee", knee_text(best), best.name))
-    with_peak = [(peak(p)[0], p) for p in done if peak(p)[0] is not None]
+    with_peak = [(value, p) for p in done if (value := peak(p)[0]) is not None]
     if with_peak:
         value, best = max(with_peak, key=lambda x: x[0])
         cards.append(Kpi("Peak throughput", num(value, unit="tok/s"), best.name))

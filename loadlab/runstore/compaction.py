@@ -120,18 +120,18 @@ def compact_run(run_dir: str | Path, tables: Iterable[str] = tuple(TABLES),
     parts = [p for name in names for p in live_parts(run_dir / name)]
     size = sum(_size(p) for p in parts)
     loud = progress is not None and (len(parts) >= NOTICE_PARTS or size >= NOTICE_BYTES)
-    if loud:
+    if loud and progress is not None:
         progress(f"compacting {len(parts):,} part files ({size / 2**20:,.0f} MiB) in {run_dir}...")
     t0 = time.perf_counter()
-    done = []
+    done: list[Path] = []
     for name in names:
         try:
-            done.append(compact(run_dir / name, TABLES[name]))
+            if (part := compact(run_dir / name, TABLES[name])) is not None:
+                done.append(part)
         except (OSError, pa.ArrowException) as exc:
             warnings.warn(f"{run_dir / name}: not compacted, its parts are kept as they are ({exc})",
                           stacklevel=2)
-    done = [p for p in done if p is not None]
-    if loud:
+    if loud and progress is not None:
         progress(f"compacted {len(parts):,} part files into {len(done)} in {time.perf_counter() - t0:.1f} s")
     return done
 

@@ -213,7 +213,8 @@ class LoadPlan(_Strict):
     def _default_warmup(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("warmup_s") is not None:
             return data
-        span = data.get("trace_duration_s") if data.get("trace") else data.get("step_duration_s", 60.0)
+        span: Any = (data.get("trace_duration_s") if data.get("trace")
+                     else data.get("step_duration_s", 60.0))
         try:
             return {**data, "warmup_s": default_warmup(float(span))}
         except (TypeError, ValueError):
@@ -487,7 +488,7 @@ class Scenario(_Strict):
         if self.sweep.arms is not None:
             return [Point(name, {**self.flags, **arm}) for name, arm in self.sweep.arms.items()]
         points = [Point("", dict(self.flags))]
-        for flag, values in self.sweep.matrix.items():  # type: ignore[union-attr]
+        for flag, values in (self.sweep.matrix or {}).items():  # arms is None: matrix is set
             points = [Point(_join(p.name, f"{flag.replace('_', '-')}-{_text(v)}"), {**p.flags, flag: v})
                       for p in points for v in values]
         return points

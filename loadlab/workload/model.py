@@ -35,14 +35,15 @@ from __future__ import annotations
 
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from loadlab.errors import InputError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION: Final = 1
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml is ~10x faster on the big tables
 
 
@@ -245,7 +246,7 @@ class ProfileModel(_Strict):
     prefix: Prefix = Prefix(kind="none")
 
 
-def _describe(err: dict[str, Any]) -> tuple[str, str]:
+def _describe(err: ErrorDetails) -> tuple[str, str]:
     field = ".".join(str(part) for part in err["loc"]) or "(top level)"
     msg = err["msg"]
     ctx = err.get("ctx") or {}
@@ -305,7 +306,7 @@ class _FlowDumper(yaml.SafeDumper):
     """Writes short numeric lists on one line so tables stay readable."""
 
 
-def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any] | tuple[Any, ...]) -> yaml.Node:
     flow = all(isinstance(x, (int, float, list, tuple)) for x in data)
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
 

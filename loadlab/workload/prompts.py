@@ -297,7 +297,12 @@ class _Search:
 
 
 class SpecLike(Protocol):
-    seq: int
-    prompt_tokens: int
-    prefix_group: int | None
-    prefix_tokens: int
+    # Read-only members, so that a frozen dataclass (RequestSpec) satisfies the protocol.
+    @property
+    def seq(self) -> int: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def prefix_group(self) -> int | None: ...
+    @property
+    def prefix_tokens(self) -> int: ...

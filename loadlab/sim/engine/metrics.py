@@ -85,6 +85,7 @@ V1_ONLY_HISTOGRAMS = ("tpot", "preempted")
 
 def buckets_1_2_5(limit: int) -> tuple[int, ...]:
     """1, 2, 5, 10, 20, 50, ... up to and including ``limit`` (vLLM's token buckets)."""
+    out: list[int]
     out, mantissa, exponent = [], (1, 2, 5), 1
     while True:
         for m in mantissa:
@@ -300,10 +301,10 @@ class EngineMetrics:
                 for r, v in self.success.items()])
         h = self.hists
         itl_name = "vllm:inter_token_latency_seconds" if v1 else "vllm:time_per_output_token_seconds"
-        for name, key, text in HISTOGRAMS:
+        for family, key, text in HISTOGRAMS:
             if not v1 and key in V1_ONLY_HISTOGRAMS:
                 continue
-            name = name or itl_name
+            name = family or itl_name
             yield name, "histogram", text, self._histogram_samples(name, h[key])
         yield ("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.",
                [("vllm:cache_config_info", self._cache_config_labels(), 1.0)])
@@ -384,6 +385,7 @@ class EngineMetrics:
             les = [_le(b) for b in hist.bounds] + ["+Inf"]
             labels = self._bucket_labels[name] = [{**self._base, "le": le} for le in les]
         bucket = f"{name}_bucket"
+        out: list[tuple[str, dict, float]]
         out, running = [], 0
         for label, count in zip(labels, hist.counts):
             running += count

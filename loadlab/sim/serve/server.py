@@ -164,7 +164,7 @@ class SimServer:
             resp.enable_chunked_encoding()
         await resp.prepare(request)
         events = _SseEvents(req)
-        if fast:
+        if fast and transport is not None:
             def sink(s: RequestStream) -> None:
                 data = events.render(s, *s.take())
                 if mark is not None and mark[1] is None:
