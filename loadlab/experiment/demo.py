@@ -45,7 +45,7 @@ def run_demo(out: Path | None = None, quick: bool = False,
         say(f"    predicted: {predicted.verdicts.get(record.name, '-')}")
     say("\nprefix caching, live (hit rate over the steps; TTFT p50 at the first level):")
     for record in live.manifest.points:
-        say(f"  {record.name}: {_cache_line(live.out / record.dir)}")
+        say(f"  {record.name}: {_cache_line(record.folder(live.out))}")
     say(f"\nreport: {live.report or 'not written'}")
     say(f"sweep folders: {out / 'live'} and {out / 'whatif'}; "
         f"re-run any point's analysis with `loadlab analyze DIR`.")

@@ -185,7 +185,7 @@ def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, re
         tag = f"[point {index}/{len(manifest.points)} {record.name}]"
         progress(f"{tag} {'what-if on the simulator' if what_if else 'starting'}; "
                  f"sweep ETA {_fmt_s(clock.eta_s())}")
-        _set_aside(out / record.dir)
+        _set_aside(record.folder(out))
         record.status, record.error = "running", None
         write_manifest(out, manifest)
 
@@ -193,9 +193,9 @@ def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, re
             progress(f"{tag} ETA {_fmt_s(clock.eta_s())} {line}")
 
         try:
-            _run_point(scenario, points[record.name], out / record.dir, what_if, point_progress)
+            _run_point(scenario, points[record.name], record.folder(out), what_if, point_progress)
             record.status = "complete"
-            result.verdicts[record.name] = _verdict(out / record.dir, scenario, record)
+            result.verdicts[record.name] = _verdict(record.folder(out), scenario, record)
             progress(f"{tag} complete in {_fmt_s(time.monotonic() - clock.point_start)}: "
                      f"{result.verdicts[record.name]}")
         except (KeyboardInterrupt, RunInterrupted):

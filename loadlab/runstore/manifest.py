@@ -173,6 +173,10 @@ class PointRecord(_Open):
     error: str | None = None
     flags: dict[str, Any] = Field(default_factory=dict,
                                   description="the server flags of this point")
+
+    def folder(self, sweep_dir: Path) -> Path:
+        """The point's run folder; a point that never got one is named by its own name."""
+        return sweep_dir / (self.dir or self.name)
     what_if: bool = Field(False, description="run on the simulator in virtual time (--what-if)")
 
 
