@@ -26,8 +26,8 @@ the measurements are the raw rows in ``<LOADLAB_OUT>/requests.parquet``. Workers
 number their seq strides from Locust's worker index and ``--expect-workers``.
 
 The master (or the single process) keeps the run folder as ``loadlab run`` does, so
-``loadlab analyze <LOADLAB_OUT>`` judges it: the manifest (:func:`loadlab.loadgen.driver`'s,
-written at the test's start, when the host is known) and one step window per
+``loadlab analyze <LOADLAB_OUT>`` judges it: the manifest :mod:`loadlab.loadgen.driver`
+writes (at the test's start, when the host is known) and one step window per
 LOADLAB_CONCURRENCY step, from the moment the shape announced it to the next, completed
 with the load it achieved (:mod:`loadlab.loadgen.step_entries`). At the end the manifest
 says ``complete`` when the shape ran every step, ``interrupted`` when the run stopped
