@@ -42,11 +42,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gevent
 from gevent.event import Event
 from locust import LoadTestShape, events
 from locust.runners import STATE_STOPPED, MasterRunner, WorkerRunner
@@ -183,8 +185,19 @@ def _report(environment: Any, row: dict[str, Any]) -> None:
     )
 
 
+def _ctrl_c_to_the_main_greenlet() -> None:
+    """Locust stops on the KeyboardInterrupt a Ctrl-C raises in its main greenlet. Python
+    raises it in whichever greenlet runs at that moment: in one completing a step's window or
+    writing rows, that work dies half done. Caught as a signal, it goes the way gevent sends
+    an error to the main greenlet (:meth:`gevent.hub.Hub.handle_system_error`)."""
+    hub = gevent.get_hub()
+    gevent.signal_handler(signal.SIGINT, hub.handle_system_error, KeyboardInterrupt,
+                          KeyboardInterrupt())
+
+
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
+    _ctrl_c_to_the_main_greenlet()
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
         link = locust_link(runner)
