@@ -7,7 +7,8 @@ Kinds:
 - ``"sim"``: the built-in simulator, ``<python> -m loadlab sim serve <flags> --host H --port P``.
 - ``"vllm"``: a real ``vllm serve MODEL <flags> --host H --port P``; MODEL is the first
   positional in ``flags`` or the ``model`` argument. The binary is ``$LOADLAB_VLLM_BIN``,
-  else ``<repo>/.vllm-venv/bin/vllm`` (made by ``tools/install_vllm.sh``), else ``vllm`` on PATH.
+  else ``.vllm-venv/bin/vllm`` (made by ``tools/install_vllm.sh``) in the checkout loadlab
+  runs from (not in an installed package) or in the current folder, else ``vllm`` on PATH.
 
 Steps:
 1. Pick a free loopback port (bind port 0, read it, close) unless ``--port`` is in flags.
@@ -55,11 +56,11 @@ from loadlab.errors import InputError, TargetError
 from loadlab.experiment.cpus import CpuSet, check_omp_bind, inherited_affinity, pin_tree
 from loadlab.experiment.server_flags import parse_flags, redact_argv, redacted_values
 from loadlab.runstore.layout import server_log
+from loadlab.spec.datafiles import checkout_root
 
 KINDS = ("sim", "vllm")
 DEFAULT_STARTUP_TIMEOUT_S = {"sim": 60.0, "vllm": 300.0}
 LOG_TAIL_LINES = 40
-REPO_ROOT = Path(__file__).resolve().parents[2]
 GUARDIAN = Path(__file__).with_name("guardian.py")   # run as a script: standard library only
 # Scheduler/cache knobs the analyzer reads from the manifest's ``server`` block; vLLM's
 # /metrics never shows max_num_seqs or the token budget, so the launch flags are the source.
@@ -116,7 +117,8 @@ def find_vllm() -> Path | None:
     override = os.environ.get("LOADLAB_VLLM_BIN")
     if override:
         return Path(override) if Path(override).exists() else None
-    for candidate in (REPO_ROOT / ".vllm-venv/bin/vllm", Path.cwd() / ".vllm-venv/bin/vllm"):
+    roots = [root for root in (checkout_root(), Path.cwd()) if root is not None]
+    for candidate in (root / ".vllm-venv/bin/vllm" for root in roots):
         if candidate.exists():
             return candidate
     from shutil import which

@@ -74,7 +74,7 @@ from loadlab.spec.knee_search import LevelWalk
 from loadlab.loadgen.preflight import split_address
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
 from loadlab.loadgen.shapes import LoadPlan, Step
-from loadlab.loadgen.step_entries import StepEntries, schedule
+from loadlab.loadgen.step_entries import StepEntries, schedule, step_window
 from loadlab.loadgen.user import (
     CONFIG_MSG,
     DRAIN_MSG,
@@ -89,6 +89,7 @@ from loadlab.loadgen.user import (
     OpenLoopUser,
     locust_link,
     serve_worker,
+    step_message,
 )
 from loadlab.runstore import compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
@@ -297,18 +298,17 @@ def _drive(runner: Any, link: Link, master: _Master, walk: LevelWalk, n_workers:
         master.step = step
         step_end = step_start + step.duration_s
         if plan.mode == "closed":
-            link.send(STEP_MSG, {"step": vars(step)})
+            link.send(STEP_MSG, step_message(step))
             assert step.concurrency is not None
             runner.start(step.concurrency, spawn_rate=max(1000.0, step.concurrency * 100.0))
             step_start = time.time()
             step_end = step_start + step.duration_s
         elif step.index == 0:
-            link.send(STEP_MSG, {"step": vars(step), "t0": t0})
+            link.send(STEP_MSG, step_message(step, t0))
             runner.start(n_workers, spawn_rate=1000.0)
         while time.time() < step_end and not stop.is_set() and not master.halted():
             stop.wait(min(0.2, max(0.0, step_end - time.time())))
-        windows.add({"step": step.index, "concurrency": step.concurrency, "target_rate": step.target_rate,
-                     "t_start": step_start, "t_end": min(step_end, time.time()), "warmup_s": step.warmup_s})
+        windows.add(step_window(step, step_start, min(step_end, time.time())))
         if stop.is_set() or master.halted():
             return True
         if walk.judging:

@@ -30,7 +30,7 @@ from loadlab.loadgen.context import RunSettings
 from loadlab.loadgen.meter import SAMPLE_S
 from loadlab.loadgen.prepare import TraceSpecs
 from loadlab.loadgen.records import Recorder
-from loadlab.loadgen.shapes import LoadPlan, arrivals
+from loadlab.loadgen.shapes import LoadPlan, Step, arrivals
 from loadlab.runstore import update_manifest
 
 # A worker ships its edge sample within its flush interval (0.5 s) or, if it missed the
@@ -38,6 +38,12 @@ from loadlab.runstore import update_manifest
 # precede the master's.
 COVER_WAIT_S = 2 * SAMPLE_S + 1.0
 EDGE_TOLERANCE_S = 0.05
+
+
+def step_window(step: Step, t_start: float, t_end: float) -> dict[str, Any]:
+    """A step's manifest entry as it ran; :class:`StepEntries` adds the load it achieved."""
+    return {"step": step.index, "concurrency": step.concurrency, "target_rate": step.target_rate,
+            "t_start": t_start, "t_end": t_end, "warmup_s": step.warmup_s}
 
 
 class StepEntries:

@@ -16,7 +16,7 @@ Users find their shared state at ``environment.loadlab`` (a
 Protocol (message names; data JSON/msgpack-safe):
 
 - master -> worker: ``ll_config`` (RunSettings), ``ll_step`` ({"step": the Step's fields,
-  "t0": open loop's start}),
+  "t0": open loop's start}; :func:`step_message` / :func:`step_of`),
   ``ll_drain`` ({"deadline_s"}): stop starting requests, report when idle.
 - worker -> master: ``ll_hello`` ({"worker"}) once its handlers are installed (a Locust
   worker is counted by its master while it is still connecting, before it could handle
@@ -50,6 +50,16 @@ from loadlab.loadgen.shapes import Step, arrivals
 CONFIG_MSG, READY_MSG, FAILED_MSG, STEP_MSG = "ll_config", "ll_ready", "ll_failed", "ll_step"
 STOP_MSG, HELLO_MSG = "ll_stop", "ll_hello"
 DRAIN_MSG, DRAINED_MSG = "ll_drain", "ll_drained"
+
+
+def step_message(step: Step, t0: float | None = None) -> dict[str, Any]:
+    """The ``ll_step`` data telling a worker that ``step`` begins (open loop: at ``t0``)."""
+    return {"step": vars(step), "t0": t0}
+
+
+def step_of(data: dict[str, Any]) -> tuple[Step, float | None]:
+    """The step (and open loop's ``t0``) an ``ll_step`` message carries."""
+    return Step(**data["step"]), data.get("t0")
 
 
 class LLMUser(User):
@@ -153,7 +163,7 @@ def serve_worker(environment: Any, link: Link, worker: str,
         link.send(READY_MSG, {"worker": worker, "calibration": ctx.factory.calibration.to_dict()})
 
     def on_step(data: dict) -> None:
-        environment.loadlab.set_step(Step(**data["step"]), data.get("t0"))
+        environment.loadlab.set_step(*step_of(data))
 
     def on_drain(data: dict) -> None:
         ctx: LoadContext = environment.loadlab
