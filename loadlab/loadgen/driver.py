@@ -205,7 +205,7 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
     out = Path(opts.out)
     walk = LevelWalk(plan, opts.judge)
     recorder = Recorder(out)
-    write_manifest(out, _manifest(settings, plan, opts, manifest_extra or {}))
+    write_manifest(out, run_manifest(settings, plan, opts, manifest_extra or {}))
     stop = Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         gevent.signal_handler(sig, stop.set)
@@ -341,8 +341,9 @@ def _progress_loop(runner: Any, recorder: Recorder, master: _Master, plan: LoadP
         )
 
 
-def _manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
-              extra: dict[str, Any]) -> RunManifest:
+def run_manifest(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
+                 extra: dict[str, Any]) -> RunManifest:
+    """The manifest a run starts with, whether ``loadlab run`` or plain ``locust -f`` drives it."""
     import locust
 
     extra = dict(extra)

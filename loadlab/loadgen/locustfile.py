@@ -54,7 +54,7 @@ from locust import LoadTestShape, events
 from locust.runners import STATE_STOPPED, MasterRunner, WorkerRunner
 
 from loadlab.loadgen.context import LoadContext, RunSettings
-from loadlab.loadgen.driver import RunOptions, _manifest
+from loadlab.loadgen.driver import RunOptions, run_manifest
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, BatchSender, LocalSink, Recorder
 from loadlab.loadgen.shapes import Step, concurrency_steps, parse_levels, step_at
 from loadlab.loadgen.step_entries import StepEntries, step_window
@@ -110,7 +110,7 @@ class RunFolder:
                           drain_s=0.0)
         runner_kind = "master" if master else "local"
         extra = {"locust": {"runner": runner_kind}}
-        write_manifest(self.out, _manifest(settings, PLAN, opts, extra))
+        write_manifest(self.out, run_manifest(settings, PLAN, opts, extra))
         self.entries = StepEntries(self.out, self.recorder, None, n_workers, Event(), _log.info)
 
     def step_begins(self, step: Step | None) -> None:
