@@ -40,7 +40,7 @@ Ratio: loadlab (one worker) over the best peer at each level, in chunks per CPU-
 no timeline there, so the added TTFT is the mean client TTFT (from the call) minus vLLM's
 TTFT histogram mean over the window (which starts at engine arrival: the difference also
 holds vLLM's front end, the same for both clients). Server and clients on CPUs of their own
-here too (sharing the cores, a client measures its own starvation: real-vllm.md).
+here too (sharing the cores, a client measures its own starvation: benchmarks/README.md).
 
 Two regimes. Plain (the default): every process under the normal scheduler, beside
 whatever else runs here (the load average is in the table). ``--realtime 10

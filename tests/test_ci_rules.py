@@ -1,8 +1,10 @@
-"""The suite's own rules (tests/conftest.py): where everything must run, a skip fails."""
+"""The suite's own rules: where everything must run, a skip fails (tests/conftest.py); no
+comment or docstring in loadlab/ points at a document outside the repository."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +71,27 @@ def test_require_prometheus_fails_only_the_prometheus_tests(suite):
     assert res.returncode == 1, res.stdout
     assert "test_needs_prometheus skipped, which LOADLAB_REQUIRE_PROMETHEUS=1 does not allow" in res.stdout
     assert "1 failed, 1 skipped" in res.stdout
+
+
+REPO = Path(__file__).resolve().parents[1]
+# A document named by file (``DESIGN.md``) or by its short name (``vllm-facts``), or a path
+# on one machine (``/tmp/briefs``).
+POINTER = re.compile(r"[\w./-]*\.md\b|\b(?:vllm-facts|real-vllm)\b|(?<![\w.])/(?:tmp|work|home|root)/\S*")
+
+
+def test_loadlab_cites_no_document_outside_the_repository():
+    """A reader of the code has the repository, not the notes it was written from: every
+    ``*.md`` named must be a file in the repository, and no machine-local path appears."""
+    shipped = {p.name for p in REPO.rglob("*.md") if ".git" not in p.parts} | \
+        {str(p.relative_to(REPO)) for p in REPO.rglob("*.md") if ".git" not in p.parts}
+    outside = [f"{path.relative_to(REPO)}:{n}: {hit}"
+               for path in sorted((REPO / "loadlab").rglob("*.py"))
+               for n, line in enumerate(path.read_text().splitlines(), 1)
+               for hit in POINTER.findall(line) if hit not in shipped]
+    assert outside == [], "cite the public source (a vLLM file, a paper) or say it in place:\n" + \
+        "\n".join(outside)
+
+
+def test_the_pointer_rule_catches_what_it_is_for():
+    found = POINTER.findall('"""see DESIGN.md, /tmp/briefs/SIM_TYPES.md, vllm-facts; vllm/v1/x.py"""')
+    assert found == ["DESIGN.md", "/tmp/briefs/SIM_TYPES.md", "vllm-facts"]

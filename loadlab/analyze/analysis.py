@@ -1,5 +1,6 @@
 """``analysis.json``: the analyzer's verdict on one run folder, read by the report,
-``loadlab compare`` and CI jobs (the model: :class:`loadlab.runstore.analysis_model.Analysis`).
+``loadlab compare`` and CI jobs: a contract (``schema`` 1, raised when a reader would
+have to change), modelled by :class:`loadlab.runstore.analysis_model.Analysis`.
 
 :func:`analyze_run` reads the run folder once (:func:`loadlab.analyze.steps.load_run`),
 builds the per-step table, finds the knee (:mod:`~loadlab.analyze.knee`), names the

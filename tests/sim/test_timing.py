@@ -1,4 +1,4 @@
-"""StepTimeModel against the published anchors in vllm-facts.md (within +-15 %)."""
+"""StepTimeModel against published timing anchors (loadlab/sim/engine/timing.py; within +-15 %)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_prefill_throughput_anchor(llama_h100: StepTimeModel) -> None:
 def test_a100_40g_decode_anchor() -> None:
     model = StepTimeModel(resolve(SimConfig(model="llama-3.1-8b", gpu="a100-40g",
                                             max_model_len=8192)))
-    # vllm-facts: about 13.3 ms per output token on an A100-40GB
+    # the published decode anchor: about 13.3 ms per output token on an A100-40GB
     assert model.step_time(decode(1, 512)) == pytest.approx(13.3e-3, rel=0.15)
 
 

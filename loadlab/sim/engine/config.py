@@ -4,7 +4,8 @@ Field names are vLLM's engine-argument names with dashes turned into underscores
 (``--max-num-seqs`` -> ``max_num_seqs``), so a flag list written for ``vllm serve``
 configures the simulator unchanged. ``None`` means "vLLM's default for this GPU",
 resolved by :mod:`loadlab.sim.engine.hardware` (KV pool size from the memory formula,
-batched-token budget and sequence cap from the GPU-size rule in vllm-facts.md).
+batched-token budget and sequence cap from vLLM's rule by GPU memory size, in
+vllm/engine/arg_utils.py).
 This module is plain data: no I/O, no resolution logic.
 """
 

@@ -28,9 +28,8 @@ Activation reserve (vLLM measures it by profiling a dummy forward pass; we estim
 - the sampler's FP32 logits for ``max_num_seqs`` rows: max_num_seqs x vocab x 4 bytes.
 
 Total memory is what ``torch.cuda.mem_get_info`` reports (GiB), not the marketing GB.
-Peak FLOP/s are dense BF16; bandwidths are HBM/GDDR peaks (vllm-facts.md, "Timing and
-size anchors"; A100-40G and the model shapes from the vendors' data sheets and the
-models' config.json).
+Peak FLOP/s are dense BF16; bandwidths are HBM/GDDR peaks (the GPUs from the vendors'
+data sheets, the model shapes from the models' config.json).
 """
 
 from __future__ import annotations

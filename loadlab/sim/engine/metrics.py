@@ -1,7 +1,7 @@
 """vLLM's Prometheus metrics, computed from the simulated engine's steps.
 
-Names, types, labels and buckets follow vLLM's V1 metrics (vllm/v1/metrics/loggers.py,
-vllm-facts.md "Metrics"); ``names="v0"`` exposes the V0-era names instead so a
+Names, types, labels and buckets follow vLLM's V1 metrics (vllm/v1/metrics/loggers.py);
+``names="v0"`` exposes the V0-era names instead so a
 collector can be tested on both:
 
 ========================================  =========================================

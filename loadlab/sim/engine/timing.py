@@ -20,14 +20,14 @@ Model, per GPU of a tensor-parallel group of size TP (all work divides by TP):
    + num_requests x REQUEST_OVERHEAD_S, times a seeded jitter factor
    max(JITTER_FLOOR, 1 + step_jitter x N(0, 1)) when ``step_jitter`` > 0.
 
-Constants and their sources (vllm-facts.md, "Timing and size anchors"):
+Constants and their sources:
 
 - STEP/LAYER/REQUEST overheads 126 us / 32 us / 4 us: the per-step, per-layer and
   per-request terms the BLIS simulator (inference-sim) fits to H100 vLLM runs.
 - MEMORY_EFF 0.87: with those overheads, Llama-3.1-8B at batch 1 on one H100 then takes
   16.06 GB / (3.35 TB/s x 0.87) + 1.15 ms = 6.7 ms per step, against 6.48 ms measured
   (InferenceBench p50 TPOT, vLLM 0.21); HBM streaming kernels reach 85-90 % of peak.
-- COMPUTE_EFF 0.48: vllm-facts quotes ~45 % of peak (about 30k prompt tokens/s for an
+- COMPUTE_EFF 0.48: prefill reaches about 45 % of peak (about 30k prompt tokens/s for an
   8B model on an H100) counting matmuls only; with attention counted separately a
   2k-token prefill then runs at ~29k tokens/s.
 - NVLINK_BANDWIDTH 450 GB/s (H100 NVLink 4, one direction) and ALLREDUCE_LATENCY_S 8 us

@@ -1,8 +1,7 @@
 """Data passed between the simulator's parts (engine, timing, metrics, replay, HTTP front).
 
-This module is the contract of /tmp/briefs/SIM_TYPES.md: plain dataclasses, no
-logic, so that the engine (A1), the timing/metrics/replay side (A2) and the HTTP
-front (B) can be written in parallel against the same shapes. All times are on the
+Plain dataclasses, no logic: the one set of shapes the engine, the timing, metrics
+and replay side and the HTTP front all agree on. All times are on the
 engine clock (seconds); the engine never reads a wall clock itself.
 """
 

@@ -1,0 +1,187 @@
+"""A live point in a child process, so Locust's gevent patching never reaches the caller.
+
+Importing Locust runs gevent's ``monkey.patch_all()``: every later thread of that process
+becomes a greenlet, and asyncio, ssl and in-thread servers break. A notebook or script
+that calls :func:`loadlab.run_point` or :func:`loadlab.run_sweep` keeps working after
+the point because the point's whole sequence (:func:`loadlab.experiment.point.run_here`:
+launch, preflight, load, scrape) runs in ``python -m loadlab.experiment.child``.
+
+The boundary, parent side (:func:`run_in_child`):
+
+- The spec goes to the child pickled on its stdin, its ``progress`` left behind (a
+  callable of the caller's); the child answers on a pipe of its own (``pass_fds``), one
+  pickle per message: ``("progress", line)`` for each progress line, which the parent
+  hands to ``spec.progress``, then ``("result", manifest)`` or ``("error", exception)``.
+  The child's stdout and stderr are the parent's, so Locust's own lines still show.
+- The child gets a process group of its own: a Ctrl-C at the terminal reaches the
+  parent only, which passes SIGINT or SIGTERM on exactly once (a second SIGINT could cut
+  short the child's clean-up), then waits for the child to flush, stop its server and
+  answer.
+  Handlers can only be installed from the main thread; elsewhere a KeyboardInterrupt
+  in the wait is passed on the same way.
+- The child's exception is re-raised in the parent as the same type (an InputError
+  keeps its file, field and fix; RunInterrupted is still exit 130, ClientLimited 3).
+  A child that ends without answering (killed) is a LoadlabError naming its exit status.
+- The parent's Python path comes first on the child's, so both run the same loadlab.
+- The parent waits on the client's CPUs (``isolation.client_cpus``): it relays the
+  child's lines, client work that stays off the server's CPUs. It pins itself after the
+  child has started, which pins itself in turn once its server is up.
+
+Child side (:func:`main`): it asks the kernel for SIGTERM should the parent die
+(``PR_SET_PDEATHSIG``, Linux), so a killed notebook leaves no load running; SIGTERM
+before the load starts ends it like Ctrl-C (the launcher still stops its server); once
+the load runs, the driver turns both signals into a flushed, interrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from loadlab.errors import LoadlabError
+from loadlab.experiment.cpus import pinned_process
+
+if TYPE_CHECKING:
+    from loadlab.experiment.point import PointSpec
+
+PR_SET_PDEATHSIG = 1
+# The child's own process group, in the caller's session: a new session would also be a
+# new scheduler autogroup, whose CPU share ``nice`` cannot lower.
+OWN_GROUP: dict[str, Any] = ({"process_group": 0} if sys.version_info >= (3, 11)
+                             else {"preexec_fn": os.setpgrp})
+
+
+def run_in_child(spec: PointSpec) -> dict[str, Any]:
+    """Run ``spec`` in a child process; its manifest, or the child's exception re-raised."""
+    payload = pickle.dumps(replace(spec, progress=print))   # the caller's callable stays here
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadlab.experiment.child", str(write_fd), str(os.getpid())],
+            stdin=subprocess.PIPE, pass_fds=(write_fd,), env=_child_env(), **OWN_GROUP)
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as answers, _forwarding_signals(proc), \
+            pinned_process(spec.isolation.client_cpus):
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(payload)
+            proc.stdin.close()
+        except BrokenPipeError:   # it died at start; its exit status says more below
+            pass
+        outcome = _relay(answers, spec, proc)
+        proc.wait()
+    if outcome is None:
+        raise LoadlabError(f"the point's process ended with exit status {proc.returncode} before "
+                           f"answering; what it measured is in {spec.out}")
+    kind, value = outcome
+    if kind == "error":
+        raise value
+    return value   # type: ignore[no-any-return]
+
+
+def _child_env() -> dict[str, str]:
+    """This process's environment, the folder holding this loadlab first on PYTHONPATH."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, path) if p)}
+
+
+def _relay(answers: IO[bytes], spec: PointSpec,
+           proc: subprocess.Popen[bytes]) -> tuple[str, Any] | None:
+    """Progress lines to ``spec.progress`` until the child's final answer (None if it has none)."""
+    while True:
+        try:
+            kind, value = pickle.load(answers)
+        except EOFError:
+            return None
+        except KeyboardInterrupt:   # not the main thread: no handler forwards it
+            _forward(proc, signal.SIGINT)
+            continue
+        if kind != "progress":
+            return kind, value
+        spec.progress(value)
+
+
+def _forward(proc: subprocess.Popen[bytes], sig: int) -> None:
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+@contextmanager
+def _forwarding_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """SIGINT and SIGTERM passed on to the child while it runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda s, _frame: _forward(proc, s))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def main() -> None:
+    """``python -m loadlab.experiment.child FD PARENT_PID``: the spec on stdin, answers on FD."""
+    answer_fd, parent = int(sys.argv[1]), int(sys.argv[2])
+    _end_with_parent(parent)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with os.fdopen(answer_fd, "wb") as answers:
+        def send(kind: str, value: Any) -> None:
+            pickle.dump((kind, value), answers)
+            answers.flush()
+
+        try:
+            spec = pickle.load(sys.stdin.buffer)
+            from loadlab.experiment.point import run_here
+
+            spec.progress = lambda line: send("progress", line)
+            send("result", run_here(spec))
+        except BaseException as exc:   # noqa: BLE001 - every ending is the parent's to raise
+            if not isinstance(exc, (LoadlabError, KeyboardInterrupt)):
+                traceback.print_exc()
+            send("error", _picklable(exc))
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """``exc`` itself when it survives pickling, else a LoadlabError saying what it was."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - any exception type may refuse to pickle
+        return LoadlabError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def _end_with_parent(parent: int) -> None:
+    """SIGTERM to this process when the parent dies (Linux); exit now if it already has."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):   # not Linux: the parent's signals still reach us
+        return
+    if os.getppid() != parent:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
