@@ -90,7 +90,7 @@ def run_in_child(spec: PointSpec) -> dict[str, Any]:
     kind, value = outcome
     if kind == "error":
         raise value
-    return value   # type: ignore[no-any-return]
+    return value
 
 
 def _child_env() -> dict[str, str]:
