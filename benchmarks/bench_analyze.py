@@ -120,30 +120,44 @@ def compacted_copy(run_dir: Path) -> tuple[Path, dict]:
     """A hard-linked copy of the run folder, compacted by a measured ``compact_run``."""
     dest = run_dir.with_name(run_dir.name + "-compacted")
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(run_dir, dest, copy_function=os.link)  # compaction unlinks only the copy's names
+    shutil.copytree(
+        run_dir, dest, copy_function=os.link
+    )  # compaction unlinks only the copy's names
     return dest, measure("compact_run", dest)
 
 
 def print_row(layout: str, name: str, r: dict) -> None:
     if "error" in r or "skipped" in r:
-        print(f"{layout:<10}{name:<22}{'-':>9}{'-':>9}{'-':>10}  {r.get('error') or r.get('skipped')}")
+        print(
+            f"{layout:<10}{name:<22}{'-':>9}{'-':>9}{'-':>10}  {r.get('error') or r.get('skipped')}"
+        )
         return
     note = next((f"work {r[k]:.2f} s" if k == "work_s" else f"{r[k]} {k}"
                  for k in ("work_s", "rows", "parts") if k in r), "")
-    print(f"{layout:<10}{name:<22}{r['wall_s']:>9.2f}{r['cpu_s']:>9.2f}{r['peak_mb']:>10.0f}  {note}")
+    print(
+        f"{layout:<10}{name:<22}{r['wall_s']:>9.2f}{r['cpu_s']:>9.2f}{r['peak_mb']:>10.0f}  {note}"
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--endpoints", type=int, default=4)
     ap.add_argument("--request-flush-s", type=float, default=None,
                     help="seconds of completions per requests part (default: the Recorder's, 5 s; "
                          "1 for runs written before it flushed every 5 s)")
-    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "loadlab-bench-analyze")
-    ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of: " + ", ".join(STAGES))
-    ap.add_argument("--layouts", default=",".join(LAYOUTS), help="parts (as written), compacted, or both")
+    ap.add_argument(
+        "--cache", type=Path, default=Path(tempfile.gettempdir()) / "loadlab-bench-analyze"
+    )
+    ap.add_argument(
+        "--stages", default=",".join(STAGES), help="comma-separated subset of: " + ", ".join(STAGES)
+    )
+    ap.add_argument(
+        "--layouts", default=",".join(LAYOUTS), help="parts (as written), compacted, or both"
+    )
     ap.add_argument("--profile", metavar="STAGE", help="run one stage on the parts under cProfile")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--run", type=Path, help=argparse.SUPPRESS)
@@ -167,7 +181,9 @@ def main() -> None:
         print(json.dumps(measure(args.profile, run_dir, profile=True)))
         return
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    print(
+        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores"
+    )
     print(f"{'layout':<10}{'stage':<22}{'wall s':>9}{'cpu s':>9}{'peak MB':>10}  note")
     for layout in [x.strip() for x in args.layouts.split(",") if x.strip()]:
         folder = run_dir

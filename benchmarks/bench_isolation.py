@@ -60,7 +60,9 @@ PLACEMENTS = {  # name: (isolated, engine core at nice ENGINE_CORE_NICE)
 
 @contextmanager
 def server(work: Path, isolated: bool, renice: bool) -> Iterator[LaunchedTarget]:
-    with tiny_vllm(work, server_cpus=ISOLATION.server_cpus if isolated else None, **SERVER) as target:
+    with tiny_vllm(
+        work, server_cpus=ISOLATION.server_cpus if isolated else None, **SERVER
+    ) as target:
         if renice:
             renice_engine_core(target.pid, ENGINE_CORE_NICE)
         yield target
@@ -88,12 +90,15 @@ def figures(res: LoadResult) -> dict[int, dict]:
         c = int(s.concurrency)
         inside = counted[c].ttft_s
         out[c] = {
-            "inflight": round(float(s.inflight_mean), 2), "loop_lag_ms": round(s.loop_lag_mean_s * 1e3, 2),
-            "running_max": float(running[c]), "client_ttft_p50_ms": round(float(inside.median()) * 1e3, 1),
+            "inflight": round(float(s.inflight_mean), 2),
+            "loop_lag_ms": round(s.loop_lag_mean_s * 1e3, 2),
+            "running_max": float(running[c]),
+            "client_ttft_p50_ms": round(float(inside.median()) * 1e3, 1),
             "client_ttft_mean_ms": round(float(inside.mean()) * 1e3, 1),
             "server_ttft_mean_ms": round(float(server_ttft[c]) * 1e3, 1),
             "ttft_diff_ms": round((float(inside.mean()) - float(server_ttft[c])) * 1e3, 1),
-            "bursts": round(float(table.loc[c, "burst_share"]), 3), "req_s": round(float(table.loc[c, "rps"]), 1),
+            "bursts": round(float(table.loc[c, "burst_share"]), 3),
+            "req_s": round(float(table.loc[c, "rps"]), 1),
             "client_limited": bool(s.client_limited),
         }
     return out
@@ -102,7 +107,9 @@ def figures(res: LoadResult) -> dict[int, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", help="comma-separated placement names (default: all)")
-    ap.add_argument("--repeat", type=int, default=1, help="run the placements this many times, alternating")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="run the placements this many times, alternating"
+    )
     args = ap.parse_args()
     reason = missing_reason()
     if reason:
@@ -115,17 +122,30 @@ def main() -> None:
     for i, name in enumerate(names):
         isolated, renice = PLACEMENTS[name]
         with server(work / f"server-{i}", isolated, renice) as target:
-            res = run_steps(target, work / f"load-{i}", "tiny-short", LEVELS, STEP_S, WARMUP_S,
-                            client_cpus=ISOLATION.client_cpus if isolated else None, client_limited_ok=True)
+            res = run_steps(
+                target,
+                work / f"load-{i}",
+                "tiny-short",
+                LEVELS,
+                STEP_S,
+                WARMUP_S,
+                client_cpus=ISOLATION.client_cpus if isolated else None,
+                client_limited_ok=True,
+            )
         # the machine's load average beside each run: on a shared host it moves the figures
-        results.append({"placement": name, "load_avg": round(os.getloadavg()[0], 1), "levels": figures(res)})
+        results.append(
+            {"placement": name, "load_avg": round(os.getloadavg()[0], 1), "levels": figures(res)}
+        )
         print(results[-1], flush=True)
     cols = ["inflight", "loop_lag_ms", "running_max", "client_ttft_p50_ms", "client_ttft_mean_ms",
             "server_ttft_mean_ms", "ttft_diff_ms", "bursts", "req_s", "client_limited"]
     print(f"\n{'placement':30} {'load':>5} {'users':>5} " + " ".join(f"{c:>19}" for c in cols))
     for r in results:
         for c, row in r["levels"].items():
-            print(f"{r['placement']:30} {r['load_avg']:5.1f} {c:5d} " + " ".join(f"{row[k]!s:>19}" for k in cols))
+            print(
+                f"{r['placement']:30} {r['load_avg']:5.1f} {c:5d} "
+                + " ".join(f"{row[k]!s:>19}" for k in cols)
+            )
     (work / "isolation.json").write_text(json.dumps(results, indent=2))
     print(f"written {work / 'isolation.json'}")
 

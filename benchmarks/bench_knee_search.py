@@ -21,10 +21,10 @@ from pathlib import Path
 
 import loadlab
 from loadlab.analyze.analysis import analyze_run
-from loadlab.spec.models import KneeSearch, LoadPlan, Workload
-from loadlab.sim.engine.config import SimConfig
-from loadlab.replay.driver import run_replay
 from loadlab.experiment.verdicts import step_judge
+from loadlab.replay.driver import run_replay
+from loadlab.sim.engine.config import SimConfig
+from loadlab.spec.models import KneeSearch, LoadPlan, Workload
 
 SEARCH = KneeSearch(start=4, max=128, resolution=4)
 STEP = {"step_duration_s": 30.0, "warmup_s": 6.0}
@@ -35,26 +35,36 @@ def main() -> None:
     ap.add_argument("--caps", default="12,24,50,100,120")
     args = ap.parse_args()
     print(f"loadlab: {Path(loadlab.__file__).parent}")
-    print(f"grid {SEARCH.grid()[0]}..{SEARCH.grid()[-1]} by {SEARCH.resolution:g} ({len(SEARCH.grid())} levels), "
-          f"{STEP['step_duration_s']:g} s steps")
-    print(f"{'cap':>4}  {'scan knee':>10}  {'search':>10}  {'steps':>7}  {'virtual s':>11}  {'share':>5}  "
-          f"{'wall s (scan / search)':>22}")
+    print(
+        f"grid {SEARCH.grid()[0]}..{SEARCH.grid()[-1]} by {SEARCH.resolution:g} ({len(SEARCH.grid())} levels), "
+        f"{STEP['step_duration_s']:g} s steps"
+    )
+    print(
+        f"{'cap':>4}  {'scan knee':>10}  {'search':>10}  {'steps':>7}  {'virtual s':>11}  {'share':>5}  "
+        f"{'wall s (scan / search)':>22}"
+    )
     workload = Workload(profile="azure-conv", seed=1)
     for cap in (int(c) for c in args.caps.split(",")):
         cfg = SimConfig(max_num_seqs=cap, model="llama-3.1-8b", gpu="h100")
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            scan = run_replay(cfg, LoadPlan(concurrency=SEARCH.grid(), **STEP), workload, Path(tmp) / "scan")
+            scan = run_replay(
+                cfg, LoadPlan(concurrency=SEARCH.grid(), **STEP), workload, Path(tmp) / "scan"
+            )
             knee = analyze_run(Path(tmp) / "scan").knee
             t1 = time.perf_counter()
             out = Path(tmp) / "search"
-            search = run_replay(cfg, LoadPlan(search=SEARCH, **STEP), workload, out, judge=step_judge(out))
+            search = run_replay(
+                cfg, LoadPlan(search=SEARCH, **STEP), workload, out, judge=step_judge(out)
+            )
             t2 = time.perf_counter()
         found = search.search
         assert found is not None
-        print(f"{cap:>4}  {_bracket(knee.lower, knee.upper):>10}  {_bracket(found.lower, found.upper):>10}  "
-              f"{search.steps:>3}/{scan.steps:<3}  {search.virtual_s:>5.0f}/{scan.virtual_s:<5.0f}  "
-              f"{search.virtual_s / scan.virtual_s:>5.0%}  {t1 - t0:>10.1f} / {t2 - t1:<9.1f}")
+        print(
+            f"{cap:>4}  {_bracket(knee.lower, knee.upper):>10}  {_bracket(found.lower, found.upper):>10}  "
+            f"{search.steps:>3}/{scan.steps:<3}  {search.virtual_s:>5.0f}/{scan.virtual_s:<5.0f}  "
+            f"{search.virtual_s / scan.virtual_s:>5.0%}  {t1 - t0:>10.1f} / {t2 - t1:<9.1f}"
+        )
 
 
 def _bracket(lower: float | None, upper: float | None) -> str:

@@ -86,9 +86,16 @@ from proctree import TreeCpu
 
 from loadlab.experiment.cpus import default_split, inherited_affinity, parse_cpu_list
 
-_HIST = re.compile(r"^vllm:time_to_first_token_seconds_(sum|count)(?:\{[^}]*\})? (\S+)$", re.MULTILINE)
-CLIENTS = {"loadlab": partial(RUNNERS["loadlab"], workers=1), "loadlab-w2": partial(RUNNERS["loadlab"], workers=2),
-           "aiohttp": RUNNERS["aiohttp"], "vllm": RUNNERS["vllm"], "guidellm": RUNNERS["guidellm"]}
+_HIST = re.compile(
+    r"^vllm:time_to_first_token_seconds_(sum|count)(?:\{[^}]*\})? (\S+)$", re.MULTILINE
+)
+CLIENTS = {
+    "loadlab": partial(RUNNERS["loadlab"], workers=1),
+    "loadlab-w2": partial(RUNNERS["loadlab"], workers=2),
+    "aiohttp": RUNNERS["aiohttp"],
+    "vllm": RUNNERS["vllm"],
+    "guidellm": RUNNERS["guidellm"],
+}
 
 
 @dataclass
@@ -116,15 +123,22 @@ class Figures:
     master_ms_per_10k: float  # loadlab: its master's CPU-ms per 10k records (it only records)
 
 
-def measure(run: ClientRun, round_: int, warmup_s: float, server: TreeCpu | None,
-            timeline: dict[str, list[float | None]], server_ttft: Callable[[float, float], float | None]
-            ) -> Figures:
+def measure(
+    run: ClientRun,
+    round_: int,
+    warmup_s: float,
+    server: TreeCpu | None,
+    timeline: dict[str, list[float | None]],
+    server_ttft: Callable[[float, float], float | None],
+) -> Figures:
     """The figures of one run over its window (module docstring, steps 1-5)."""
     r = run.requests
     t0, t1 = float(np.nanmin(r.call)) + warmup_s, float(np.nanmax(r.call))
     span = t1 - t0
     if span <= 1.0:
-        raise ValueError(f"{run.client} at {run.level}: window of {span:.2f} s; lengthen --duration")
+        raise ValueError(
+            f"{run.client} at {run.level}: window of {span:.2f} s; lengthen --duration"
+        )
     cpu = run.cpu.cpu_s(t0, t1)
     done_in = r.ok & (r.done >= t0) & (r.done < t1)
     chunks = int(((r.chunk_times >= t0) & (r.chunk_times < t1)).sum())
@@ -152,10 +166,18 @@ def measure(run: ClientRun, round_: int, warmup_s: float, server: TreeCpu | None
     if run.records_pid is not None and done_in.sum():
         master = run.cpu.cpu_s(t0, t1, [run.records_pid]) / done_in.sum() * 1e4 * 1e3
     return Figures(
-        client=run.client, level=run.level, round=round_, load_avg=os.getloadavg()[0], window_s=span,
-        cpu_cores=cpu / span, server_cores=server.cpu_s(t0, t1) / span if server else nan,
-        inflight_mean=inflight, req_s=done_in.sum() / span, chunks_s=chunks / span,
-        req_per_cpu_s=done_in.sum() / cpu, chunks_per_cpu_s=chunks / cpu,
+        client=run.client,
+        level=run.level,
+        round=round_,
+        load_avg=os.getloadavg()[0],
+        window_s=span,
+        cpu_cores=cpu / span,
+        server_cores=server.cpu_s(t0, t1) / span if server else nan,
+        inflight_mean=inflight,
+        req_s=done_in.sum() / span,
+        chunks_s=chunks / span,
+        req_per_cpu_s=done_in.sum() / cpu,
+        chunks_per_cpu_s=chunks / cpu,
         added_p50_ms=float(np.percentile(added, 50)) * 1e3 if added else nan,
         added_p99_ms=float(np.percentile(added, 99)) * 1e3 if len(added) > 1 else nan,
         server_ttft_p50_ms=float(np.median(own)) * 1e3 if own else nan,
@@ -192,8 +214,14 @@ class HistPoller(threading.Thread):
 
 
 # --------------------------------------------------------------------------- rounds
-def rounds(url: str, args: argparse.Namespace, work: Path, server: TreeCpu | None,
-           with_timeline: bool, server_ttft: Callable[[float, float], float | None]) -> list[Figures]:
+def rounds(
+    url: str,
+    args: argparse.Namespace,
+    work: Path,
+    server: TreeCpu | None,
+    with_timeline: bool,
+    server_ttft: Callable[[float, float], float | None],
+) -> list[Figures]:
     """Every client at every level, ``--repeat`` times, the order rotating."""
     names = args.clients.split(",")
     skipped: dict[str, str] = {}
@@ -205,8 +233,16 @@ def rounds(url: str, args: argparse.Namespace, work: Path, server: TreeCpu | Non
                 if name in skipped:
                     continue
                 tag = f"{name}-{level}-{round_}-{time.time_ns() % 10**8}"
-                spec = RunSpec(url, level, args.duration, args.client_cpus, args.cap_group, work, tag,
-                               _expected_rate(results, level, args.client_cap))
+                spec = RunSpec(
+                    url,
+                    level,
+                    args.duration,
+                    args.client_cpus,
+                    args.cap_group,
+                    work,
+                    tag,
+                    _expected_rate(results, level, args.client_cap),
+                )
                 try:
                     run = CLIENTS[name](spec)
                 except Unavailable as exc:
@@ -215,16 +251,25 @@ def rounds(url: str, args: argparse.Namespace, work: Path, server: TreeCpu | Non
                     continue
                 timeline = {}
                 if with_timeline and run.id_prefix is not None:
-                    timeline = httpx.get(f"{url}/sim/requests", params={"prefix": run.id_prefix}, timeout=60).json()
+                    timeline = httpx.get(
+                        f"{url}/sim/requests", params={"prefix": run.id_prefix}, timeout=60
+                    ).json()
                 try:
                     fig = measure(run, round_, args.warmup, server, timeline, server_ttft)
-                except ValueError as exc:   # a run too short for its window: say so, go on
-                    print(f"  round {round_} level {level} {name}: not measured ({exc})", file=sys.stderr)
+                except ValueError as exc:  # a run too short for its window: say so, go on
+                    print(
+                        f"  round {round_} level {level} {name}: not measured ({exc})",
+                        file=sys.stderr,
+                    )
                     continue
                 results.append(fig)
-                print(f"  round {round_} level {level:4d} {name:10s} {fig.chunks_per_cpu_s:9.0f} chunks/cpu-s "
-                      f"{fig.cpu_cores:5.2f} cores, added p50 {fig.added_p50_ms:6.2f} ms, "
-                      f"load {fig.load_avg:.1f}", file=sys.stderr, flush=True)
+                print(
+                    f"  round {round_} level {level:4d} {name:10s} {fig.chunks_per_cpu_s:9.0f} chunks/cpu-s "
+                    f"{fig.cpu_cores:5.2f} cores, added p50 {fig.added_p50_ms:6.2f} ms, "
+                    f"load {fig.load_avg:.1f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     for name, why in skipped.items():
         print(f"not run: {name}: {why}")
     return results
@@ -251,15 +296,19 @@ def report(title: str, results: list[Figures]) -> list[dict]:
                if k not in ("client", "level", "round")}
         rows.append({"client": client, "level": level, "rounds": len(figs), **med})
     print(f"\n{title}\n")
-    print("| client | streams | req/s | chunks/s | cores | req/CPU-s | chunks/CPU-s | in flight | added p50 ms "
-          "| added p99 ms | send p50 | read p50 | own p50 | server TTFT p50 | server cores | master ms/10k | load |")
+    print(
+        "| client | streams | req/s | chunks/s | cores | req/CPU-s | chunks/CPU-s | in flight | added p50 ms "
+        "| added p99 ms | send p50 | read p50 | own p50 | server TTFT p50 | server cores | master ms/10k | load |"
+    )
     print("|" + "---|" * 17)
     for r in rows:
-        print(f"| {r['client']} | {r['level']} | {r['req_s']:.0f} | {r['chunks_s']:.0f} | {r['cpu_cores']:.2f} "
-              f"| {r['req_per_cpu_s']:.0f} | {r['chunks_per_cpu_s']:.0f} | {r['inflight_mean']:.1f} "
-              f"| {r['added_p50_ms']:.2f} | {r['added_p99_ms']:.1f} | {r['send_p50_ms']:.2f} | {r['read_p50_ms']:.2f} "
-              f"| {r['own_p50_ms']:.2f} | {r['server_ttft_p50_ms']:.2f} | {r['server_cores']:.2f} "
-              f"| {r['master_ms_per_10k']:.0f} | {r['load_avg']:.1f} |".replace("nan", "n/a"))
+        print(
+            f"| {r['client']} | {r['level']} | {r['req_s']:.0f} | {r['chunks_s']:.0f} | {r['cpu_cores']:.2f} "
+            f"| {r['req_per_cpu_s']:.0f} | {r['chunks_per_cpu_s']:.0f} | {r['inflight_mean']:.1f} "
+            f"| {r['added_p50_ms']:.2f} | {r['added_p99_ms']:.1f} | {r['send_p50_ms']:.2f} | {r['read_p50_ms']:.2f} "
+            f"| {r['own_p50_ms']:.2f} | {r['server_ttft_p50_ms']:.2f} | {r['server_cores']:.2f} "
+            f"| {r['master_ms_per_10k']:.0f} | {r['load_avg']:.1f} |".replace("nan", "n/a")
+        )
     by = {(r["client"], r["level"]): r for r in rows}
     for level in sorted({r["level"] for r in rows}):
         peers = [r for r in rows if r["level"] == level and not r["client"].startswith("loadlab")]
@@ -274,24 +323,50 @@ def report(title: str, results: list[Figures]) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--levels", default=None, help="streams per level (default 16,64,256; --vllm 1,2,4,8,16)")
+    ap.add_argument(
+        "--levels", default=None, help="streams per level (default 16,64,256; --vllm 1,2,4,8,16)"
+    )
     ap.add_argument("--duration", type=float, default=12.0, help="seconds each client runs a level")
-    ap.add_argument("--warmup", type=float, default=3.0, help="seconds cut from each window's start")
+    ap.add_argument(
+        "--warmup", type=float, default=3.0, help="seconds cut from each window's start"
+    )
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--clients", default=None)
     ap.add_argument("--time-scale", type=float, default=50.0)
-    ap.add_argument("--server-cpus", type=lambda t: parse_cpu_list(t, "--server-cpus"), default=None,
-                    help="default: all but the last CPU")
-    ap.add_argument("--client-cpus", type=lambda t: parse_cpu_list(t, "--client-cpus"), default=None,
-                    help="default: the last CPU")
-    ap.add_argument("--realtime", type=int, default=0, metavar="PRIO",
-                    help="run the server and every client alike under SCHED_RR at this priority, so "
-                         "neighbours on a shared machine do not delay their wake-ups (0: off)")
-    ap.add_argument("--client-cap", type=float, default=None, metavar="SHARE",
-                    help="hold every client to this share of its CPU (RT group; needs --realtime), so the "
-                         "server out-produces it and its figures are its capacity")
-    ap.add_argument("--baseline", type=Path, metavar="CHECKOUT",
-                    help="also run this checkout's loadlab (client loadlab-base): before/after side by side")
+    ap.add_argument(
+        "--server-cpus",
+        type=lambda t: parse_cpu_list(t, "--server-cpus"),
+        default=None,
+        help="default: all but the last CPU",
+    )
+    ap.add_argument(
+        "--client-cpus",
+        type=lambda t: parse_cpu_list(t, "--client-cpus"),
+        default=None,
+        help="default: the last CPU",
+    )
+    ap.add_argument(
+        "--realtime",
+        type=int,
+        default=0,
+        metavar="PRIO",
+        help="run the server and every client alike under SCHED_RR at this priority, so "
+        "neighbours on a shared machine do not delay their wake-ups (0: off)",
+    )
+    ap.add_argument(
+        "--client-cap",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="hold every client to this share of its CPU (RT group; needs --realtime), so the "
+        "server out-produces it and its figures are its capacity",
+    )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also run this checkout's loadlab (client loadlab-base): before/after side by side",
+    )
     ap.add_argument("--json", type=Path, help="write every figure (each round) here")
     ap.add_argument("--vllm", action="store_true", help="against a real vLLM (tiny model) instead")
     args = ap.parse_args()
@@ -304,8 +379,12 @@ def main() -> None:
     args.client_cpus = args.client_cpus or split.client_cpus
     if args.realtime:   # inherited by the server and the clients (nice is not: autogroups)
         os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(args.realtime))
-    args.levels = [int(x) for x in (args.levels or ("1,2,4,8,16" if args.vllm else "16,64,256")).split(",")]
-    args.clients = args.clients or ("loadlab,aiohttp" if args.vllm else "loadlab,loadlab-w2,aiohttp,vllm,guidellm")
+    args.levels = [
+        int(x) for x in (args.levels or ("1,2,4,8,16" if args.vllm else "16,64,256")).split(",")
+    ]
+    args.clients = args.clients or (
+        "loadlab,aiohttp" if args.vllm else "loadlab,loadlab-w2,aiohttp,vllm,guidellm"
+    )
     args.clients = ",".join("loadlab" if c == "loadlab-w1" else c for c in args.clients.split(","))
     if args.baseline:
         CLIENTS["loadlab-base"] = partial(RUNNERS["loadlab"], checkout=args.baseline.resolve())
@@ -325,15 +404,22 @@ def sim_main(args: argparse.Namespace, work: Path) -> list[Figures]:
     # This process (its CPU samplers) and the simulator, a child, on the server CPUs.
     os.sched_setaffinity(0, args.server_cpus)
     with running_sim(served_model_name=MODEL, time_scale=args.time_scale, max_num_seqs=1024) as url:
-        sim = [p for p in psutil.Process().children() if "sim" in p.cmdline() and "serve" in p.cmdline()]
+        sim = [
+            p
+            for p in psutil.Process().children()
+            if "sim" in p.cmdline() and "serve" in p.cmdline()
+        ]
         server = TreeCpu(sim[0].pid).start() if sim else None
         results = rounds(url, args, work, server, True, lambda t0, t1: None)
         if server:
             server.stop()
     cap = f" held to {args.client_cap:g} of a CPU" if args.client_cap else ""
-    report(f"simulator --time-scale {args.time_scale:g} on CPUs {sorted(args.server_cpus)}, clients on "
-           f"{sorted(args.client_cpus)}{cap} (medians of {args.repeat} rounds; added = client TTFT from its call "
-           f"- server first-token time, ms)", results)
+    report(
+        f"simulator --time-scale {args.time_scale:g} on CPUs {sorted(args.server_cpus)}, clients on "
+        f"{sorted(args.client_cpus)}{cap} (medians of {args.repeat} rounds; added = client TTFT from its call "
+        f"- server first-token time, ms)",
+        results,
+    )
     return results
 
 
@@ -343,15 +429,23 @@ def vllm_main(args: argparse.Namespace, work: Path) -> list[Figures]:
 
     if missing_reason():
         sys.exit(missing_reason())
-    with tiny_vllm(work / "server", server_cpus=args.server_cpus, served_model_name=MODEL, max_num_seqs=4,
-                   num_gpu_blocks_override=512) as target:
+    with tiny_vllm(
+        work / "server",
+        server_cpus=args.server_cpus,
+        served_model_name=MODEL,
+        max_num_seqs=4,
+        num_gpu_blocks_override=512,
+    ) as target:
         poller = HistPoller(target.base_url)
         with inherited_affinity(args.client_cpus):   # off the server's CPUs, as the clients
             poller.start()
         results = rounds(target.base_url, args, work, None, False, poller.mean_between)
         poller.stop.set()
-    report("real vLLM (tiny model, --max-num-seqs 4; added = mean client TTFT from its call - vLLM's TTFT "
-           "histogram mean)", results)
+    report(
+        "real vLLM (tiny model, --max-num-seqs 4; added = mean client TTFT from its call - vLLM's TTFT "
+        "histogram mean)",
+        results,
+    )
     return results
 
 

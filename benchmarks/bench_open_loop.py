@@ -30,17 +30,46 @@ MODEL = "bench-model"
 
 
 def measure(url: str, rate: float, duration: float, warmup: float, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "loadlab", "run", "--target", url, "--model", MODEL, "--profile", "sharegpt",
-           "--rate", str(rate), "--burstiness", "1000", "--step-duration", str(duration),
-           "--warmup", str(warmup), "--workers", "1", "--no-calibrate", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadlab",
+        "run",
+        "--target",
+        url,
+        "--model",
+        MODEL,
+        "--profile",
+        "sharegpt",
+        "--rate",
+        str(rate),
+        "--burstiness",
+        "1000",
+        "--step-duration",
+        str(duration),
+        "--warmup",
+        str(warmup),
+        "--workers",
+        "1",
+        "--no-calibrate",
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, capture_output=True)
     step = read_manifest(out)["steps"][0]
     df = read_table(out / "requests.parquet", REQUESTS)
     df = df[df.t_scheduled >= step["t_start"] + step["warmup_s"]]
     lag_ms = df.send_lag_s.to_numpy() * 1e3
     sent = np.sort(df.t_sent.to_numpy())
-    return {"rate": rate, "n": len(df), "not_ok": int((df.status != "ok").sum()), "p50": np.median(lag_ms), "p99": np.percentile(lag_ms, 99),
-            "max": lag_ms.max(), "achieved": (len(sent) - 1) / (sent[-1] - sent[0])}
+    return {
+        "rate": rate,
+        "n": len(df),
+        "not_ok": int((df.status != "ok").sum()),
+        "p50": np.median(lag_ms),
+        "p99": np.percentile(lag_ms, 99),
+        "max": lag_ms.max(),
+        "achieved": (len(sent) - 1) / (sent[-1] - sent[0]),
+    }
 
 
 def main() -> None:
@@ -56,8 +85,10 @@ def main() -> None:
           tempfile.TemporaryDirectory() as tmp):
         for rate in (float(r) for r in args.rates.split(",")):
             r = measure(url, rate, args.duration, args.warmup, Path(tmp) / f"rate-{rate:g}")
-            print(f"{r['rate']:7g} {r['n']:6d} {r['not_ok']:6d} {r['p50']:11.2f} {r['p99']:8.2f} {r['max']:8.2f} "
-                  f"{r['achieved']:11.1f}")
+            print(
+                f"{r['rate']:7g} {r['n']:6d} {r['not_ok']:6d} {r['p50']:11.2f} {r['p99']:8.2f} {r['max']:8.2f} "
+                f"{r['achieved']:11.1f}"
+            )
 
 
 if __name__ == "__main__":

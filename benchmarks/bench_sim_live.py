@@ -135,10 +135,18 @@ def main() -> None:
           f"events={counts['events']} tokens={counts['tokens']}")
     print(f"client tokens/s received      {counts['tokens'] / wall:10.0f}")
     print(f"busy steps measured           {stats['steps']:10d}")
-    print(f"modelled step period (mean)   {1e3 * stats['modelled_s'] / max(stats['steps'], 1):10.3f} ms")
-    print(f"measured step period (mean)   {1e3 * stats['measured_s'] / max(stats['steps'], 1):10.3f} ms")
-    print(f"measured / modelled           {stats['ratio'] or float('nan'):10.4f}   (goal 0.95-1.05)")
-    print(f"late steps (> 20 ms)          {stats['late_steps']:10d}   max lag {1e3 * stats['max_lag_s']:.1f} ms")
+    print(
+        f"modelled step period (mean)   {1e3 * stats['modelled_s'] / max(stats['steps'], 1):10.3f} ms"
+    )
+    print(
+        f"measured step period (mean)   {1e3 * stats['measured_s'] / max(stats['steps'], 1):10.3f} ms"
+    )
+    print(
+        f"measured / modelled           {stats['ratio'] or float('nan'):10.4f}   (goal 0.95-1.05)"
+    )
+    print(
+        f"late steps (> 20 ms)          {stats['late_steps']:10d}   max lag {1e3 * stats['max_lag_s']:.1f} ms"
+    )
     print(f"re-anchors (fell behind)      {stats['reanchors']:10d}")
     if server_pid:
         print(f"server CPU                    {100 * cpu / wall:10.0f} % of one core "

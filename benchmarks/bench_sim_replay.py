@@ -29,13 +29,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import loadlab
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.replay.driver import ReplayOptions, _Replay, run_replay
+from loadlab.replay.prompts import replay_request
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import resolve
-from loadlab.replay.driver import ReplayOptions, _Replay, run_replay
-from loadlab.replay.prompts import replay_request
 from loadlab.sim.engine.timing import StepTimeModel
+from loadlab.spec.models import LoadPlan, Workload
 from loadlab.workload import load_profile
 
 
@@ -44,7 +44,11 @@ def engine_only(cfg: SimConfig, plan: LoadPlan, workload: Workload) -> tuple[flo
     resolved = resolve(cfg)
     engine = Engine(resolved, StepTimeModel(resolved).step_time)
     profile = load_profile(workload.profile)
-    sampler, common, mml = profile.sampler(workload.seed), profile.common_prefix_tokens, resolved.max_model_len
+    sampler, common, mml = (
+        profile.sampler(workload.seed),
+        profile.common_prefix_tokens,
+        resolved.max_model_len,
+    )
     seq, now, steps = 0, 0.0, 0
 
     def send() -> None:
@@ -80,8 +84,15 @@ def by_module(prof: cProfile.Profile) -> dict[str, float]:
 
 def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, float, int]:
     """(render ms, prometheus_client ms, samples ms, samples) after a one-minute replay."""
-    replay = _Replay(cfg, LoadPlan(concurrency=[64], step_duration_s=60, warmup_s=0), Workload(), out,
-                     ReplayOptions(), None, None)
+    replay = _Replay(
+        cfg,
+        LoadPlan(concurrency=[64], step_duration_s=60, warmup_s=0),
+        Workload(),
+        out,
+        ReplayOptions(),
+        None,
+        None,
+    )
     replay.run()
     metrics = replay.metrics
 
@@ -125,13 +136,19 @@ def main() -> None:
     print(f"replay: {v:.0f} virtual s in {summary.wall_s:.2f} wall s / {cpu:.2f} CPU s = "
           f"{summary.speed:.0f}x / {v / cpu:.0f}x real time (goal >= 200x)"
           f"{' [under cProfile]' if prof else ''}")
-    print(f"  engine steps {summary.engine_steps} ({cpu / summary.engine_steps * 1e6:.0f} CPU us per step), "
-          f"requests {summary.requests}, metrics rows {summary.metrics_rows}")
-    print(f"bare engine, same loop: {bare_wall:.2f} wall s / {bare_cpu:.2f} CPU s = {v / bare_cpu:.0f}x "
-          f"({bare_steps} steps, {bare_cpu / bare_steps * 1e6:.0f} CPU us per step); "
-          f"replay adds {(cpu - bare_cpu) / cpu:.0%} of the replay's CPU time")
-    print(f"metrics page of {n_samples} samples: render() {render_ms:.2f} ms, prometheus_client "
-          f"generate_latest {client_ms:.2f} ms ({client_ms / render_ms:.1f}x), samples() {samples_ms:.2f} ms")
+    print(
+        f"  engine steps {summary.engine_steps} ({cpu / summary.engine_steps * 1e6:.0f} CPU us per step), "
+        f"requests {summary.requests}, metrics rows {summary.metrics_rows}"
+    )
+    print(
+        f"bare engine, same loop: {bare_wall:.2f} wall s / {bare_cpu:.2f} CPU s = {v / bare_cpu:.0f}x "
+        f"({bare_steps} steps, {bare_cpu / bare_steps * 1e6:.0f} CPU us per step); "
+        f"replay adds {(cpu - bare_cpu) / cpu:.0%} of the replay's CPU time"
+    )
+    print(
+        f"metrics page of {n_samples} samples: render() {render_ms:.2f} ms, prometheus_client "
+        f"generate_latest {client_ms:.2f} ms ({client_ms / render_ms:.1f}x), samples() {samples_ms:.2f} ms"
+    )
     if prof:
         total = sum(by_module(prof).values())
         print("self time by module:")

@@ -28,10 +28,14 @@ import sys
 import time
 
 PACE_S, EVENTS_PER_WRITE, WRITES = 0.001, 3, 32
-EVENT = (b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
-         b'"text":" word","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}\n\n')
-END = (b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[],'
-       b'"usage":{"prompt_tokens":40,"total_tokens":136,"completion_tokens":96}}\n\ndata: [DONE]\n\n')
+EVENT = (
+    b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
+    b'"text":" word","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}\n\n'
+)
+END = (
+    b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[],'
+    b'"usage":{"prompt_tokens":40,"total_tokens":136,"completion_tokens":96}}\n\ndata: [DONE]\n\n'
+)
 
 
 async def _serve() -> None:
@@ -96,11 +100,18 @@ def _client(url: str, users: int, seconds: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("checkouts", nargs="?", default=".", help="comma-separated directories, each holding loadlab/")
+    ap.add_argument(
+        "checkouts",
+        nargs="?",
+        default=".",
+        help="comma-separated directories, each holding loadlab/",
+    )
     ap.add_argument("--users", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--realtime", type=int, default=10, metavar="PRIO", help="SCHED_RR priority (0: off)")
+    ap.add_argument(
+        "--realtime", type=int, default=10, metavar="PRIO", help="SCHED_RR priority (0: off)"
+    )
     ap.add_argument("--client", help=argparse.SUPPRESS)
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -123,18 +134,38 @@ def main() -> None:
         url = f"http://127.0.0.1:{int(server.stdout.readline())}"
         for round_ in range(args.rounds):
             for checkout in checkouts if round_ % 2 == 0 else checkouts[::-1]:
-                out = subprocess.run(["taskset", "-c", str(cpus[-1]), sys.executable, __file__, "--client",
-                                      url, "--users", str(args.users), "--seconds", str(args.seconds)],
-                                     env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True,
-                                     check=True).stdout.split()
+                out = subprocess.run(
+                    [
+                        "taskset",
+                        "-c",
+                        str(cpus[-1]),
+                        sys.executable,
+                        __file__,
+                        "--client",
+                        url,
+                        "--users",
+                        str(args.users),
+                        "--seconds",
+                        str(args.seconds),
+                    ],
+                    env={**os.environ, "PYTHONPATH": checkout},
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.split()
                 per_request[checkout].append(float(out[0]))
-                print(f"round {round_} {checkout}: {out[0]} us CPU per request, {out[1]} reads per request",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"round {round_} {checkout}: {out[0]} us CPU per request, {out[1]} reads per request",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         server.kill()
         server.wait()
-    print(f"\n{args.users} users, {WRITES} writes of {EVENTS_PER_WRITE} events {PACE_S * 1e3:g} ms apart, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"\n{args.users} users, {WRITES} writes of {EVENTS_PER_WRITE} events {PACE_S * 1e3:g} ms apart, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     for checkout, values in per_request.items():
         print(f"{checkout}: CPU per request {statistics.median(values):.0f} us median "
               f"({min(values):.0f}-{max(values):.0f} over {len(values)} rounds)")

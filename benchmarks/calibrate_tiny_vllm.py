@@ -107,7 +107,9 @@ def measure(flags: dict, work: Path, runs: list[Load]) -> tuple[dict, dict]:
         for load in runs:
             profile, levels = load.profile, list(load.levels)
             res = run_steps(target, work / profile, profile, levels, STEP_S, WARMUP_S)
-            means = {key: res.histogram(f"vllm:{family}")["mean"] for key, family in FAMILIES.items()}
+            means = {
+                key: res.histogram(f"vllm:{family}")["mean"] for key, family in FAMILIES.items()
+            }
             gen = res.counter("vllm:generation_tokens")["rate_per_s"]
             out[profile] = {int(c): {**{k: float(m[c]) for k, m in means.items()},
                                      "tokens_per_s": float(gen[c])} for c in levels}
@@ -115,7 +117,9 @@ def measure(flags: dict, work: Path, runs: list[Load]) -> tuple[dict, dict]:
     return out, loads
 
 
-def sim_step_load(cfg: SchedulerSettings, step_time, load: Load, turnaround_s: dict[int, float]) -> dict:
+def sim_step_load(
+    cfg: SchedulerSettings, step_time, load: Load, turnaround_s: dict[int, float]
+) -> dict:
     """Closed loop in virtual time: at level c each user's next request reaches the engine
     ``turnaround_s[c]`` after its previous one ended."""
     prompt, output = load.prompt, load.output
@@ -159,7 +163,9 @@ def sim_same_arrivals(cfg: SchedulerSettings, step_time, res: LoadResult) -> dic
     tokens inside it and output tokens/s. Client and API-server delays leave the comparison."""
     engine = Engine(cfg, step_time)  # type: ignore[arg-type]
     reqs = res.requests.dropna(subset=["prompt_tokens", "output_tokens"]).sort_values("t_sent")
-    arrivals = list(zip(reqs.t_sent, reqs.prompt_tokens.astype(int), reqs.output_tokens.astype(int)))
+    arrivals = list(
+        zip(reqs.t_sent, reqs.prompt_tokens.astype(int), reqs.output_tokens.astype(int))
+    )
     sent: dict[str, float] = {}
     firsts: list[tuple[float, float]] = []
     steps: list[tuple[float, int]] = []
@@ -167,7 +173,9 @@ def sim_same_arrivals(cfg: SchedulerSettings, step_time, res: LoadResult) -> dic
     while i < len(arrivals) or engine.has_unfinished_requests():
         while i < len(arrivals) and arrivals[i][0] <= now:
             t, prompt, output = arrivals[i]
-            engine.add_request(EngineRequest(f"r{i}", [1000 + i] + [7] * (prompt - 1), output, output, t))
+            engine.add_request(
+                EngineRequest(f"r{i}", [1000 + i] + [7] * (prompt - 1), output, output, t)
+            )
             sent[f"r{i}"], i = t, i + 1
         out = engine.step(now)
         if out is None:
@@ -182,8 +190,10 @@ def sim_same_arrivals(cfg: SchedulerSettings, step_time, res: LoadResult) -> dic
     for w in res.steps.itertuples():
         inside = (first_t >= w.t_start) & (first_t < w.t_end)
         done = (step_t >= w.t_start) & (step_t < w.t_end)
-        result[int(w.concurrency)] = {"ttft_s": float(first_v[inside].mean()),
-                                      "tokens_per_s": float(step_n[done].sum() / (w.t_end - w.t_start))}
+        result[int(w.concurrency)] = {
+            "ttft_s": float(first_v[inside].mean()),
+            "tokens_per_s": float(step_n[done].sum() / (w.t_end - w.t_start)),
+        }
     return result
 
 
@@ -194,11 +204,17 @@ def compare(real: dict, sim: dict, front_s: Callable[[float], float]) -> list[di
     for lvl in sorted(real):
         r, s = real[lvl], sim[lvl]
         sim_ttft = float(s["ttft_s"] + front_s(s["tokens_per_s"]))
-        rows.append({"concurrency": lvl, "real_ttft_ms": round(r["ttft_s"] * 1e3, 1),
-                     "sim_ttft_ms": round(sim_ttft * 1e3, 1),
-                     "ttft_err": round(sim_ttft / r["ttft_s"] - 1, 3),
-                     "real_tok_s": round(r["tokens_per_s"], 1), "sim_tok_s": round(float(s["tokens_per_s"]), 1),
-                     "tok_s_err": round(float(s["tokens_per_s"] / r["tokens_per_s"]) - 1, 3)})
+        rows.append(
+            {
+                "concurrency": lvl,
+                "real_ttft_ms": round(r["ttft_s"] * 1e3, 1),
+                "sim_ttft_ms": round(sim_ttft * 1e3, 1),
+                "ttft_err": round(sim_ttft / r["ttft_s"] - 1, 3),
+                "real_tok_s": round(r["tokens_per_s"], 1),
+                "sim_tok_s": round(float(s["tokens_per_s"]), 1),
+                "tok_s_err": round(float(s["tokens_per_s"] / r["tokens_per_s"]) - 1, 3),
+            }
+        )
     return rows
 
 
@@ -262,14 +278,18 @@ def main() -> None:
     if reason:
         sys.exit(reason)
     work = Path(tempfile.mkdtemp(prefix="calibrate-"))
-    data, loads = measure({"max_num_seqs": CAP, "num_gpu_blocks_override": 512}, work, [PREFILL, FIT, CHECK])
+    data, loads = measure(
+        {"max_num_seqs": CAP, "num_gpu_blocks_override": 512}, work, [PREFILL, FIT, CHECK]
+    )
     model = fit(data)
     print("fit:", {k: f"{v * 1e3:.4f} ms" for k, v in asdict(model).items()})
     checks = {}
     for name, load in (("fit load (in sample)", FIT), ("check load (held out)", CHECK)):
         checks[name] = check(model, load, data[load.profile], loads[load.profile])
         for title, rows in checks[name].items():
-            print(f"simulator vs vLLM, {name}: {load.profile} ({load.prompt} in, {load.output} out), {title}:")
+            print(
+                f"simulator vs vLLM, {name}: {load.profile} ({load.prompt} in, {load.output} out), {title}:"
+            )
             for row in rows:
                 print("  ", row)
     (work / "calibration.json").write_text(json.dumps({"fit": asdict(model), "measured": data,

@@ -108,7 +108,10 @@ def _started(argv: list[str], spec: RunSpec, env: dict[str, str] | None = None,
     try:
         yield proc, cpu
         rc = proc.wait()
-        if rc not in (0, 3):  # loadlab exits 3 when the client fell short of the load: still measured
+        if rc not in (
+            0,
+            3,
+        ):  # loadlab exits 3 when the client fell short of the load: still measured
             tail = (spec.work / f"{spec.tag}.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"{argv[:4]} exited {rc}:\n{tail}")
     finally:
@@ -121,7 +124,8 @@ def _started(argv: list[str], spec: RunSpec, env: dict[str, str] | None = None,
 # --------------------------------------------------------------------------- loadlab
 def _profile(work: Path) -> Path:
     path = work / "bench.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         format_version: 1
         name: bench
         description: fixed lengths for the load-generator benchmark
@@ -134,7 +138,8 @@ def _profile(work: Path) -> Path:
           output_summary: {{n: 1, mean: {OUTPUT_TOKENS}, p10: 1, p25: 1, p50: 1, p75: 1, p90: 1, p99: 1, max: 1}}
         arrivals: {{process: none}}
         prefix: {{kind: none}}
-        """))
+        """)
+    )
     return path
 
 
@@ -157,12 +162,27 @@ def run_loadlab(spec: RunSpec, workers: int = 1, checkout: Path | None = None) -
     df = read_table(out / "requests.parquet", REQUESTS)
     offsets = df.chunk_offsets_s
     sent = df.t_sent.to_numpy(float)
-    chunks = np.concatenate([s + np.asarray(o, float) for s, o in zip(sent, offsets) if o is not None
-                             and len(o)] or [np.empty(0)])
-    reqs = Requests(df.request_id.tolist(), df.t_issued.to_numpy(float), df.t_first_token.to_numpy(float),
-                    df.t_done.to_numpy(float), (df.status == "ok").to_numpy(), chunks, df.t_sent.to_numpy(float))
-    return ClientRun("loadlab-base" if checkout else f"loadlab-w{workers}", spec.level, reqs, cpu, request_id(seed, 0)[:-1],
-                     proc.pid)
+    chunks = np.concatenate(
+        [s + np.asarray(o, float) for s, o in zip(sent, offsets) if o is not None and len(o)]
+        or [np.empty(0)]
+    )
+    reqs = Requests(
+        df.request_id.tolist(),
+        df.t_issued.to_numpy(float),
+        df.t_first_token.to_numpy(float),
+        df.t_done.to_numpy(float),
+        (df.status == "ok").to_numpy(),
+        chunks,
+        df.t_sent.to_numpy(float),
+    )
+    return ClientRun(
+        "loadlab-base" if checkout else f"loadlab-w{workers}",
+        spec.level,
+        reqs,
+        cpu,
+        request_id(seed, 0)[:-1],
+        proc.pid,
+    )
 
 
 # --------------------------------------------------------------------------- aiohttp peer
@@ -193,19 +213,34 @@ async def _peer_user(session, url: str, body: dict, stop_at: float, ids, out: li
 async def _peer(url: str, level: int, duration: float, tag: str, dest: Path) -> None:
     import aiohttp
 
-    body = {"model": MODEL, "prompt": " ".join(["the"] * PROMPT_TOKENS), "max_tokens": OUTPUT_TOKENS,
-            "min_tokens": OUTPUT_TOKENS, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": MODEL,
+        "prompt": " ".join(["the"] * PROMPT_TOKENS),
+        "max_tokens": OUTPUT_TOKENS,
+        "min_tokens": OUTPUT_TOKENS,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     out: list = []
     ids = (f"{tag}-{i}" for i in itertools.count())
     stop_at = time.time() + duration
     conn = aiohttp.TCPConnector(limit=level, keepalive_timeout=60)
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as session:
+    async with aiohttp.ClientSession(
+        connector=conn, timeout=aiohttp.ClientTimeout(total=600)
+    ) as session:
         await asyncio.gather(*[_peer_user(session, f"{url}/v1/completions", body, stop_at, ids, out)
                                for _ in range(level)])
     rid, call, first, done, ok, chunks = zip(*out)
-    np.savez(dest, ids=np.array(rid), call=np.array(call), first=np.array(first), done=np.array(done),
-             ok=np.array(ok), chunk_times=np.concatenate([np.asarray(c, float) for c in chunks]))
+    np.savez(
+        dest,
+        ids=np.array(rid),
+        call=np.array(call),
+        first=np.array(first),
+        done=np.array(done),
+        ok=np.array(ok),
+        chunk_times=np.concatenate([np.asarray(c, float) for c in chunks]),
+    )
 
 
 def run_aiohttp(spec: RunSpec) -> ClientRun:
@@ -215,7 +250,9 @@ def run_aiohttp(spec: RunSpec) -> ClientRun:
     with _started(argv, spec) as (_, cpu):
         pass
     z = np.load(dest)
-    reqs = Requests([str(x) for x in z["ids"]], z["call"], z["first"], z["done"], z["ok"], z["chunk_times"])
+    reqs = Requests(
+        [str(x) for x in z["ids"]], z["call"], z["first"], z["done"], z["ok"], z["chunk_times"]
+    )
     return ClientRun("aiohttp", spec.level, reqs, cpu, f"{spec.tag}-")
 
 
@@ -235,14 +272,50 @@ def run_vllm(spec: RunSpec) -> ClientRun:
     n = max(spec.level * 4, int((spec.expected_req_s or 500.0) * spec.duration_s))
     name = f"{spec.tag}.json"
     vllm = _venv_tool(".vllm-venv", "vllm", "run `bash tools/install_vllm.sh`")
-    argv = [str(vllm), "bench", "serve", "--backend", "openai", "--base-url", spec.url,
-            "--endpoint", "/v1/completions", "--model", MODEL, "--tokenizer", str(tokenizer),
-            "--dataset-name", "random", "--random-input-len", str(PROMPT_TOKENS),
-            "--random-output-len", str(OUTPUT_TOKENS), "--random-range-ratio", "0", "--ignore-eos",
-            "--max-concurrency", str(spec.level), "--request-rate", "inf", "--num-prompts", str(n),
-            "--request-id-prefix", f"{spec.tag}-", "--disable-tqdm", "--save-result", "--save-detailed",
-            "--result-dir", str(spec.work), "--result-filename", name, "--seed", str(time.time_ns() % 10**6)]
-    offset = time.time() - time.perf_counter()    # perf_counter is CLOCK_MONOTONIC: one clock per host
+    argv = [
+        str(vllm),
+        "bench",
+        "serve",
+        "--backend",
+        "openai",
+        "--base-url",
+        spec.url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        MODEL,
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(PROMPT_TOKENS),
+        "--random-output-len",
+        str(OUTPUT_TOKENS),
+        "--random-range-ratio",
+        "0",
+        "--ignore-eos",
+        "--max-concurrency",
+        str(spec.level),
+        "--request-rate",
+        "inf",
+        "--num-prompts",
+        str(n),
+        "--request-id-prefix",
+        f"{spec.tag}-",
+        "--disable-tqdm",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(spec.work),
+        "--result-filename",
+        name,
+        "--seed",
+        str(time.time_ns() % 10**6),
+    ]
+    offset = (
+        time.time() - time.perf_counter()
+    )  # perf_counter is CLOCK_MONOTONIC: one clock per host
     with _started(argv, spec, VLLM_ENV, cwd=spec.work) as (_, cpu):
         pass
     r = json.loads((spec.work / name).read_text())
@@ -251,7 +324,11 @@ def run_vllm(spec: RunSpec) -> ClientRun:
     ok = np.array([not e for e in r["errors"]])
     first = np.where(ok, start + ttft, np.nan)
     done = start + np.asarray(r["latencies"], float)
-    chunks = [f + np.concatenate([[0.0], np.cumsum(itl)]) for f, itl, good in zip(first, r["itls"], ok) if good]
+    chunks = [
+        f + np.concatenate([[0.0], np.cumsum(itl)])
+        for f, itl, good in zip(first, r["itls"], ok)
+        if good
+    ]
     reqs = Requests([f"{spec.tag}-{i}" for i in range(len(start))], start, first, done, ok,
                     np.concatenate(chunks or [np.empty(0)]))
     return ClientRun("vllm-bench", spec.level, reqs, cpu, f"{spec.tag}-")
@@ -267,19 +344,31 @@ def run_guidellm(spec: RunSpec) -> ClientRun:
     dest = spec.work / f"{spec.tag}.json"
     guidellm = _venv_tool(".bench-venv", "guidellm",
                           "python3 -m venv .bench-venv && .bench-venv/bin/pip install guidellm")
-    argv = [str(guidellm), "run",
-            "--backend", f"kind=openai_http,target={spec.url},model={MODEL},request_format=/v1/completions",
-            "--profile", f"kind=concurrent,streams={spec.level}",
-            "--constraint", f"kind=max_duration,seconds={spec.duration_s:g}",
-            "--data", f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},output_tokens={OUTPUT_TOKENS}",
-            "--tokenizer", f"kind=hf_auto,model={ROOT / '.cache' / 'tiny-llama'}",
-            "--output", f"kind=json,path={dest}", "--disable-console-interactive"]
+    argv = [
+        str(guidellm),
+        "run",
+        "--backend",
+        f"kind=openai_http,target={spec.url},model={MODEL},request_format=/v1/completions",
+        "--profile",
+        f"kind=concurrent,streams={spec.level}",
+        "--constraint",
+        f"kind=max_duration,seconds={spec.duration_s:g}",
+        "--data",
+        f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},output_tokens={OUTPUT_TOKENS}",
+        "--tokenizer",
+        f"kind=hf_auto,model={ROOT / '.cache' / 'tiny-llama'}",
+        "--output",
+        f"kind=json,path={dest}",
+        "--disable-console-interactive",
+    ]
     with _started(argv, spec, VLLM_ENV, cwd=spec.work) as (_, cpu):
         pass
     bench = json.loads(dest.read_text())["benchmarks"][0]["requests"]
-    rows = [(r["info"]["timings"], r["info"]["status"] == "completed") for kind in ("successful", "errored",
-                                                                                     "incomplete")
-            for r in bench.get(kind, [])]
+    rows = [
+        (r["info"]["timings"], r["info"]["status"] == "completed")
+        for kind in ("successful", "errored", "incomplete")
+        for r in bench.get(kind, [])
+    ]
     nan = float("nan")
 
     def when(t: dict, key: str) -> float:
@@ -297,7 +386,12 @@ def run_guidellm(spec: RunSpec) -> ClientRun:
     return ClientRun("guidellm", spec.level, reqs, cpu, None)
 
 
-RUNNERS = {"loadlab": run_loadlab, "aiohttp": run_aiohttp, "vllm": run_vllm, "guidellm": run_guidellm}
+RUNNERS = {
+    "loadlab": run_loadlab,
+    "aiohttp": run_aiohttp,
+    "vllm": run_vllm,
+    "guidellm": run_guidellm,
+}
 
 
 def main() -> None:

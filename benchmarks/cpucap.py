@@ -31,12 +31,18 @@ PERIOD_US = 10_000
 def rt_share(share: float, period_us: int = PERIOD_US) -> Iterator[Path]:
     """A fresh RT group allowed ``share`` of a CPU; removed on exit."""
     if not (CPU_ROOT / "cpu.rt_runtime_us").exists():
-        raise SystemExit(f"--client-cap needs RT group scheduling: {CPU_ROOT}/cpu.rt_runtime_us is missing")
+        raise SystemExit(
+            f"--client-cap needs RT group scheduling: {CPU_ROOT}/cpu.rt_runtime_us is missing"
+        )
     if not 0 < share < 1:
         raise SystemExit(f"--client-cap must be a share of a CPU in (0, 1), got {share}")
     for stale in CPU_ROOT.glob("loadlab-bench-*"):
         pid = stale.name.rpartition("-")[2]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not (stale / "cgroup.procs").read_text():
+        if (
+            pid.isdigit()
+            and not Path(f"/proc/{pid}").exists()
+            and not (stale / "cgroup.procs").read_text()
+        ):
             stale.rmdir()
     group = CPU_ROOT / f"loadlab-bench-{os.getpid()}"
     group.mkdir()

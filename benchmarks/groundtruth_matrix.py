@@ -52,10 +52,12 @@ def main() -> None:
                 knee_ok += near
                 cause_ok += truth.cause == a["cause"]["name"]
                 total += 1
-                print(f"{name:18s} scrape {interval:4g} s seed {seed}: truth ({truth.lower}, {truth.upper}] "
-                      f"{truth.cause:17s} verdict ({k['lower']}, {k['upper']}] {a['cause']['name']:17s} "
-                      f"{k['confidence']:6s} {'ok' if near else 'KNEE OFF'} analysis {wall:.1f} s",
-                      flush=True)
+                print(
+                    f"{name:18s} scrape {interval:4g} s seed {seed}: truth ({truth.lower}, {truth.upper}] "
+                    f"{truth.cause:17s} verdict ({k['lower']}, {k['upper']}] {a['cause']['name']:17s} "
+                    f"{k['confidence']:6s} {'ok' if near else 'KNEE OFF'} analysis {wall:.1f} s",
+                    flush=True,
+                )
     causes = sorted({t for t, _ in confusion} | {v for _, v in confusion})
     width = max(len(c) for c in causes) + 2
     print("\nconfusion (rows: truth, columns: verdict)")

@@ -110,7 +110,9 @@ def _requests(spec: HourRun, out: Path, rng: np.random.Generator, progress) -> N
     over = np.maximum(0.0, conc / (spec.seq_cap * spec.endpoints) - 1.0)
     ttft = rng.lognormal(np.log(0.05), 0.4, n) * (1.0 + 20.0 * over)
     output = load_profile("azure-conv").model.lengths.output
-    n_out = np.maximum(1, np.round(np.interp(rng.uniform(0, 1, n), output.p, output.v))).astype(np.int32)
+    n_out = np.maximum(1, np.round(np.interp(rng.uniform(0, 1, n), output.p, output.v))).astype(
+        np.int32
+    )
     itl = rng.lognormal(np.log(0.01), 0.2, n)
     status = np.where(rng.uniform(0, 1, n) < 0.995, "ok", "http_error")
     # Recorder order: by completion; the end is only known once the offsets are drawn,
@@ -139,16 +141,22 @@ def _request_part(idx: np.ndarray, step, conc, t_sent, ttft, n_out, itl, status,
     csum = np.cumsum(gaps)
     starts = np.minimum(offsets[:-1], max(len(csum) - 1, 0))
     values = (np.repeat(ttft[idx] - csum[starts], chunks) + csum) if len(csum) else np.zeros(0)
-    last = np.where(chunks > 0, values[np.maximum(offsets[1:] - 1, 0)] if len(values) else 0.0, np.nan)
+    last = np.where(
+        chunks > 0, values[np.maximum(offsets[1:] - 1, 0)] if len(values) else 0.0, np.nan
+    )
     ok = status[idx] == "ok"
     e2e = np.where(ok, last + 0.001, 0.5)
     span = np.where(chunks > 1, (last - ttft[idx]) / np.maximum(chunks - 1, 1), np.nan)
     cols = {
-        "point": pa.array([""] * m), "step": pa.array(step[idx]), "concurrency": pa.array(conc[idx]),
+        "point": pa.array([""] * m),
+        "step": pa.array(step[idx]),
+        "concurrency": pa.array(conc[idx]),
         "worker": pa.array([f"worker-{i % 2}" for i in idx]),
         "user": pa.array((idx % 64).astype(np.int32)),
-        "request_id": pa.array([f"1-{i}" for i in idx]), "seq": pa.array(idx.astype(np.int64)),
-        "endpoint": pa.array([BASE_URL] * m), "api": pa.array(["completions"] * m),
+        "request_id": pa.array([f"1-{i}" for i in idx]),
+        "seq": pa.array(idx.astype(np.int64)),
+        "endpoint": pa.array([BASE_URL] * m),
+        "api": pa.array(["completions"] * m),
         "t_sent": pa.array(t_sent[idx]),
         "t_first_token": pa.array(np.where(ok, t_sent[idx] + ttft[idx], np.nan), from_pandas=True),
         "t_done": pa.array(t_sent[idx] + e2e),
@@ -159,7 +167,9 @@ def _request_part(idx: np.ndarray, step, conc, t_sent, ttft, n_out, itl, status,
         "itl_p99_s": pa.array(span * 2.2, from_pandas=True),
         "itl_max_s": pa.array(span * 3.0, from_pandas=True),
         "n_chunks": pa.array(chunks.astype(np.int32)),
-        "chunk_offsets_s": pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values)),
+        "chunk_offsets_s": pa.ListArray.from_arrays(
+            pa.array(offsets.astype(np.int32)), pa.array(values)
+        ),
         "prompt_tokens": pa.array(rng.integers(20, 4000, m).astype(np.int32)),
         "output_tokens": pa.array(np.where(ok, n_out[idx], 0).astype(np.int32)),
         "target_output_tokens": pa.array(n_out[idx]),
@@ -168,7 +178,9 @@ def _request_part(idx: np.ndarray, step, conc, t_sent, ttft, n_out, itl, status,
         "error": pa.array([None if s == "ok" else "http 500" for s in status[idx]], pa.string()),
     }
     cols["target_prompt_tokens"] = cols["prompt_tokens"]
-    arrays = [cols[f.name].cast(f.type) if f.name in cols else pa.nulls(m, f.type) for f in REQUESTS]
+    arrays = [
+        cols[f.name].cast(f.type) if f.name in cols else pa.nulls(m, f.type) for f in REQUESTS
+    ]
     return pa.Table.from_arrays(arrays, schema=REQUESTS)
 
 
@@ -270,10 +282,22 @@ def _scrapes_and_client(spec: HourRun, out: Path) -> None:
     for a in range(0, int(spec.duration_s), 2):
         ts = np.repeat(T0 + np.arange(a, a + 2) + 1.0, len(workers))
         m = len(ts)
-        client.write_table(pa.Table.from_arrays([
-            pa.array(ts), pa.array(workers * 2), pa.array(np.ones(m)), pa.array(np.full(m, 0.4)),
-            pa.array(np.full(m, 0.4)), pa.array(np.full(m, 2e-4)), pa.array(np.full(m, 2e-3)),
-            pa.array(np.full(m, 32, np.int32)), pa.array(np.full(m, 140, np.int32))], schema=CLIENT))
+        client.write_table(
+            pa.Table.from_arrays(
+                [
+                    pa.array(ts),
+                    pa.array(workers * 2),
+                    pa.array(np.ones(m)),
+                    pa.array(np.full(m, 0.4)),
+                    pa.array(np.full(m, 0.4)),
+                    pa.array(np.full(m, 2e-4)),
+                    pa.array(np.full(m, 2e-3)),
+                    pa.array(np.full(m, 32, np.int32)),
+                    pa.array(np.full(m, 140, np.int32)),
+                ],
+                schema=CLIENT,
+            )
+        )
 
 
 def _manifest(spec: HourRun, out: Path) -> None:
@@ -281,11 +305,22 @@ def _manifest(spec: HourRun, out: Path) -> None:
               "t_start": T0 + k * spec.step_s, "t_end": T0 + (k + 1) * spec.step_s,
               "warmup_s": 10.0, "client_cpu_cores": 0.8, "client_cpu_max_worker": 0.4}
              for k, c in enumerate(spec.concurrency())]
-    write_manifest(out, {
-        "kind": "run", "point": "", "created": T0, "finished": T0 + spec.duration_s,
-        "status": "complete", "target": {"base_url": BASE_URL, "model": "bench", "api": "completions"},
-        "metrics": {"interval_s": spec.scrape_interval_s,
-                    "endpoints": [f"http://vllm-{e}:8000" for e in range(spec.endpoints)]},
-        "workload": {"profile": "azure-conv", "seed": spec.seed},
-        "generated_by": "benchmarks/hour_run.py", "spec": asdict(spec), "steps": steps,
-    })
+    write_manifest(
+        out,
+        {
+            "kind": "run",
+            "point": "",
+            "created": T0,
+            "finished": T0 + spec.duration_s,
+            "status": "complete",
+            "target": {"base_url": BASE_URL, "model": "bench", "api": "completions"},
+            "metrics": {
+                "interval_s": spec.scrape_interval_s,
+                "endpoints": [f"http://vllm-{e}:8000" for e in range(spec.endpoints)],
+            },
+            "workload": {"profile": "azure-conv", "seed": spec.seed},
+            "generated_by": "benchmarks/hour_run.py",
+            "spec": asdict(spec),
+            "steps": steps,
+        },
+    )

@@ -34,7 +34,9 @@ class TreeCpu:
     interval_s: float = 0.05
     refresh_s: float = 0.5
     times: list[float] = field(default_factory=list)
-    per_pid: dict[int, list[float]] = field(default_factory=dict)  # pid -> cumulative CPU per sample
+    per_pid: dict[int, list[float]] = field(
+        default_factory=dict
+    )  # pid -> cumulative CPU per sample
     names: dict[int, str] = field(default_factory=dict)            # pid -> command line, shortened
 
     def __post_init__(self) -> None:

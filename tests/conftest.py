@@ -100,7 +100,9 @@ def uniform_profile(tmp_path_factory: pytest.TempPathFactory) -> ProfileWriter:
         def lengths(lo: int, hi: int) -> str:
             at = {f"p{q}": lo + (hi - lo) * q / 100 for q in (10, 25, 50, 75, 90, 99)}
             summary = {"n": 2, "mean": (lo + hi) / 2, **at, "max": hi}
-            return f"{{p: [0.0, 1.0], v: [{lo}, {hi}]}}", "{" + ", ".join(f"{k}: {v:g}" for k, v in summary.items()) + "}"
+            return f"{{p: [0.0, 1.0], v: [{lo}, {hi}]}}", "{" + ", ".join(
+                f"{k}: {v:g}" for k, v in summary.items()
+            ) + "}"
 
         (inp, inp_summary), (out, out_summary) = lengths(*prompt), lengths(*output)
         path = tmp_path_factory.mktemp("profiles") / f"{name}.yaml"

@@ -25,10 +25,22 @@ API = ["PointSpec", "analyze_run", "compare", "load_scenario", "replay_point", "
 HEAVY = ("locust", "gevent", "pandas", "plotly", "pyarrow")
 
 
-def _python(code: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+def _python(
+    code: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def readme_example() -> str:
@@ -76,7 +88,9 @@ def test_the_readme_example_runs_as_written(tmp_path):
     verdicts = [line for line in res.stdout.splitlines() if line.startswith("max-num-seqs-")]
     assert len(verdicts) == 4 and all("knee between" in line for line in verdicts), res.stdout
     sweep = (tmp_path / report.group(1)).parent
-    analysis = json.loads((sweep / "max-num-seqs-8_enable-prefix-caching-on" / "analysis.json").read_text())
+    analysis = json.loads(
+        (sweep / "max-num-seqs-8_enable-prefix-caching-on" / "analysis.json").read_text()
+    )
     assert analysis["cause"]["name"] == "seq_cap", analysis["cause"]
 
 
@@ -124,7 +138,9 @@ def test_a_live_point_runs_in_a_child_and_never_patches_the_caller(tmp_path, uni
     assert any((out / "metrics.parquet").glob("*.parquet")), "the child's scraper wrote metrics"
 
 
-def test_sigterm_to_the_caller_interrupts_the_child_and_keeps_its_records(tmp_path, uniform_profile):
+def test_sigterm_to_the_caller_interrupts_the_child_and_keeps_its_records(
+    tmp_path, uniform_profile
+):
     profile = uniform_profile("short", (8, 16), (4, 8))
     out = tmp_path / "point"
     proc = subprocess.Popen([sys.executable, str(_script(tmp_path)), str(out), str(profile), "120"],
@@ -146,14 +162,16 @@ def test_sigterm_to_the_caller_interrupts_the_child_and_keeps_its_records(tmp_pa
 
 
 def test_an_input_error_in_the_child_reaches_the_caller_whole(tmp_path):
-    res = _python("from pathlib import Path\n"
-                  "import loadlab\n"
-                  "from loadlab.errors import InputError\n"
-                  "from loadlab.spec.models import LoadPlan, Target, Workload\n"
-                  "spec = loadlab.PointSpec(out=Path('p'), target=Target(url='http://127.0.0.1:9', model='m'),\n"
-                  "    workload=Workload(), plan=LoadPlan(concurrency=[1], step_duration_s=1.0))\n"
-                  "try:\n    loadlab.run_point(spec)\n"
-                  "except InputError as exc:\n    print(exc.exit_code, exc.field, bool(exc.fix))",
-                  cwd=tmp_path)
+    res = _python(
+        "from pathlib import Path\n"
+        "import loadlab\n"
+        "from loadlab.errors import InputError\n"
+        "from loadlab.spec.models import LoadPlan, Target, Workload\n"
+        "spec = loadlab.PointSpec(out=Path('p'), target=Target(url='http://127.0.0.1:9', model='m'),\n"
+        "    workload=Workload(), plan=LoadPlan(concurrency=[1], step_duration_s=1.0))\n"
+        "try:\n    loadlab.run_point(spec)\n"
+        "except InputError as exc:\n    print(exc.exit_code, exc.field, bool(exc.fix))",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip() == "2 --target True"

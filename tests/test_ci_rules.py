@@ -32,10 +32,33 @@ def test_never_collected():
 
 
 def _pytest(folder: Path, **env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k != "CI" and not k.startswith("LOADLAB_REQUIRE")}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:locust",
-                           "-c", os.devnull, "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(folder), str(folder)],
-                          capture_output=True, text=True, env={**clean, **env}, timeout=120, check=False)
+    clean = {
+        k: v for k, v in os.environ.items() if k != "CI" and not k.startswith("LOADLAB_REQUIRE")
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:locust",
+            "-c",
+            os.devnull,
+            "-W",
+            "ignore::pytest.PytestUnknownMarkWarning",
+            "--rootdir",
+            str(folder),
+            str(folder),
+        ],
+        capture_output=True,
+        text=True,
+        env={**clean, **env},
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -69,14 +92,19 @@ def test_a_module_skipped_at_import_fails_collection_in_ci(suite):
 def test_require_prometheus_fails_only_the_prometheus_tests(suite):
     res = _pytest(suite, LOADLAB_REQUIRE_PROMETHEUS="1")
     assert res.returncode == 1, res.stdout
-    assert "test_needs_prometheus skipped, which LOADLAB_REQUIRE_PROMETHEUS=1 does not allow" in res.stdout
+    assert (
+        "test_needs_prometheus skipped, which LOADLAB_REQUIRE_PROMETHEUS=1 does not allow"
+        in res.stdout
+    )
     assert "1 failed, 1 skipped" in res.stdout
 
 
 REPO = Path(__file__).resolve().parents[1]
 # A document named by file (``DESIGN.md``) or by its short name (``vllm-facts``), or a path
 # on one machine (``/tmp/briefs``).
-POINTER = re.compile(r"[\w./-]*\.md\b|\b(?:vllm-facts|real-vllm)\b|(?<![\w.])/(?:tmp|work|home|root)/\S*")
+POINTER = re.compile(
+    r"[\w./-]*\.md\b|\b(?:vllm-facts|real-vllm)\b|(?<![\w.])/(?:tmp|work|home|root)/\S*"
+)
 
 
 def test_loadlab_cites_no_document_outside_the_repository():
@@ -93,5 +121,7 @@ def test_loadlab_cites_no_document_outside_the_repository():
 
 
 def test_the_pointer_rule_catches_what_it_is_for():
-    found = POINTER.findall('"""see DESIGN.md, /tmp/briefs/SIM_TYPES.md, vllm-facts; vllm/v1/x.py"""')
+    found = POINTER.findall(
+        '"""see DESIGN.md, /tmp/briefs/SIM_TYPES.md, vllm-facts; vllm/v1/x.py"""'
+    )
     assert found == ["DESIGN.md", "/tmp/briefs/SIM_TYPES.md", "vllm-facts"]

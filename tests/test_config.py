@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from loadlab.spec.models import KneeSearch, LoadPlan, Scenario, parse_levels
 from loadlab.errors import InputError
 from loadlab.experiment.scenarios import load_scenario
+from loadlab.spec.models import KneeSearch, LoadPlan, Scenario, parse_levels
 from loadlab.spec.validate import plan_from_flags
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
@@ -64,14 +64,22 @@ def test_plan_flag_errors_name_the_flag(fields, flag):
 
 
 def test_points_of_a_matrix_and_of_arms():
-    base = {"target": {"launch": "sim"}, "load": {"concurrency": [1]}, "flags": {"--max-num-seqs": 4}}
+    base = {
+        "target": {"launch": "sim"},
+        "load": {"concurrency": [1]},
+        "flags": {"--max-num-seqs": 4},
+    }
     matrix = Scenario.model_validate({**base, "sweep": {"matrix": {
         "block-size": [16, 32], "enable_prefix_caching": [True, False]}}})
     assert matrix.sweep_mode == "matrix" and matrix.baseline is None
     assert [p.name for p in matrix.points()] == [
         "block-size-16_enable-prefix-caching-on", "block-size-16_enable-prefix-caching-off",
         "block-size-32_enable-prefix-caching-on", "block-size-32_enable-prefix-caching-off"]
-    assert matrix.points()[3].flags == {"max_num_seqs": 4, "block_size": 32, "enable_prefix_caching": False}
+    assert matrix.points()[3].flags == {
+        "max_num_seqs": 4,
+        "block_size": 32,
+        "enable_prefix_caching": False,
+    }
     arms = Scenario.model_validate({**base, "sweep": {"arms": {"a": {"max-num-seqs": 8}, "b": {}}}})
     assert arms.sweep_mode == "ab" and arms.baseline == "a"
     assert [(p.name, p.flags["max_num_seqs"]) for p in arms.points()] == [("a", 8), ("b", 4)]
@@ -108,22 +116,54 @@ sweep:
 """
 
 
-@pytest.mark.parametrize(("old", "new", "field", "fix"), [
-    ("concurrency: [1, 2]", "concurency: [1, 2]", "load.concurency", "allowed here: concurrency"),
-    ("concurrency: [1, 2]", "concurrency: 1,two", "load.concurrency", "1:2:64"),
-    ("launch: sim", "launch: tgi", "target.launch", "sim (built-in simulator) or vllm"),
-    ("launch: sim", "url: 127.0.0.1:8000", "target", "http://127.0.0.1:8000"),
-    ("profile: azure-conv", "profile: nope", "workload.profile", "azure-conv"),
-    ("enable-prefix-caching: true}", "enable-prefix-cachin: true}", "sweep.arms.cache-on.enable_prefix_cachin",
-     "enable_prefix_caching"),
-    ("    cache-off: {enable-prefix-caching: false}\n", "", "sweep", "add a second arm"),
-    ("    cache-off:", "    off:", "sweep.arms", "quote"),
-    ("  concurrency: [1, 2]", "  concurrency: [1, 2]\n  warmup_s: 90", "load", "fifth of the step"),
-    ("load:", "load: [", "line", "YAML syntax"),
-    ("workload:", "isolation: {server_cpus: 0-1, client_cpus: 1}\nworkload:", "isolation", "own CPUs"),
-    ("workload:", "isolation: {client_cpus: one}\nworkload:", "isolation.client_cpus", "taskset"),
-    ("workload:", "isolation: {server_cpus: 2-1}\nworkload:", "isolation.server_cpus", "low-high"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "field", "fix"),
+    [
+        (
+            "concurrency: [1, 2]",
+            "concurency: [1, 2]",
+            "load.concurency",
+            "allowed here: concurrency",
+        ),
+        ("concurrency: [1, 2]", "concurrency: 1,two", "load.concurrency", "1:2:64"),
+        ("launch: sim", "launch: tgi", "target.launch", "sim (built-in simulator) or vllm"),
+        ("launch: sim", "url: 127.0.0.1:8000", "target", "http://127.0.0.1:8000"),
+        ("profile: azure-conv", "profile: nope", "workload.profile", "azure-conv"),
+        (
+            "enable-prefix-caching: true}",
+            "enable-prefix-cachin: true}",
+            "sweep.arms.cache-on.enable_prefix_cachin",
+            "enable_prefix_caching",
+        ),
+        ("    cache-off: {enable-prefix-caching: false}\n", "", "sweep", "add a second arm"),
+        ("    cache-off:", "    off:", "sweep.arms", "quote"),
+        (
+            "  concurrency: [1, 2]",
+            "  concurrency: [1, 2]\n  warmup_s: 90",
+            "load",
+            "fifth of the step",
+        ),
+        ("load:", "load: [", "line", "YAML syntax"),
+        (
+            "workload:",
+            "isolation: {server_cpus: 0-1, client_cpus: 1}\nworkload:",
+            "isolation",
+            "own CPUs",
+        ),
+        (
+            "workload:",
+            "isolation: {client_cpus: one}\nworkload:",
+            "isolation.client_cpus",
+            "taskset",
+        ),
+        (
+            "workload:",
+            "isolation: {server_cpus: 2-1}\nworkload:",
+            "isolation.server_cpus",
+            "low-high",
+        ),
+    ],
+)
 def test_scenario_errors_name_file_field_and_fix(tmp_path, old, new, field, fix):
     path = tmp_path / "bad.yaml"
     assert old in GOOD
@@ -154,8 +194,17 @@ def test_relative_profile_resolves_against_the_scenario(tmp_path):
 
 def test_isolation_reads_taskset_lists_numbers_and_lists(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text(GOOD.replace("workload:", "isolation:\n  server_cpus: 0-2,5\n  client_cpus: 3\nworkload:"))
+    path.write_text(
+        GOOD.replace("workload:", "isolation:\n  server_cpus: 0-2,5\n  client_cpus: 3\nworkload:")
+    )
     isolation = load_scenario(path).isolation
-    assert isolation is not None and isolation.server_cpus == {0, 1, 2, 5} and isolation.client_cpus == {3}
+    assert (
+        isolation is not None
+        and isolation.server_cpus == {0, 1, 2, 5}
+        and isolation.client_cpus == {3}
+    )
     path.write_text(GOOD.replace("workload:", "isolation: {client_cpus: [6, 4]}\nworkload:"))
-    assert load_scenario(path).isolation.manifest_entry() == {"server_cpus": None, "client_cpus": [4, 6]}
+    assert load_scenario(path).isolation.manifest_entry() == {
+        "server_cpus": None,
+        "client_cpus": [4, 6],
+    }

@@ -29,8 +29,15 @@ def test_unknown_subcommand_exits_2():
 
 
 def test_input_error_message_names_source_field_and_fix():
-    err = InputError("must be positive", source="scenarios/x.yaml", field="steps[2].concurrency", fix="use 1 or more")
-    assert str(err) == "scenarios/x.yaml: steps[2].concurrency: must be positive (fix: use 1 or more)"
+    err = InputError(
+        "must be positive",
+        source="scenarios/x.yaml",
+        field="steps[2].concurrency",
+        fix="use 1 or more",
+    )
+    assert (
+        str(err) == "scenarios/x.yaml: steps[2].concurrency: must be positive (fix: use 1 or more)"
+    )
     assert err.exit_code == 2
 
 

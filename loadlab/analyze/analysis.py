@@ -43,7 +43,11 @@ def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> A
     knee = find_knee(run, table, seed=seed)
     table["state"] = knee.states
     config = pool_config(run.metrics, run.manifest)
-    v0 = catalog.engine_generation(run.metrics["family"].unique()) == "v0" if not run.metrics.empty else False
+    v0 = (
+        catalog.engine_generation(run.metrics["family"].unique()) == "v0"
+        if not run.metrics.empty
+        else False
+    )
     measured = knee.upper if knee.found else None
     cap = capacity(config, run.requests, v0, _plain(measured))
     table["token_fill"] = token_fill(table, config)
@@ -111,18 +115,27 @@ def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:
         gen = catalog.engine_generation(run.metrics["family"].unique())
         if gen == "v0" or any(catalog.BY_FAMILY.get(f) and catalog.BY_FAMILY[f].era == "renamed"
                               for f in run.metrics["family"].unique()):
-            w.append("V0-era metric names found (gpu_cache_usage_perc, ...): read as their V1 roles")
-        for col, what in (("waiting_occupancy", "waiting gauge"), ("server_queue_mean_ms", "queue-time histogram")):
+            w.append(
+                "V0-era metric names found (gpu_cache_usage_perc, ...): read as their V1 roles"
+            )
+        for col, what in (
+            ("waiting_occupancy", "waiting gauge"),
+            ("server_queue_mean_ms", "queue-time histogram"),
+        ):
             if col not in table or table[col].isna().all():
                 w.append(f"no {what} in {METRICS_TABLE}: its detector did not vote")
         for row in table.itertuples(index=False):
             cov = getattr(row, "coverage", np.nan)
             if not np.isnan(cov) and cov < COVERAGE_WARN:
-                w.append(f"step {row.step}: only {cov:.0%} of the expected scrapes came back (scrape gap)")
+                w.append(
+                    f"step {row.step}: only {cov:.0%} of the expected scrapes came back (scrape gap)"
+                )
             stale = getattr(row, "gauge_stale", np.nan)
             if not np.isnan(stale) and stale > STALE_WARN:
-                w.append(f"step {row.step}: the running gauge read 0 while tokens flowed in "
-                         f"{stale:.0%} of snapshots (lagging gauges): the verdict uses counters and maxima")
+                w.append(
+                    f"step {row.step}: the running gauge read 0 while tokens flowed in "
+                    f"{stale:.0%} of snapshots (lagging gauges): the verdict uses counters and maxima"
+                )
     return w
 
 

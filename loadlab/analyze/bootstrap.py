@@ -109,9 +109,9 @@ def step_pieces(run: RunData, table: pd.DataFrame) -> Pieces:
     ttft = req["ttft_s"].to_numpy(dtype=float)[ok] if len(req) else np.zeros(0)
     out = Pieces([], [], [])
     for w in table.itertuples(index=False):
-        a, b = np.searchsorted(hist_t, [w.t_start, w.t_end], side="right")      # t_start < t <= t_end
+        a, b = np.searchsorted(hist_t, [w.t_start, w.t_end], side="right")  # t_start < t <= t_end
         out.hist.append(hist[a:b])
-        a, b = np.searchsorted(snap_t, [w.t_start, w.t_end], side="left")       # t_start <= t < t_end
+        a, b = np.searchsorted(snap_t, [w.t_start, w.t_end], side="left")  # t_start <= t < t_end
         out.waiting.append(snap_v[a:b])
         sel = ttft[(step == w.step) & (sent >= w.t_start) & (sent < w.t_end)]
         out.ttft.append(np.sort(sel[~np.isnan(sel)]))

@@ -33,7 +33,12 @@ def pool_config(metrics: pd.DataFrame, manifest: dict[str, Any]) -> dict[str, An
     """vLLM's cache config as typed values, merged over what the manifest knows."""
     config: dict[str, Any] = {}
     server = manifest.get("server") or {}
-    for key in ("num_gpu_blocks", "block_size", "enable_prefix_caching", "kv_cache_max_concurrency"):
+    for key in (
+        "num_gpu_blocks",
+        "block_size",
+        "enable_prefix_caching",
+        "kv_cache_max_concurrency",
+    ):
         if server.get(key) is not None:
             config[key] = server[key]
     config.update((manifest.get("metrics") or {}).get("cache_config_info") or {})

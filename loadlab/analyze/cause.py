@@ -90,20 +90,32 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
             fill: np.ndarray, psi: float | None) -> Signals:
     """Collect the stalled steps' figures and the cap/budget (flags, else inferred)."""
     sig = Signals(
-        steps=[int(s) for s in rows["step"]], levels=rows["level"].astype(float).tolist(),
-        running_max=column(rows, "running_max"), kv_max=column(rows, "kv_max"),
+        steps=[int(s) for s in rows["step"]],
+        levels=rows["level"].astype(float).tolist(),
+        running_max=column(rows, "running_max"),
+        kv_max=column(rows, "kv_max"),
         preemptions=column(rows, "preemptions"),
-        waiting=np.where(np.isnan(column(rows, "waiting_little")), column(rows, "waiting_mean"),
-                         column(rows, "waiting_little")),
-        tokens_per_step=tokens_per_step(rows), fill=fill, hit_rate=column(rows, "prefix_hit_rate"),
+        waiting=np.where(
+            np.isnan(column(rows, "waiting_little")),
+            column(rows, "waiting_mean"),
+            column(rows, "waiting_little"),
+        ),
+        tokens_per_step=tokens_per_step(rows),
+        fill=fill,
+        hit_rate=column(rows, "prefix_hit_rate"),
         budget=as_int(server.get("max_num_batched_tokens")),
-        prefix_caching=_bool(config.get("enable_prefix_caching", server.get("enable_prefix_caching"))))
+        prefix_caching=_bool(
+            config.get("enable_prefix_caching", server.get("enable_prefix_caching"))
+        ),
+    )
     sig.cap = as_int(server.get("max_num_seqs"))
     runs = sig.running_max[~np.isnan(sig.running_max)]
     plateau = len(runs) > 0 and np.ptp(runs) == 0 and runs[0] > 0
     if sig.cap is None and plateau and (psi is None or abs(psi - runs[0]) <= 1.5):
         sig.cap, sig.cap_inferred = int(runs[0]), True
-        sig.notes.append(f"max_num_seqs not known: inferred {int(runs[0])} from the running plateau")
+        sig.notes.append(
+            f"max_num_seqs not known: inferred {int(runs[0])} from the running plateau"
+        )
     return sig
 
 
@@ -168,16 +180,47 @@ def signatures(sig: Signals) -> list[Candidate]:
     out: list[Candidate] = []
     at_cap = (sig.running_max >= cap) & kv_ok if cap else np.zeros(n, dtype=bool)
     score = float(at_cap.mean()) * (0.9 if sig.cap_inferred else 1.0)
-    out.append(Candidate("seq_cap", score, _ev(sig, [
-        ("running max", sig.running_max), ("KV usage max", sig.kv_max), ("waiting (mean)", sig.waiting)],
-        extra=[] if cap is None else [{"what": "max_num_seqs" + (" (inferred)" if sig.cap_inferred else ""),
-                                       "value": cap, "step": sig.steps[0]}])))
+    out.append(
+        Candidate(
+            "seq_cap",
+            score,
+            _ev(
+                sig,
+                [
+                    ("running max", sig.running_max),
+                    ("KV usage max", sig.kv_max),
+                    ("waiting (mean)", sig.waiting),
+                ],
+                extra=[]
+                if cap is None
+                else [
+                    {
+                        "what": "max_num_seqs" + (" (inferred)" if sig.cap_inferred else ""),
+                        "value": cap,
+                        "step": sig.steps[0],
+                    }
+                ],
+            ),
+        )
+    )
     kv_like = kv_full & (below_cap | (np.nan_to_num(sig.preemptions) > 0))
     caliber = kv_like & (sig.fill < CALIBER)
     kv_score = float(kv_like.mean())
     cal_score = float(caliber.mean())
-    out.append(Candidate("kv_exhausted", kv_score - 0.4 * cal_score, _ev(sig, [
-        ("KV usage max", sig.kv_max), ("preemptions", sig.preemptions), ("running max", sig.running_max)])))
+    out.append(
+        Candidate(
+            "kv_exhausted",
+            kv_score - 0.4 * cal_score,
+            _ev(
+                sig,
+                [
+                    ("KV usage max", sig.kv_max),
+                    ("preemptions", sig.preemptions),
+                    ("running max", sig.running_max),
+                ],
+            ),
+        )
+    )
     out.append(Candidate("dashboard_caliber", cal_score, _ev(sig, [
         ("token-level / block-level KV usage", sig.fill), ("KV usage max", sig.kv_max)])))
     out.append(_budget(sig, below_cap, kv_ok))
@@ -199,8 +242,11 @@ def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray) -> Candidate
         flat = len(tps) >= 2 and tps.min() >= 0.85 * tps.max()
         score = 0.6 * float((below_cap & kv_ok).mean()) if flat else 0.0
         extra = []
-    return Candidate("token_budget", score, _ev(sig, [("tokens per engine step", sig.tokens_per_step)],
-                                                extra=extra))
+    return Candidate(
+        "token_budget",
+        score,
+        _ev(sig, [("tokens per engine step", sig.tokens_per_step)], extra=extra),
+    )
 
 
 def _budget_fill(sig: Signals) -> np.ndarray:

@@ -52,8 +52,19 @@ TTFT_JUMP = 3.0
 SLOPE_ALPHA = 0.90
 SLOPE_MAX_POINTS = 400
 # The step-table columns :func:`votes` reads.
-VOTE_COLUMNS = ("level", "t_start", "t_end", "inflight", "rps", "server_queue_mean_ms", "server_ttft_mean_ms",
-                "server_itl_mean_ms", "itl_p50_ms", "ttft_p50_ms", "waiting_occupancy")
+VOTE_COLUMNS = (
+    "level",
+    "t_start",
+    "t_end",
+    "inflight",
+    "rps",
+    "server_queue_mean_ms",
+    "server_ttft_mean_ms",
+    "server_itl_mean_ms",
+    "itl_p50_ms",
+    "ttft_p50_ms",
+    "waiting_occupancy",
+)
 SERVER = ("queue", "occupancy", "little", "hinge")
 OPEN = ("queue", "occupancy", "little", "growth", "achieved")
 
@@ -154,8 +165,13 @@ def two_segment(levels: np.ndarray, y: np.ndarray) -> Plateau:
     return Plateau(best[1] if gain >= 0.5 else None, gain)
 
 
-def votes(cols: pd.DataFrame | Mapping[str, np.ndarray], closed: bool, waiting: np.ndarray,
-          psi: float | np.ndarray | None, growth: list[Slope | None] | None = None) -> dict[str, np.ndarray]:
+def votes(
+    cols: pd.DataFrame | Mapping[str, np.ndarray],
+    closed: bool,
+    waiting: np.ndarray,
+    psi: float | np.ndarray | None,
+    growth: list[Slope | None] | None = None,
+) -> dict[str, np.ndarray]:
     """Every detector's votes: 1.0 stalled, 0.0 not, NaN no vote (inputs missing).
 
     ``cols``: the step table, or a mapping of its columns as arrays whose last axis is
@@ -170,8 +186,14 @@ def votes(cols: pd.DataFrame | Mapping[str, np.ndarray], closed: bool, waiting: 
         queue, ttft = get("server_queue_mean_ms"), get("server_ttft_mean_ms")
         inflight, levels = get("inflight"), get("level")
         floor = np.where(np.isnan(step_ms), 0.0, QUEUE_MIN_STEPS * step_ms)
-        out = {"queue": _vote(~np.isnan(queue) & (ttft > 0), (queue >= QUEUE_SHARE * ttft) & (queue >= floor)),
-               "occupancy": _vote(~np.isnan(get("waiting_occupancy")), get("waiting_occupancy") >= OCCUPANCY)}
+        out = {
+            "queue": _vote(
+                ~np.isnan(queue) & (ttft > 0), (queue >= QUEUE_SHARE * ttft) & (queue >= floor)
+            ),
+            "occupancy": _vote(
+                ~np.isnan(get("waiting_occupancy")), get("waiting_occupancy") >= OCCUPANCY
+            ),
+        }
         scale = np.where(np.isnan(inflight), 0.0, LITTLE_FRACTION * inflight)
         out["little"] = _vote(~np.isnan(waiting), waiting >= np.maximum(LITTLE_MIN, scale))
         if closed:
@@ -179,15 +201,22 @@ def votes(cols: pd.DataFrame | Mapping[str, np.ndarray], closed: bool, waiting: 
             out["hinge"] = _vote(~np.isnan(waiting) & ~np.isnan(cap), levels - cap >= HINGE_MARGIN)
         else:
             window = get("t_end") - get("t_start")
-            out["growth"] = np.array([np.nan if g is None else float(_grows(g, span, infl))
-                                      for g, span, infl in zip(growth or [None] * len(levels), window,
-                                                               inflight)])
+            out["growth"] = np.array(
+                [
+                    np.nan if g is None else float(_grows(g, span, infl))
+                    for g, span, infl in zip(growth or [None] * len(levels), window, inflight)
+                ]
+            )
             rps = get("rps")
             out["achieved"] = _vote(~np.isnan(rps) & ~np.isnan(levels), rps < ACHIEVED * levels)
-        server = np.any(~np.isnan(np.stack(np.broadcast_arrays(out["queue"], out["occupancy"], out["little"]))),
-                        axis=(0, -1))                  # per resample: any server detector voted
+        server = np.any(
+            ~np.isnan(np.stack(np.broadcast_arrays(out["queue"], out["occupancy"], out["little"]))),
+            axis=(0, -1),
+        )                  # per resample: any server detector voted
         if closed and not np.all(server):
-            out["ttft_jump"] = np.where(server[..., None], np.nan, ttft_jump(get("ttft_p50_ms"), get("itl_p50_ms")))
+            out["ttft_jump"] = np.where(
+                server[..., None], np.nan, ttft_jump(get("ttft_p50_ms"), get("itl_p50_ms"))
+            )
     shape = np.broadcast_shapes(*(v.shape for v in out.values()))
     return {k: np.broadcast_to(v, shape) for k, v in out.items()}
 
@@ -196,8 +225,11 @@ def step_votes(table: pd.DataFrame, closed: bool, waiting: np.ndarray, hinge: Hi
                growth: list[Slope | None] | None = None) -> pd.DataFrame:
     """One row per step, one column per detector (True / False / None)."""
     found = votes(table, closed, waiting, None if hinge is None else hinge.psi, growth)
-    return pd.DataFrame({k: [None if np.isnan(x) else bool(x) for x in v] for k, v in found.items()},
-                        index=table.index, dtype=object)
+    return pd.DataFrame(
+        {k: [None if np.isnan(x) else bool(x) for x in v] for k, v in found.items()},
+        index=table.index,
+        dtype=object,
+    )
 
 
 def ttft_jump(ttft: np.ndarray, itl: np.ndarray) -> np.ndarray:
@@ -212,7 +244,9 @@ def ttft_jump(ttft: np.ndarray, itl: np.ndarray) -> np.ndarray:
     return _vote(~np.isnan(ttft), (ttft >= TTFT_JUMP * base) & (ttft >= base + gap))
 
 
-def inflight_slopes(requests: pd.DataFrame, table: pd.DataFrame, dt: float = 1.0) -> list[Slope | None]:
+def inflight_slopes(
+    requests: pd.DataFrame, table: pd.DataFrame, dt: float = 1.0
+) -> list[Slope | None]:
     """Per step, Theil-Sen slope of the client's in-flight count sampled every ``dt`` s."""
     sent = requests["t_sent"].to_numpy(dtype=float)
     done = requests["t_done"].to_numpy(dtype=float)
@@ -230,7 +264,10 @@ def inflight_slopes(requests: pd.DataFrame, table: pd.DataFrame, dt: float = 1.0
 def ttft_trend(requests: pd.DataFrame, table: pd.DataFrame) -> list[bool | None]:
     """Per step: does the client's TTFT rise within the step (cross-check only)?"""
     ok = (requests["status"] == "ok").to_numpy(dtype=bool)
-    sent, ttft = requests["t_sent"].to_numpy(dtype=float)[ok], requests["ttft_s"].to_numpy(dtype=float)[ok]
+    sent, ttft = (
+        requests["t_sent"].to_numpy(dtype=float)[ok],
+        requests["ttft_s"].to_numpy(dtype=float)[ok],
+    )
     starts, ends = table["t_start"].to_numpy(dtype=float), table["t_end"].to_numpy(dtype=float)
     out: list[bool | None] = []
     for rows, start, end in zip(rows_in(sent, starts, ends), starts, ends):

@@ -95,15 +95,19 @@ def checklist(url: str, result: dict[str, Any], duration_s: float, interval_s: f
     held = f"; tokens held fill ~{fill:.0%} of the blocks in use" if _ok(fill) else ""
     inferred = " (inferred)" if facts.get("cap_inferred") else ""
     caching = "on" if cfg.get("enable_prefix_caching") else "off or unknown"
-    lines = [f"diagnose {url}: {duration_s:g} s of /metrics every {interval_s:g} s ({names})",
-             f"  caliber   KV usage is block-level ({pool}); cached prefix blocks count as free{held}",
-             (f"  queue     running mean {_f(r.get('running_mean'))} max {_f(r.get('running_max'))}; "
-              f"waiting mean {_f(r.get('waiting_mean'))} max {_f(r.get('waiting_max'))}, "
-              f"present in {_pct(r.get('waiting_occupancy'))} of samples; "
-              f"cap {facts.get('cap') or 'unknown'}{inferred}"),
-             f"  KV        usage mean {_pct(r.get('kv_mean'))}, max {_pct(r.get('kv_max'))}",
-             f"  preempt   {_f(r.get('preemptions'))} preemptions in the window",
-             f"  prefix    hit rate {_pct(r.get('prefix_hit_rate'))}, caching {caching}"]
+    lines = [
+        f"diagnose {url}: {duration_s:g} s of /metrics every {interval_s:g} s ({names})",
+        f"  caliber   KV usage is block-level ({pool}); cached prefix blocks count as free{held}",
+        (
+            f"  queue     running mean {_f(r.get('running_mean'))} max {_f(r.get('running_max'))}; "
+            f"waiting mean {_f(r.get('waiting_mean'))} max {_f(r.get('waiting_max'))}, "
+            f"present in {_pct(r.get('waiting_occupancy'))} of samples; "
+            f"cap {facts.get('cap') or 'unknown'}{inferred}"
+        ),
+        f"  KV        usage mean {_pct(r.get('kv_mean'))}, max {_pct(r.get('kv_max'))}",
+        f"  preempt   {_f(r.get('preemptions'))} preemptions in the window",
+        f"  prefix    hit rate {_pct(r.get('prefix_hit_rate'))}, caching {caching}",
+    ]
     state = "requests are queueing" if result["stalled"] else "no persistent queue"
     knob = "nothing stalls at this load" if c["name"] == "none" else c["knob"]
     lines.append(f"{state}; likely cause: {cause_text(c)}; {knob}")

@@ -14,22 +14,35 @@ from typing import Any
 import pandas as pd
 
 COLUMNS = [  # (column, header, format)
-    ("step", "step", "{:.0f}"), ("concurrency", "users", "{:.0f}"), ("target_rate", "rate", "{:.1f}"),
+    ("step", "step", "{:.0f}"),
+    ("concurrency", "users", "{:.0f}"),
+    ("target_rate", "rate", "{:.1f}"),
     ("state", "state", "{}"),
-    ("n_ok", "ok", "{:.0f}"), ("n_err", "err", "{:.0f}"),
-    ("n_aborted", "aborted", "{:.0f}"), ("out_tok_s", "out tok/s", "{:.0f}"),
-    ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}"), ("ttft_p99_ms", "TTFT p99 ms", "{:.0f}"),
-    ("itl_p50_ms", "ITL p50 ms", "{:.1f}"), ("burst_share", "bursts", "{:.2f}"),
+    ("n_ok", "ok", "{:.0f}"),
+    ("n_err", "err", "{:.0f}"),
+    ("n_aborted", "aborted", "{:.0f}"),
+    ("out_tok_s", "out tok/s", "{:.0f}"),
+    ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}"),
+    ("ttft_p99_ms", "TTFT p99 ms", "{:.0f}"),
+    ("itl_p50_ms", "ITL p50 ms", "{:.1f}"),
+    ("burst_share", "bursts", "{:.2f}"),
     ("queue_share", "queue/TTFT", "{:.2f}"),
     ("running_mean", "running", "{:.1f}"),
-    ("running_max", "run max", "{:.0f}"), ("running_itl", "run (ITL)", "{:.1f}"),
-    ("gauge_stale", "stale 0s", "{:.2f}"), ("inflight", "in flight", "{:.1f}"),
+    ("running_max", "run max", "{:.0f}"),
+    ("running_itl", "run (ITL)", "{:.1f}"),
+    ("gauge_stale", "stale 0s", "{:.2f}"),
+    ("inflight", "in flight", "{:.1f}"),
     ("achieved_ratio", "achieved", "{:.0%}"),
-    ("waiting_mean", "waiting", "{:.1f}"), ("waiting_little", "wait (Q)", "{:.1f}"),
-    ("waiting_max", "wait max", "{:.0f}"), ("waiting_occupancy", "P(wait)", "{:.2f}"),
-    ("kv_mean", "KV use", "{:.2f}"), ("kv_max", "KV max", "{:.2f}"),
-    ("preemptions", "preempt", "{:.0f}"), ("prefix_hit_rate", "prefix hit", "{:.2f}"),
-    ("client_cpu_cores", "client cpu", "{:.2f}"), ("goodput_rps", "goodput/s", "{:.2f}"),
+    ("waiting_mean", "waiting", "{:.1f}"),
+    ("waiting_little", "wait (Q)", "{:.1f}"),
+    ("waiting_max", "wait max", "{:.0f}"),
+    ("waiting_occupancy", "P(wait)", "{:.2f}"),
+    ("kv_mean", "KV use", "{:.2f}"),
+    ("kv_max", "KV max", "{:.2f}"),
+    ("preemptions", "preempt", "{:.0f}"),
+    ("prefix_hit_rate", "prefix hit", "{:.2f}"),
+    ("client_cpu_cores", "client cpu", "{:.2f}"),
+    ("goodput_rps", "goodput/s", "{:.2f}"),
 ]
 UNITS = {"concurrency": "concurrent", "rate": "requests/s"}
 
@@ -52,7 +65,9 @@ def verdict_line(analysis: dict[str, Any]) -> str:
     conf = knee.get("confidence")
     if cause["name"] == "client_limited" and not knee["found"]:
         where = "no knee: the load generator could not apply the load"
-        where += f" (judged up to {_n(knee['lower'])} {unit})" if knee.get("lower") is not None else ""
+        where += (
+            f" (judged up to {_n(knee['lower'])} {unit})" if knee.get("lower") is not None else ""
+        )
     elif not knee["found"]:
         where = (f"never stalled up to {_n(knee['lower'])} {unit} ({conf})"
                  if knee.get("lower") is not None else "no load step could be judged")
@@ -103,18 +118,31 @@ def format_details(analysis: dict[str, Any]) -> str:
     """Confidence reasons, ranked causes, capacity, SLOs and warnings, a line each."""
     knee, cause, cap = analysis["knee"], analysis["cause"], analysis["capacity"]
     lines = [f"confidence {knee['confidence']}: " + "; ".join(knee.get("reasons") or [])]
-    lines.append("causes ranked: " + ", ".join(f"{c['name']} {c['score']:.2f}" for c in cause["ranked"]))
+    lines.append(
+        "causes ranked: " + ", ".join(f"{c['name']} {c['score']:.2f}" for c in cause["ranked"])
+    )
     if cap.get("formula_max_concurrency") is not None:
         lo, hi = cap["practical_range"]
-        lines.append(f"capacity: {cap['usable_blocks']:.0f} usable blocks / {cap['blocks_per_request']:.1f} "
-                     f"per request = {cap['formula_max_concurrency']:.0f} concurrent (practice {lo:.0f}-{hi:.0f})"
-                     + (f"; vLLM's kv_cache_max_concurrency {cap['vllm_kv_cache_max_concurrency']:g}"
-                        if cap.get("vllm_kv_cache_max_concurrency") is not None else "")
-                     + (f"; measured knee {_n(cap['measured_knee'])}" if cap.get("measured_knee") is not None else ""))
+        lines.append(
+            f"capacity: {cap['usable_blocks']:.0f} usable blocks / {cap['blocks_per_request']:.1f} "
+            f"per request = {cap['formula_max_concurrency']:.0f} concurrent (practice {lo:.0f}-{hi:.0f})"
+            + (
+                f"; vLLM's kv_cache_max_concurrency {cap['vllm_kv_cache_max_concurrency']:g}"
+                if cap.get("vllm_kv_cache_max_concurrency") is not None
+                else ""
+            )
+            + (
+                f"; measured knee {_n(cap['measured_knee'])}"
+                if cap.get("measured_knee") is not None
+                else ""
+            )
+        )
     slo = analysis.get("slo") or {}
     if slo.get("targets"):
         targets = ", ".join(f"{k}={v:g}" for k, v in slo["targets"].items())
-        lines.append(f"SLO {targets}: highest level meeting them {_n(slo.get('max_level_meeting'))}")
+        lines.append(
+            f"SLO {targets}: highest level meeting them {_n(slo.get('max_level_meeting'))}"
+        )
     lines += [f"warning: {w}" for w in analysis.get("warnings") or []]
     return "\n".join(lines)
 

@@ -53,7 +53,9 @@ def gauge_lag(metrics: pd.DataFrame, requests: pd.DataFrame, windows: pd.DataFra
     return out
 
 
-def stale_share(metrics: pd.DataFrame, running: str, tokens: str, windows: pd.DataFrame) -> np.ndarray:
+def stale_share(
+    metrics: pd.DataFrame, running: str, tokens: str, windows: pd.DataFrame
+) -> np.ndarray:
     """Per window: share of busy-on-both-sides snapshots in which ``running`` read 0."""
     gauge = snapshots(metrics, running, metric=running)
     counter = snapshots(metrics, tokens, metric=f"{tokens}_total")

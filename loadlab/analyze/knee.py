@@ -60,7 +60,9 @@ class Knee:
     confidence: str = "low"
     reasons: list[str] = field(default_factory=list)
     detectors: dict[str, Any] = field(default_factory=dict)
-    states: list[str] = field(default_factory=list)   # per step: ok | stalled | client_limited | unjudged
+    states: list[str] = field(
+        default_factory=list
+    )  # per step: ok | stalled | client_limited | unjudged
     client_limited_before: bool = False
     psi: float | None = None
 
@@ -113,7 +115,9 @@ STATES = ("ok", "stalled", "client_limited", "unjudged")   # state codes 0..3
 
 def step_states(votes: pd.DataFrame, limited: list[bool]) -> list[str]:
     """Per step: ok | stalled | client_limited | unjudged, from the detectors' votes (step 3)."""
-    arrays = {k: np.array([np.nan if v is None else float(v) for v in votes[k]]) for k in votes.columns}
+    arrays = {
+        k: np.array([np.nan if v is None else float(v) for v in votes[k]]) for k in votes.columns
+    }
     return [STATES[c] for c in state_codes(arrays, np.asarray(limited, dtype=bool))]
 
 
@@ -130,7 +134,9 @@ def state_codes(votes: dict[str, np.ndarray], limited: np.ndarray) -> np.ndarray
     return np.where(limited, 2, codes)
 
 
-def bracket(levels: list[float], states: list[str]) -> tuple[bool, float | None, float | None, bool]:
+def bracket(
+    levels: list[float], states: list[str]
+) -> tuple[bool, float | None, float | None, bool]:
     """(found, lower, upper, client_limited_before) from the per-step states (see step 4)."""
     order = sorted(range(len(levels)), key=lambda i: levels[i])
     judged = [i for i in order if states[i] in ("ok", "stalled")]
@@ -168,8 +174,9 @@ def find_knee(run: RunData, table: pd.DataFrame, seed: int = 0) -> Knee:
 
 def _votes(table: pd.DataFrame, closed: bool, waiting: np.ndarray, limited: list[bool],
            growth: list[det.Slope | None] | None) -> pd.DataFrame:
-    return det.step_votes(table, closed, waiting, _hinge(table, waiting, limited) if closed else None,
-                          growth)
+    return det.step_votes(
+        table, closed, waiting, _hinge(table, waiting, limited) if closed else None, growth
+    )
 
 
 def _hinge(table: pd.DataFrame, waiting: np.ndarray, limited: list[bool]) -> det.HingeFit | None:
@@ -177,8 +184,14 @@ def _hinge(table: pd.DataFrame, waiting: np.ndarray, limited: list[bool]) -> det
     return det.hinge_fit(table["level"].to_numpy(dtype=float)[keep], waiting[keep])
 
 
-def _detector_report(votes: pd.DataFrame, levels: list[float], states: list[str],
-                     hinge: det.HingeFit | None, table: pd.DataFrame, run: RunData) -> dict[str, Any]:
+def _detector_report(
+    votes: pd.DataFrame,
+    levels: list[float],
+    states: list[str],
+    hinge: det.HingeFit | None,
+    table: pd.DataFrame,
+    run: RunData,
+) -> dict[str, Any]:
     report: dict[str, Any] = {}
     for name in votes.columns:
         col = votes[name].tolist()
@@ -208,7 +221,9 @@ def _confidence(knee: Knee, run: RunData, table: pd.DataFrame, votes: pd.DataFra
     same = [n for n in voting if knee.detectors[n]["found"] == knee.found
             and knee.detectors[n]["upper"] == _plain(knee.upper)]
     share = len(same) / len(voting) if voting else 0.0
-    reasons.append(f"detectors agreeing: {', '.join(same) or 'none'} of {', '.join(voting) or 'none'}")
+    reasons.append(
+        f"detectors agreeing: {', '.join(same) or 'none'} of {', '.join(voting) or 'none'}"
+    )
     coverage = det.column(table, "coverage")
     worst = float(np.nanmin(coverage)) if not np.all(np.isnan(coverage)) else float("nan")
     server = not np.isnan(worst)
@@ -223,8 +238,13 @@ def _confidence(knee: Knee, run: RunData, table: pd.DataFrame, votes: pd.DataFra
     plateau = knee.detectors["throughput_plateau"]["level"]
     if plateau is not None and knee.found and plateau < knee.upper:
         reasons.append(f"throughput plateaus from {_fmt(plateau)}, before the queue: not the knee")
-    if (server and agreement >= HIGH_AGREEMENT and share >= HIGH_DETECTORS and worst >= HIGH_COVERAGE
-            and not worst_resid > HIGH_RESIDUAL):
+    if (
+        server
+        and agreement >= HIGH_AGREEMENT
+        and share >= HIGH_DETECTORS
+        and worst >= HIGH_COVERAGE
+        and not worst_resid > HIGH_RESIDUAL
+    ):
         knee.confidence = "high"
     elif agreement >= MEDIUM_AGREEMENT and (not server or worst >= MEDIUM_COVERAGE):
         knee.confidence = "medium"
@@ -248,7 +268,9 @@ def _bootstrap(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool
     """Share of resamples whose knee bracket equals the point estimate's (all at once)."""
     closed = run.closed_loop
     levels = table["level"].astype(float).tolist()
-    cols = {c: det.column(table, c) for c in det.VOTE_COLUMNS} | resample(run, table, BOOTSTRAP_N, seed)
+    cols = {c: det.column(table, c) for c in det.VOTE_COLUMNS} | resample(
+        run, table, BOOTSTRAP_N, seed
+    )
     waiting = waiting_level(cols)
     psi = _hinge_psi(table, waiting, limited) if closed else None
     lim = np.asarray(limited, dtype=bool)

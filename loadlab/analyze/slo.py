@@ -53,7 +53,9 @@ def parse_slo(text: str | None) -> list[Target]:
                              fix="use NAME=VALUE pairs such as ttft_p99_ms=500,itl_p99_ms=50,"
                                  "e2e_p90_s=20 (ttft|itl|e2e, pNN, ms|s)")
         metric, q, unit = match.groups()
-        targets.append(Target(name.strip(), metric, float(q), limit / 1e3 if unit == "ms" else limit))
+        targets.append(
+            Target(name.strip(), metric, float(q), limit / 1e3 if unit == "ms" else limit)
+        )
     return targets
 
 
@@ -64,12 +66,20 @@ def evaluate(targets: list[Target], requests: pd.DataFrame, table: pd.DataFrame)
     meets_all: list[bool] = []
     ok = requests[requests["status"] == "ok"] if not requests.empty else requests
     for i, w in enumerate(table.itertuples(index=False)):
-        sel = ok[(ok.step == w.step) & (ok.t_sent >= w.t_start) & (ok.t_sent < w.t_end)] if len(ok) else ok
+        sel = (
+            ok[(ok.step == w.step) & (ok.t_sent >= w.t_start) & (ok.t_sent < w.t_end)]
+            if len(ok)
+            else ok
+        )
         meets = len(sel) > 0
         good = np.ones(len(sel), dtype=bool)
         for t in targets:
             x = sel[_COLUMN[t.metric]].to_numpy(dtype=float) if len(sel) else np.array([])
-            value = float(np.nanpercentile(x, t.q)) if len(x) and not np.all(np.isnan(x)) else float("nan")
+            value = (
+                float(np.nanpercentile(x, t.q))
+                if len(x) and not np.all(np.isnan(x))
+                else float("nan")
+            )
             table.loc[table.index[i], f"slo_{t.name}"] = value
             meets = meets and value <= t.limit_s
             good &= np.nan_to_num(x, nan=np.inf) <= t.limit_s
@@ -83,7 +93,10 @@ def evaluate(targets: list[Target], requests: pd.DataFrame, table: pd.DataFrame)
         if not meets_all[i]:
             break
         best = levels[i]
-    return {"targets": {t.name: (t.limit_s * 1e3 if t.name.endswith("_ms") else t.limit_s)
-                        for t in targets},
-            "max_level_meeting": None if best is None else (int(best) if best.is_integer() else best),
-            "goodput": "DistServe: requests/s finishing within every per-request target"}
+    return {
+        "targets": {
+            t.name: (t.limit_s * 1e3 if t.name.endswith("_ms") else t.limit_s) for t in targets
+        },
+        "max_level_meeting": None if best is None else (int(best) if best.is_integer() else best),
+        "goodput": "DistServe: requests/s finishing within every per-request target",
+    }

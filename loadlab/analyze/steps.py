@@ -79,13 +79,21 @@ def load_run(run_dir: str | Path) -> RunData:
         raise InputError(f"manifest.json is not valid JSON ({exc})", source=path,
                          fix="restore it from the run, or re-run the load") from None
     if not manifest:
-        raise InputError("no manifest.json here", source=run_dir,
-                         fix="point at a run folder written by `loadlab run` or `loadlab sim replay`")
+        raise InputError(
+            "no manifest.json here",
+            source=run_dir,
+            fix="point at a run folder written by `loadlab run` or `loadlab sim replay`",
+        )
     if not isinstance(manifest, dict) or not isinstance(manifest.get("steps", []), list):
         raise InputError("manifest.json has no list of steps", source=path, field="steps",
                          fix="restore it from the run, or re-run the load")
-    return RunData(run_dir, manifest, read_requests(run_dir), read_metrics(run_dir, columns=METRIC_COLUMNS),
-                   read_table(run_dir / SCRAPES_TABLE, SCRAPES))
+    return RunData(
+        run_dir,
+        manifest,
+        read_requests(run_dir),
+        read_metrics(run_dir, columns=METRIC_COLUMNS),
+        read_table(run_dir / SCRAPES_TABLE, SCRAPES),
+    )
 
 
 def measured_windows(manifest: dict) -> pd.DataFrame:
@@ -100,9 +108,16 @@ def measured_windows(manifest: dict) -> pd.DataFrame:
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"step entry {s!r} lacks a usable {exc}", source=MANIFEST,
                              field="steps", fix="restore the manifest from the run") from None
-        rows.append({"step": step, "concurrency": s.get("concurrency"),
-                     "target_rate": s.get("target_rate"), "client_cpu_cores": s.get("client_cpu_cores"),
-                     "t_start": start, "t_end": max(end, start)})
+        rows.append(
+            {
+                "step": step,
+                "concurrency": s.get("concurrency"),
+                "target_rate": s.get("target_rate"),
+                "client_cpu_cores": s.get("client_cpu_cores"),
+                "t_start": start,
+                "t_end": max(end, start),
+            }
+        )
     return pd.DataFrame(rows, columns=["step", "concurrency", "target_rate", "client_cpu_cores",
                                        "t_start", "t_end"])
 

@@ -104,7 +104,7 @@ def counter_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
         parts.append({"wid": wid, **_group(key, by, len(wid)), "delta": delta,
                       "rate_per_s": rate, "resets": drops[ie] - drops[ib]})
     cols = ["delta", "rate_per_s", "resets"]
-    return _finish(wins, _rows(parts, ["wid", *by, *cols]), by, {c: "sum" for c in cols}, cols)
+    return _finish(wins, _rows(parts, ["wid", *by, *cols]), by, dict.fromkeys(cols, "sum"), cols)
 
 
 def histogram_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
@@ -131,8 +131,14 @@ def histogram_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
     return _finish(wins, rows, by, None, cols)
 
 
-def histogram_buckets(metrics: pd.DataFrame, family: str, windows: Windows, *,
-                      by: Sequence[str] = (), where: Mapping[str, str] | None = None) -> pd.DataFrame:
+def histogram_buckets(
+    metrics: pd.DataFrame,
+    family: str,
+    windows: Windows,
+    *,
+    by: Sequence[str] = (),
+    where: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
     """Cumulative bucket increases per window: one row per upper bound ``le`` (float).
 
     For shares the summary statistics do not give, e.g. the fraction of engine
@@ -177,7 +183,9 @@ def snapshots(metrics: pd.DataFrame, family: str, *, by: Sequence[str] = (),
     Sorted by those keys; series lacking a ``by`` label are left out.
     """
     data = select(metrics, family, where=where, metric=metric)
-    frame = pd.DataFrame({"endpoint": _plain(data["endpoint"]), "t": data["t"].to_numpy(dtype=float)})
+    frame = pd.DataFrame(
+        {"endpoint": _plain(data["endpoint"]), "t": data["t"].to_numpy(dtype=float)}
+    )
     for name in by:
         frame[name] = _label_values(data["labels"], name)
     frame["value"] = data["value"].to_numpy(dtype=float)
@@ -208,8 +216,14 @@ def coverage_windows(scrapes: pd.DataFrame, windows: Windows, interval_s: float,
 # ---------------------------------------------------------------- helpers
 
 
-def _histogram_deltas(metrics: pd.DataFrame, family: str, wins: pd.DataFrame,
-                      by: Sequence[str], where: Mapping[str, str] | None, buckets: bool = True) -> pd.DataFrame:
+def _histogram_deltas(
+    metrics: pd.DataFrame,
+    family: str,
+    wins: pd.DataFrame,
+    by: Sequence[str],
+    where: Mapping[str, str] | None,
+    buckets: bool = True,
+) -> pd.DataFrame:
     """Per window, group, kind (_bucket/_sum/_count) and bound: the increase of each series
     (``buckets`` False: of ``_sum`` and ``_count`` only, most of a histogram's series left out)."""
     parts = []
@@ -258,13 +272,17 @@ def select(metrics: pd.DataFrame, family: str, *, where: Mapping[str, str] | Non
     return data
 
 
-def _series(data: pd.DataFrame) -> Iterator[tuple[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]]:
+def _series(
+    data: pd.DataFrame,
+) -> Iterator[tuple[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]]:
     """(endpoint, metric, labels) -> (t, value) sorted by time, series in key order.
 
     One sort of the whole selection (series id, then time) instead of a groupby and a
     sort per series; rows with a missing key are left out, as groupby leaves them.
     """
-    codes, names = zip(*(pd.factorize(data[c], sort=True) for c in ("endpoint", "metric", "labels")))
+    codes, names = zip(
+        *(pd.factorize(data[c], sort=True) for c in ("endpoint", "metric", "labels"))
+    )
     sid = np.zeros(len(data), dtype=np.int64)
     for c, n in zip(codes, names):
         sid = sid * max(len(n), 1) + c
@@ -343,14 +361,22 @@ def _rows(parts: list[dict], columns: list[str]) -> pd.DataFrame | list:
     parts = [p for p in parts if len(p["wid"])]
     if not parts:
         return []
-    return pd.DataFrame({c: list(chain.from_iterable(p[c] for p in parts)) if isinstance(parts[0][c], list)
-                         else np.concatenate([p[c] for p in parts]) for c in columns})
+    return pd.DataFrame(
+        {
+            c: list(chain.from_iterable(p[c] for p in parts))
+            if isinstance(parts[0][c], list)
+            else np.concatenate([p[c] for p in parts])
+            for c in columns
+        }
+    )
 
 
 def _finish(wins: pd.DataFrame, rows: list[dict] | pd.DataFrame, by: Sequence[str],
             agg: dict[str, str] | None, cols: list[str]) -> pd.DataFrame:
     """Sum rows per window and group (when ``agg``), then attach the window columns."""
-    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=["wid", *by, *cols])
+    frame = (
+        rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=["wid", *by, *cols])
+    )
     if agg is not None and not frame.empty:
         frame = frame.groupby(["wid", *by], sort=True, dropna=False).agg(agg).reset_index()
     out = wins.merge(frame, on="wid", how="left")

@@ -118,7 +118,9 @@ def _prefix_lines(model: ProfileModel) -> list[str]:
         f"{active * mean_prompt:,.0f} tokens (active sessions x mean prompt)"),
     ]
     if ses.gap_s is not None:
-        lines.append(f"in the source a turn came a median {ses.gap_s.p50:,.0f} s after the one before")
+        lines.append(
+            f"in the source a turn came a median {ses.gap_s.p50:,.0f} s after the one before"
+        )
     return [lines[0]] + ["          " + line for line in lines[1:]] + stats
 
 

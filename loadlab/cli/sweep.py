@@ -13,8 +13,11 @@ from loadlab.errors import InputError, LoadlabError
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("scenario", required=False)
-@click.option("--what-if", is_flag=True,
-              help="Run every point on the simulator in virtual time: each point's knee in seconds.")
+@click.option(
+    "--what-if",
+    is_flag=True,
+    help="Run every point on the simulator in virtual time: each point's knee in seconds.",
+)
 @click.option("--resume", type=click.Path(file_okay=False, path_type=Path), metavar="RUN",
               help="Continue the sweep in RUN: finished points are kept, the others run again.")
 @out_option("Sweep folder to write [default: reports/sweep-<scenario>-<time>].", metavar="RUN")
@@ -49,8 +52,14 @@ def sweep(scenario: str | None, what_if: bool, resume: Path | None, out: Path | 
     for record in result.manifest.points:
         text = result.verdicts.get(record.name) or next(iter((record.error or "").splitlines()), "")
         click.echo(f"  {record.name}: {record.status}{': ' + text if text else ''}")
-    click.echo(f"report: {result.report}" if result.report else f"report: not written (try `loadlab report {folder}`)")
+    click.echo(
+        f"report: {result.report}"
+        if result.report
+        else f"report: not written (try `loadlab report {folder}`)"
+    )
     failed = [r.name for r in result.manifest.points if r.status == "failed"]
     if failed:
-        raise LoadlabError(f"{len(failed)} of {len(result.manifest.points)} points failed "
-                           f"({', '.join(failed)}); their reasons are in {folder / 'manifest.json'}")
+        raise LoadlabError(
+            f"{len(failed)} of {len(result.manifest.points)} points failed "
+            f"({', '.join(failed)}); their reasons are in {folder / 'manifest.json'}"
+        )

@@ -128,7 +128,9 @@ class _Reader:
 class MetricsFetcher:
     """GETs one URL repeatedly over a persistent HTTP/1.1 connection."""
 
-    def __init__(self, url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> None:
         parts = urlsplit(url)
         self._https = parts.scheme == "https"
         self._host = parts.hostname or ""

@@ -164,7 +164,9 @@ def scrape_rows(
     return rows
 
 
-def parse_text(text: str, *, t: float, endpoint: str, source: str = "direct") -> list[dict[str, Any]]:
+def parse_text(
+    text: str, *, t: float, endpoint: str, source: str = "direct"
+) -> list[dict[str, Any]]:
     """Parse one page into METRICS rows with a fresh parser."""
     parser = ExpositionParser()
     return scrape_rows(parser, parser.parse(text), t=t, endpoint=endpoint, source=source)
@@ -205,7 +207,9 @@ def describe_endpoint(parser: ExpositionParser, ids: list[int]) -> dict[str, Any
     from loadlab.collect import catalog
 
     families = sorted(parser.families)
-    config_labels = [parser.series[i].labels for i in ids if parser.series[i].family == CACHE_CONFIG_FAMILY]
+    config_labels = [
+        parser.series[i].labels for i in ids if parser.series[i].family == CACHE_CONFIG_FAMILY
+    ]
     return {
         "families": families,
         "names_found": catalog.names_found(families),

@@ -39,9 +39,9 @@ import pandas as pd
 
 from loadlab.collect import catalog
 from loadlab.collect.parse import KEEP_PREFIX
-from loadlab.runstore.schema import canonical_labels
 from loadlab.errors import InputError, TargetError
 from loadlab.runstore import METRICS, SCRAPES, PartWriter, update_manifest
+from loadlab.runstore.schema import canonical_labels
 
 SOURCE = "prometheus"
 DEFAULT_CHUNK_S = 600.0
@@ -77,7 +77,9 @@ def _raw_series(pc: Any, selector: str, start: float, end: float, chunk_s: float
 def _stepped_series(pc: Any, selector: str, start: float, end: float, step_s: float) -> list[dict]:
     series: dict[tuple, dict] = {}
     for lo, hi in _chunks(start, end, step_s * 10_000):
-        result = pc.custom_query_range(selector, start_time=_dt(lo), end_time=_dt(hi), step=f"{step_s:g}")
+        result = pc.custom_query_range(
+            selector, start_time=_dt(lo), end_time=_dt(hi), step=f"{step_s:g}"
+        )
         for item in result:
             key = tuple(sorted(item["metric"].items()))
             entry = series.setdefault(key, {"metric": item["metric"], "values": {}})
@@ -130,8 +132,17 @@ def metrics_rows(series: Iterable[dict], types: _Types, scheme: str = "http") ->
         family, mtype = types.resolve(name)
         canon = canonical_labels(labels)
         rows.extend(
-            {"t": t, "scrape_s": None, "endpoint": endpoint, "family": family, "type": mtype, "metric": name,
-                 "labels": canon, "value": v, "source": SOURCE}
+            {
+                "t": t,
+                "scrape_s": None,
+                "endpoint": endpoint,
+                "family": family,
+                "type": mtype,
+                "metric": name,
+                "labels": canon,
+                "value": v,
+                "source": SOURCE,
+            }
             for t, v in item["values"]
         )
     return rows
@@ -224,11 +235,17 @@ def histogram_quantile_query(q: float, family: str, window_s: float, by: Sequenc
     return f"histogram_quantile({q:g}, sum by ({keep}) (rate({family}_bucket[{window_s:g}s])))"
 
 
-def query_range_frame(url: str, promql: str, start: float, end: float, step_s: float) -> pd.DataFrame:
+def query_range_frame(
+    url: str, promql: str, start: float, end: float, step_s: float
+) -> pd.DataFrame:
     """Run one PromQL expression over a range: columns t, labels (canonical JSON), value."""
     pc = _client(url)
     series = _stepped_series(pc, promql, start, end, step_s)
     return pd.DataFrame(
-        [{"t": t, "labels": canonical_labels(s["metric"]), "value": v} for s in series for t, v in s["values"]],
+        [
+            {"t": t, "labels": canonical_labels(s["metric"]), "value": v}
+            for s in series
+            for t, v in s["values"]
+        ],
         columns=["t", "labels", "value"],
     )

@@ -48,10 +48,10 @@ from typing import Any, Protocol
 from loadlab.collect.fetch import MetricsFetcher, endpoint_urls
 from loadlab.collect.parse import ExpositionError, ExpositionParser, describe_endpoint
 from loadlab.collect.sink import MetricsSink
-from loadlab.spec.models import SCRAPE_INTERVAL_MIN_S
 from loadlab.errors import InputError, StoreError
 from loadlab.runstore import SCRAPES, PartWriter, update_manifest
 from loadlab.runstore.layout import METRICS_TABLE, SCRAPES_TABLE
+from loadlab.spec.models import SCRAPE_INTERVAL_MIN_S
 
 MIN_INTERVAL_S = SCRAPE_INTERVAL_MIN_S
 DEFAULT_API_KEY_ENV = "LOADLAB_API_KEY"
@@ -105,7 +105,9 @@ class _EndpointLoop:
             writer_id=f"{owner.writer_id}-{index}", flush_interval_s=owner.flush_interval_s,
         )
         self._n_families = 0
-        self.thread = threading.Thread(target=self._run, name=f"loadlab-scrape-{index}", daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, name=f"loadlab-scrape-{index}", daemon=True
+        )
 
     def _run(self) -> None:
         owner, interval, clock = self.owner, self.owner.interval_s, self.owner.clock
@@ -118,7 +120,7 @@ class _EndpointLoop:
                 break
             try:
                 self._scrape_once()
-            except Exception as exc:  # noqa: BLE001  a full disk must leave a gap, not end sampling
+            except Exception as exc:
                 self._record(clock.time(), None, None, 0, f"collector error: {type(exc).__name__}")
             next_k = max(k + 1, math.floor((clock.monotonic() - owner._t0) / interval) + 1)
             for skipped in range(k + 1, next_k):
@@ -149,7 +151,9 @@ class _EndpointLoop:
                         self.owner._describe(self.label, self.parser, scrape.ids)
         self._record(t, clock.monotonic() - start, result.status, n, error)
 
-    def _record(self, t: float, duration: float | None, status: int | None, n: int, error: str | None) -> None:
+    def _record(
+        self, t: float, duration: float | None, status: int | None, n: int, error: str | None
+    ) -> None:
         self.owner._scrapes.add(
             {"t": t, "endpoint": self.label, "duration_s": duration, "ok": error is None,
                  "http_status": status, "n_samples": n, "error": error}
@@ -186,10 +190,15 @@ class Scraper:
         clock: Clock | None = None,
     ) -> None:
         if not endpoints:
-            raise InputError("no endpoint to scrape", field="ENDPOINT", fix="give at least one server URL")
+            raise InputError(
+                "no endpoint to scrape", field="ENDPOINT", fix="give at least one server URL"
+            )
         if not interval_s >= MIN_INTERVAL_S:
-            raise InputError(f"interval {interval_s} s is below {MIN_INTERVAL_S} s", field="--interval",
-                             fix=f"use an interval of at least {MIN_INTERVAL_S} s")
+            raise InputError(
+                f"interval {interval_s} s is below {MIN_INTERVAL_S} s",
+                field="--interval",
+                fix=f"use an interval of at least {MIN_INTERVAL_S} s",
+            )
         timeout_s = 0.8 * interval_s if timeout_s is None else timeout_s
         if not 0 < timeout_s < interval_s:
             raise InputError(f"scrape timeout {timeout_s} s must be above 0 and below the interval "
@@ -228,7 +237,9 @@ class Scraper:
         with self._changed:
             return {loop.label: EndpointStats(**vars(loop.stats)) for loop in self._loops}
 
-    def wait_until(self, predicate: Callable[[dict[str, EndpointStats]], bool], timeout_s: float) -> bool:
+    def wait_until(
+        self, predicate: Callable[[dict[str, EndpointStats]], bool], timeout_s: float
+    ) -> bool:
         """Block until ``predicate(stats())`` holds or ``timeout_s`` passes."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
@@ -288,7 +299,7 @@ class Scraper:
                 self.write_errors.append(str(exc))
         return came
 
-    def __enter__(self) -> Scraper:  # noqa: PYI034 - Self needs Python 3.11
+    def __enter__(self) -> Scraper:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

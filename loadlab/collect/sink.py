@@ -87,7 +87,9 @@ class MetricsSink(PartWriter):
             "t": pa.array(np.repeat([t for t, _, _ in scrapes], counts)),
             "scrape_s": pa.array(np.repeat(scrape_s, counts), from_pandas=True),
             "endpoint": pa.array([self.endpoint], pa.string()).take(zeros),
-            "value": pa.array(np.concatenate([np.asarray(s.values, dtype=np.float64) for _, _, s in scrapes])),
+            "value": pa.array(
+                np.concatenate([np.asarray(s.values, dtype=np.float64) for _, _, s in scrapes])
+            ),
             "source": pa.array([self.source], pa.string()).take(zeros),
             **{col: arr.take(ids) for col, arr in per_series.items()},
         }

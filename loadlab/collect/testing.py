@@ -293,7 +293,9 @@ def _serve_forever(n: int, page_path: str) -> None:
     """Serve ``n`` copies of a page whose generated-token counter grows; exit on stdin EOF."""
     page = Path(page_path).read_text()
     servers = [PageServer(page).start() for _ in range(n)]
-    counter = next((k for k in servers[0]._index if k.startswith("vllm:generation_tokens_total")), None)
+    counter = next(
+        (k for k in servers[0]._index if k.startswith("vllm:generation_tokens_total")), None
+    )
     for s in servers:
         if counter is not None:
             s.grow(counter, 100.0)

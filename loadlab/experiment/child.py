@@ -155,7 +155,7 @@ def main() -> None:
 
             spec.progress = lambda line: send("progress", line)
             send("result", run_here(spec))
-        except BaseException as exc:   # noqa: BLE001 - every ending is the parent's to raise
+        except BaseException as exc:
             if not isinstance(exc, (LoadlabError, KeyboardInterrupt)):
                 traceback.print_exc()
             send("error", _picklable(exc))
@@ -165,7 +165,7 @@ def _picklable(exc: BaseException) -> BaseException:
     """``exc`` itself when it survives pickling, else a LoadlabError saying what it was."""
     try:
         pickle.loads(pickle.dumps(exc))
-    except Exception:  # noqa: BLE001 - any exception type may refuse to pickle
+    except Exception:
         return LoadlabError(f"{type(exc).__name__}: {exc}")
     return exc
 

@@ -39,10 +39,10 @@ from pathlib import Path
 
 import psutil
 
-from loadlab.spec import cpulist
-from loadlab.spec.models import Isolation
-from loadlab.spec.cpulist import CpuSet, format_cpu_list
 from loadlab.errors import InputError
+from loadlab.spec import cpulist
+from loadlab.spec.cpulist import CpuSet, format_cpu_list
+from loadlab.spec.models import Isolation
 
 
 def parse_cpu_list(text: str, flag: str) -> CpuSet:
@@ -53,8 +53,11 @@ def parse_cpu_list(text: str, flag: str) -> CpuSet:
         raise InputError(str(exc), field=flag, fix=cpulist.FIX) from None
 
 
-def check_available(isolation: Isolation, fields: tuple[str, str] = ("--server-cpus", "--client-cpus"),
-                    source: str | Path | None = None) -> Isolation:
+def check_available(
+    isolation: Isolation,
+    fields: tuple[str, str] = ("--server-cpus", "--client-cpus"),
+    source: str | Path | None = None,
+) -> Isolation:
     """Every CPU named is one this process may run on; errors name ``fields`` (server's,
     client's) and ``source``. The syntax and the overlap are the model's own checks."""
     allowed = frozenset(os.sched_getaffinity(0))
@@ -70,12 +73,16 @@ def check_omp_bind(value: str | None, cpus: CpuSet) -> None:
     """Refuse an explicit ``VLLM_CPU_OMP_THREADS_BIND`` naming CPUs outside the server's set."""
     if value is None or value in ("auto", "nobind"):
         return
-    named = frozenset().union(*(parse_cpu_list(p, "VLLM_CPU_OMP_THREADS_BIND") for p in value.split("|")))
+    named = frozenset().union(
+        *(parse_cpu_list(p, "VLLM_CPU_OMP_THREADS_BIND") for p in value.split("|"))
+    )
     if not named <= cpus:
-        raise InputError(f"VLLM_CPU_OMP_THREADS_BIND={value!r} binds vLLM's threads to CPU "
-                         f"{format_cpu_list(named - cpus)}, outside --server-cpus {format_cpu_list(cpus)}",
-                         field="VLLM_CPU_OMP_THREADS_BIND",
-                         fix="unset it (auto binds inside the server's CPUs) or name only server CPUs")
+        raise InputError(
+            f"VLLM_CPU_OMP_THREADS_BIND={value!r} binds vLLM's threads to CPU "
+            f"{format_cpu_list(named - cpus)}, outside --server-cpus {format_cpu_list(cpus)}",
+            field="VLLM_CPU_OMP_THREADS_BIND",
+            fix="unset it (auto binds inside the server's CPUs) or name only server CPUs",
+        )
 
 
 @contextmanager

@@ -99,8 +99,13 @@ def main() -> None:
         signal.signal(sig, lambda *_: stop.append(True))
     _subreaper()
     with open(args.log, "ab") as log:
-        server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     print(f"PID {server.pid}", flush=True)
     children = Children(server.pid)
     while not stop:

@@ -169,8 +169,12 @@ def _split_host_port(flags: list[str]) -> tuple[list[str], str | None, int | Non
                 try:
                     port = int(value)
                 except ValueError:
-                    raise InputError(f"--port {value!r} is not a number", source="server flags",
-                                     field="--port", fix="give a port number or leave it out") from None
+                    raise InputError(
+                        f"--port {value!r} is not a number",
+                        source="server flags",
+                        field="--port",
+                        fix="give a port number or leave it out",
+                    ) from None
             continue
         rest.append(flags[i])
         i += 1
@@ -188,14 +192,29 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 class GuardedServer:
     """A server started behind :mod:`loadlab.experiment.guardian` (see the module docstring)."""
 
-    def __init__(self, argv: list[str], log_path: Path, env: dict[str, str], stop_timeout_s: float) -> None:
+    def __init__(
+        self, argv: list[str], log_path: Path, env: dict[str, str], stop_timeout_s: float
+    ) -> None:
         self.stop_timeout_s = stop_timeout_s
         self.code: int | None = None
         with open(log_path, "ab") as log:
             self.guard = subprocess.Popen(
-                [sys.executable, str(GUARDIAN), "--stop-timeout", str(stop_timeout_s), str(log_path), "--", *argv],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True,
-                text=True)
+                [
+                    sys.executable,
+                    str(GUARDIAN),
+                    "--stop-timeout",
+                    str(stop_timeout_s),
+                    str(log_path),
+                    "--",
+                    *argv,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+                text=True,
+            )
         line = self.guard.stdout.readline() if self.guard.stdout else ""
         if not line.startswith("PID "):
             self.guard.wait()
@@ -247,8 +266,10 @@ def _wait_healthy(proc: GuardedServer, base_url: str, log_path: Path,
                 raise TargetError(f"server exited with code {code} before it was healthy; "
                                   f"log {log_path}:\n{log_tail(log_path)}")
             if time.monotonic() > deadline:
-                raise TargetError(f"server not healthy at {base_url}/health after {timeout_s:.0f} s; "
-                                  f"log {log_path}:\n{log_tail(log_path)}")
+                raise TargetError(
+                    f"server not healthy at {base_url}/health after {timeout_s:.0f} s; "
+                    f"log {log_path}:\n{log_tail(log_path)}"
+                )
 
 
 def _served_model(base_url: str, api_key: str | None, fallback: str) -> str:

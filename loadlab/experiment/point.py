@@ -51,14 +51,22 @@ from pathlib import Path
 from typing import Any
 
 from loadlab.collect.scraper import Scraper
-from loadlab.spec.models import Isolation, LoadgenSettings, LoadPlan, Point, Scenario, Target, Workload
-from loadlab.loadgen.preflight import preflight
-from loadlab.runstore import compact_run
 from loadlab.experiment.child import run_in_child
 from loadlab.experiment.cpus import pinned_process
 from loadlab.experiment.launcher import launch_target
 from loadlab.experiment.server_flags import parse_flags, to_argv
 from loadlab.experiment.verdicts import step_judge
+from loadlab.loadgen.preflight import preflight
+from loadlab.runstore import compact_run
+from loadlab.spec.models import (
+    Isolation,
+    LoadgenSettings,
+    LoadPlan,
+    Point,
+    Scenario,
+    Target,
+    Workload,
+)
 
 STDERR_LINE = partial(print, file=sys.stderr, flush=True)
 SCRAPER_TABLES = ("metrics.parquet", "scrapes.parquet")
@@ -92,13 +100,23 @@ class _Live:
     target_check: Callable[[], str | None] | None = None
 
 
-def point_spec(scenario: Scenario, point: Point, out: Path, progress: Callable[[str], None]) -> PointSpec:
+def point_spec(
+    scenario: Scenario, point: Point, out: Path, progress: Callable[[str], None]
+) -> PointSpec:
     """The spec of one sweep point: the scenario with the point's flags."""
-    return PointSpec(out=out, target=scenario.target, workload=scenario.workload, plan=scenario.load,
-                     loadgen=scenario.loadgen, isolation=scenario.isolation or Isolation(),
-                     point=point.name, server_args=to_argv(point.flags),
-                     nonce=f"{scenario.name}-{scenario.workload.seed}", progress=progress,
-                     manifest_extra={"scenario": scenario.name})
+    return PointSpec(
+        out=out,
+        target=scenario.target,
+        workload=scenario.workload,
+        plan=scenario.load,
+        loadgen=scenario.loadgen,
+        isolation=scenario.isolation or Isolation(),
+        point=point.name,
+        server_args=to_argv(point.flags),
+        nonce=f"{scenario.name}-{scenario.workload.seed}",
+        progress=progress,
+        manifest_extra={"scenario": scenario.name},
+    )
 
 
 def _server_args(spec: PointSpec) -> list[str]:
@@ -122,8 +140,13 @@ def _target(spec: PointSpec) -> Iterator[_Live]:
     with launch_target(target.launch, _server_args(spec), spec.out, model=model,
                        startup_timeout_s=target.startup_timeout_s,
                        server_cpus=spec.isolation.server_cpus) as launched:
-        spec.progress(f"{target.launch} server up at {launched.base_url} in {launched.startup_s:.1f} s")
-        extra = {"target": {"launch": launched.manifest_entry()}, "server": launched.server_settings()}
+        spec.progress(
+            f"{target.launch} server up at {launched.base_url} in {launched.startup_s:.1f} s"
+        )
+        extra = {
+            "target": {"launch": launched.manifest_entry()},
+            "server": launched.server_settings(),
+        }
         yield _Live(launched.base_url, launched.model, extra, launched.exit_reason)
 
 
@@ -167,12 +190,17 @@ def run_here(spec: PointSpec) -> dict[str, Any]:
             calibrate=spec.workload.calibrate, plan=spec.plan.describe(),
         )
         with _scraping(spec, live.base_url) as scraper:
-            opts = driver.RunOptions(out=spec.out, workers=spec.loadgen.workers,
-                                     remote_workers=spec.remote_workers, master_bind=spec.master_bind,
-                                     drain_s=spec.loadgen.drain_s, progress=spec.progress,
-                                     target_check=live.target_check,
-                                     on_open=scraper.start if scraper is not None else None,
-                                     judge=_judge(spec, scraper))
+            opts = driver.RunOptions(
+                out=spec.out,
+                workers=spec.loadgen.workers,
+                remote_workers=spec.remote_workers,
+                master_bind=spec.master_bind,
+                drain_s=spec.loadgen.drain_s,
+                progress=spec.progress,
+                target_check=live.target_check,
+                on_open=scraper.start if scraper is not None else None,
+                judge=_judge(spec, scraper),
+            )
             return driver.run_load(settings, spec.plan, opts, extra)
 
 

@@ -22,7 +22,9 @@ from loadlab.experiment.whatif import run_whatif_point
 from loadlab.spec.models import Scenario
 
 
-def replay_point(scenario: Scenario | str | Path, out: str | Path, point: str | None = None) -> Path:
+def replay_point(
+    scenario: Scenario | str | Path, out: str | Path, point: str | None = None
+) -> Path:
     """Replay ``point`` (default: the scenario's first) into the run folder ``out``; returns it.
 
     The folder then reads like a live run's (manifest kind "sim-replay"):

@@ -36,8 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadlab.spec.models import Point, Scenario
 from loadlab.errors import InputError, LoadlabError, RunInterrupted
+from loadlab.experiment.point import STDERR_LINE
+from loadlab.experiment.verdicts import analyze_point, step_judge
 from loadlab.runstore.layout import MANIFEST
 from loadlab.runstore.manifest import (
     PointRecord,
@@ -46,8 +47,7 @@ from loadlab.runstore.manifest import (
     load_manifest,
     write_manifest,
 )
-from loadlab.experiment.point import STDERR_LINE
-from loadlab.experiment.verdicts import analyze_point, step_judge
+from loadlab.spec.models import Point, Scenario
 
 NOT_RUN = "not run yet"
 STARTUP_GUESS_S = {"sim": 5.0, "vllm": 90.0, None: 0.0}
@@ -95,7 +95,9 @@ def _search_steps(scenario: Scenario) -> int:
     if search is None:
         return 1
     n = len(search.grid())
-    return math.ceil(math.log(n, search.factor)) + math.ceil(math.log2(max(n / search.factor, 2))) + 1
+    return (
+        math.ceil(math.log(n, search.factor)) + math.ceil(math.log2(max(n / search.factor, 2))) + 1
+    )
 
 
 def _fmt_s(seconds: float) -> str:
@@ -116,22 +118,31 @@ def _resumed(out: Path, scenario: Scenario | None) -> tuple[Scenario, SweepManif
     """The earlier sweep in ``out`` and its scenario; the given one must have the same points."""
     manifest = load_manifest(out)
     if not isinstance(manifest, SweepManifest):
-        raise InputError("not a sweep folder", source=out, fix="give --resume the folder `loadlab sweep` wrote")
+        raise InputError(
+            "not a sweep folder", source=out, fix="give --resume the folder `loadlab sweep` wrote"
+        )
     recorded = Scenario.model_validate(manifest.scenario)
     if scenario is not None:
         mine = [(p.name, p.flags) for p in scenario.points()]
         theirs = [(p.name, p.flags) for p in recorded.points()]
         if mine != theirs:
-            raise InputError("the scenario's points differ from the ones this sweep ran", source=out,
-                             field="sweep", fix="resume with the same scenario file, or start a new sweep")
+            raise InputError(
+                "the scenario's points differ from the ones this sweep ran",
+                source=out,
+                field="sweep",
+                fix="resume with the same scenario file, or start a new sweep",
+            )
     return scenario or recorded, manifest
 
 
 def _check_runnable(scenario: Scenario, what_if: bool) -> None:
     """What would fail every point the same way fails the sweep before it starts (exit 2)."""
     if what_if and scenario.load.trace is not None:
-        raise InputError("--what-if replays concurrency or rate steps, not a trace", field="load.trace",
-                         fix="give the scenario a concurrency, rate or search plan")
+        raise InputError(
+            "--what-if replays concurrency or rate steps, not a trace",
+            field="load.trace",
+            fix="give the scenario a concurrency, rate or search plan",
+        )
     if not what_if and scenario.isolation is not None:
         from loadlab.experiment.cpus import check_available
 
@@ -140,8 +151,11 @@ def _check_runnable(scenario: Scenario, what_if: bool) -> None:
         from loadlab.experiment.launcher import find_vllm
 
         if find_vllm() is None:
-            raise InputError("vLLM is not installed", field="target.launch",
-                             fix="run `bash tools/install_vllm.sh`, set LOADLAB_VLLM_BIN, or try --what-if")
+            raise InputError(
+                "vLLM is not installed",
+                field="target.launch",
+                fix="run `bash tools/install_vllm.sh`, set LOADLAB_VLLM_BIN, or try --what-if",
+            )
 
 
 def _fresh(out: Path) -> None:
@@ -199,12 +213,15 @@ def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, re
             progress(f"{tag} complete in {_fmt_s(time.monotonic() - clock.point_start)}: "
                      f"{result.verdicts[record.name]}")
         except (KeyboardInterrupt, RunInterrupted):
-            record.status, record.error = "interrupted", "interrupted (Ctrl-C); its records are kept"
+            record.status, record.error = (
+                "interrupted",
+                "interrupted (Ctrl-C); its records are kept",
+            )
             interrupted = True
         except LoadlabError as exc:
             record.status, record.error = "failed", str(exc)
             progress(f"{tag} failed: {str(exc).splitlines()[0]}; the sweep goes on")
-        except Exception as exc:  # noqa: BLE001 - one point's bug must not lose the others
+        except Exception as exc:
             record.status, record.error = "failed", f"{type(exc).__name__}: {exc}"
             progress(f"{tag} failed: {record.error}; the sweep goes on")
         clock.spent.append(time.monotonic() - clock.point_start)
@@ -228,7 +245,7 @@ def _verdict(folder: Path, scenario: Scenario, record: PointRecord) -> str:
     noted on the point, whose load stays complete."""
     try:
         return analyze_point(folder, scenario.load.slo).verdict or ""
-    except Exception as exc:  # noqa: BLE001 - the measurement is done; say why there is no verdict
+    except Exception as exc:
         record.error = f"analysis failed: {type(exc).__name__}: {exc}"
         return record.error
 
@@ -260,7 +277,7 @@ def write_sweep_report(out: Path, manifest: SweepManifest) -> Path | None:
 
     try:
         path = write_report(out, None)
-    except Exception as exc:  # noqa: BLE001 - everything measured is on disk; say why there is no page
+    except Exception as exc:
         STDERR_LINE(f"report not written: {type(exc).__name__}: {exc} (try `loadlab report {out}`)")
         return None
     manifest.report = str(path.relative_to(out)) if path.is_relative_to(out) else str(path)

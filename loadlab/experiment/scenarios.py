@@ -30,7 +30,9 @@ def load_scenario(path: str | Path) -> Scenario:
         try:
             load_profile(scenario.workload.profile)
         except InputError as exc:
-            raise InputError(exc.message, source=path, field="workload.profile", fix=exc.fix) from None
+            raise InputError(
+                exc.message, source=path, field="workload.profile", fix=exc.fix
+            ) from None
     return scenario
 
 
@@ -45,6 +47,9 @@ def _check_sim_flags(scenario: Scenario, path: Path) -> None:
     for where, flags in places:
         for name in flags:
             if name not in known:
-                raise InputError(f"the simulator has no flag --{name.replace('_', '-')}", source=path,
-                                 field=f"{where}.{name}",
-                                 fix=f"use one of: {', '.join(sorted(known))}")
+                raise InputError(
+                    f"the simulator has no flag --{name.replace('_', '-')}",
+                    source=path,
+                    field=f"{where}.{name}",
+                    fix=f"use one of: {', '.join(sorted(known))}",
+                )

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadlab.spec.models import Point, Scenario
 from loadlab.sim.engine.config import SimConfig
+from loadlab.spec.models import Point, Scenario
 
 
 def sim_config(scenario: Scenario, point: Point) -> SimConfig:
@@ -30,10 +30,17 @@ def sim_config(scenario: Scenario, point: Point) -> SimConfig:
     return from_params(params)
 
 
-def run_whatif_point(scenario: Scenario, point: Point, out: Path, judge: Callable[[int], bool] | None,
-                     progress: Callable[[float, float | None], None] | None = None) -> None:
+def run_whatif_point(
+    scenario: Scenario,
+    point: Point,
+    out: Path,
+    judge: Callable[[int], bool] | None,
+    progress: Callable[[float, float | None], None] | None = None,
+) -> None:
     """Replay the scenario's plan and workload for ``point`` into ``out``."""
     from loadlab.replay.driver import ReplayOptions, run_replay
 
     opts = ReplayOptions(point=point.name, metrics_interval_s=scenario.loadgen.collect_interval_s)
-    run_replay(sim_config(scenario, point), scenario.load, scenario.workload, out, opts, progress, judge)
+    run_replay(
+        sim_config(scenario, point), scenario.load, scenario.workload, out, opts, progress, judge
+    )

@@ -125,7 +125,9 @@ def summarise(samples: Iterable[dict[str, Any]], t_start: float, t_end: float, *
         inflight_mean=inflight_mean,
         backoff_mean=sum(a.backoff / a.covered for a in live.values()),
         achieved_rate=achieved_rate,
-        loop_lag_mean_s=max((a.lag_sum / a.ticks for a in live.values() if a.ticks > 0), default=None),
+        loop_lag_mean_s=max(
+            (a.lag_sum / a.ticks for a in live.values() if a.ticks > 0), default=None
+        ),
         loop_lag_max_s=max(a.lag_max for a in live.values()),
         client_cpu_cores=sum(a.cpu / a.covered for a in live.values()),
         client_cpu_max_worker=max(a.cpu / a.covered for a in live.values()),
@@ -137,7 +139,11 @@ def summarise(samples: Iterable[dict[str, Any]], t_start: float, t_end: float, *
         out.achieved_ratio = achieved_rate / out.scheduled_rate if due else None
     if lags:
         p50, p99 = np.percentile(lags, [50, 99])
-        out.send_lag_p50_s, out.send_lag_p99_s, out.send_lag_max_s = float(p50), float(p99), max(lags)
+        out.send_lag_p50_s, out.send_lag_p99_s, out.send_lag_max_s = (
+            float(p50),
+            float(p99),
+            max(lags),
+        )
     return out
 
 
@@ -154,7 +160,9 @@ def limited_reasons(a: Achieved, concurrency: int | None = None) -> list[str]:
         reasons.append(f"sent {a.achieved_rate:.2f} req/s of {a.scheduled_rate:.2f} scheduled "
                        f"({a.achieved_ratio:.1%} < {RATE_MIN_RATIO:.0%})")
     if a.send_lag_p99_s is not None and a.send_lag_p99_s > SEND_LAG_P99_MAX_S:
-        reasons.append(f"send lag p99 {a.send_lag_p99_s * 1e3:.0f} ms > {SEND_LAG_P99_MAX_S * 1e3:.0f} ms")
+        reasons.append(
+            f"send lag p99 {a.send_lag_p99_s * 1e3:.0f} ms > {SEND_LAG_P99_MAX_S * 1e3:.0f} ms"
+        )
     if a.loop_lag_mean_s is not None and a.loop_lag_mean_s > LOOP_LAG_MEAN_MAX_S:
         reasons.append(f"event-loop lag mean {a.loop_lag_mean_s * 1e3:.1f} ms > "
                        f"{LOOP_LAG_MEAN_MAX_S * 1e3:.0f} ms")
@@ -197,12 +205,17 @@ def format_summary(steps: list[dict[str, Any]]) -> str:
     head = ("step", "level", "in flight", "achieved", "send lag p99", "loop lag", "client")
     rows = [head]
     for s in steps:
-        rows.append((
-            str(s["step"]), _level(s),
-            _num(s.get("inflight_mean"), "{:.1f}"), _num(s.get("achieved_ratio"), "{:.0%}"),
-            _num(s.get("send_lag_p99_s"), "{:.1f} ms", 1e3), _num(s.get("loop_lag_mean_s"), "{:.1f} ms", 1e3),
-            "LIMITED" if s.get("client_limited") else "ok",
-        ))
+        rows.append(
+            (
+                str(s["step"]),
+                _level(s),
+                _num(s.get("inflight_mean"), "{:.1f}"),
+                _num(s.get("achieved_ratio"), "{:.0%}"),
+                _num(s.get("send_lag_p99_s"), "{:.1f} ms", 1e3),
+                _num(s.get("loop_lag_mean_s"), "{:.1f} ms", 1e3),
+                "LIMITED" if s.get("client_limited") else "ok",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
     return "load achieved per step (measured window):\n" + "\n".join(lines)

@@ -200,9 +200,15 @@ class StreamingClient:
             outcome.status = "aborted" if outcome.http_status else "client_error"
             outcome.error = str(exc)
         except (ValueError, KeyError, TypeError, IndexError) as exc:
-            outcome.status, outcome.error = "client_error", f"unparseable response: {exc!r}"[:_ERROR_TEXT_MAX]
+            outcome.status, outcome.error = (
+                "client_error",
+                f"unparseable response: {exc!r}"[:_ERROR_TEXT_MAX],
+            )
         except BaseException as exc:
-            outcome.status, outcome.error = "aborted", f"cancelled by the run ({type(exc).__name__})"
+            outcome.status, outcome.error = (
+                "aborted",
+                f"cancelled by the run ({type(exc).__name__})",
+            )
             raise
         finally:
             if response is not None:
@@ -237,7 +243,9 @@ class StreamingClient:
                 if state == "stop":
                     return
                 if state == "done":
-                    for _ in response.body:  # read the chunked terminator: keeps the connection alive
+                    for (
+                        _
+                    ) in response.body:  # read the chunked terminator: keeps the connection alive
                         pass
                     return
         if outcome.status == "ok":
@@ -264,7 +272,9 @@ class StreamingClient:
                 return "stop"
         return "more"
 
-    def _handle(self, obj: dict, chat: bool, now: float, timings: Timings, outcome: Outcome) -> bool:
+    def _handle(
+        self, obj: dict, chat: bool, now: float, timings: Timings, outcome: Outcome
+    ) -> bool:
         """Apply one SSE JSON event; False stops reading (an error event)."""
         assert timings.t_sent is not None  # send() stamps it before any body is read
         if "error" in obj:

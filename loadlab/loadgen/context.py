@@ -105,7 +105,9 @@ class LoadContext:
         seqs = (range(worker_index, total, self.n_workers) if total is not None
                 else itertools.count(worker_index, self.n_workers))
         self.prefetcher = Prefetcher(self.factory, seqs)
-        self.step: Step | None = None   # set by the first ll_step (a search's steps are not in the plan)
+        self.step: Step | None = (
+            None  # set by the first ll_step (a search's steps are not in the plan)
+        )
         self.meter = ClientMeter(worker)
         self.draining = False
         self.released = Event()       # set when users may stop waiting (run over)
@@ -199,15 +201,26 @@ class LoadContext:
         t_sent, t_first, t_done = row["t_sent"], row["t_first_token"], row["t_done"]
         sched = t_scheduled is not None
         row.update(
-            point=self.settings.point, step=step.index, concurrency=step.concurrency,
-            target_rate=step.target_rate, worker=self.worker, user=user,
-            request_id=prepared.request_id, seq=prepared.seq, endpoint=self.settings.base_url,
-            api=self.settings.api, t_scheduled=t_scheduled,
+            point=self.settings.point,
+            step=step.index,
+            concurrency=step.concurrency,
+            target_rate=step.target_rate,
+            worker=self.worker,
+            user=user,
+            request_id=prepared.request_id,
+            seq=prepared.seq,
+            endpoint=self.settings.base_url,
+            api=self.settings.api,
+            t_scheduled=t_scheduled,
             send_lag_s=(t_sent - t_scheduled) if sched and t_sent is not None else None,
-            ttft_from_scheduled_s=(t_first - t_scheduled) if sched and t_first is not None else None,
+            ttft_from_scheduled_s=(t_first - t_scheduled)
+            if sched and t_first is not None
+            else None,
             e2e_from_scheduled_s=(t_done - t_scheduled) if sched and t_done is not None else None,
-            target_prompt_tokens=spec.prompt_tokens, target_output_tokens=spec.output_tokens,
-            prefix_group=spec.prefix_group, prefix_tokens=spec.prefix_tokens,
+            target_prompt_tokens=spec.prompt_tokens,
+            target_output_tokens=spec.output_tokens,
+            prefix_group=spec.prefix_group,
+            prefix_tokens=spec.prefix_tokens,
         )
         return row
 

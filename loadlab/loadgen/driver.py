@@ -66,11 +66,9 @@ from gevent.event import Event
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner
 
-from loadlab.version import __version__
 from loadlab.errors import RunInterrupted, TargetError
 from loadlab.loadgen.achieved import limited_reasons
 from loadlab.loadgen.context import RunSettings
-from loadlab.spec.knee_search import LevelWalk
 from loadlab.loadgen.preflight import split_address
 from loadlab.loadgen.records import CLIENT_MSG, DONE_MSG, ROWS_MSG, LocalSink, Recorder
 from loadlab.loadgen.shapes import LoadPlan, Step
@@ -95,13 +93,17 @@ from loadlab.runstore import compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
 from loadlab.runstore.layout import CLIENT_TABLE, LOADGEN_TABLES
 from loadlab.runstore.manifest import RunManifest, TargetInfo, WorkloadInfo
+from loadlab.spec.knee_search import LevelWalk
+from loadlab.version import __version__
 
 START_LEAD_S = 0.3
 JOIN_TIMEOUT_S = 60.0
 
 # A step starts all its users at once on purpose (the warm-up cut absorbs the ramp);
 # Locust's "spawn rate is very high" warning would repeat at every step.
-logging.getLogger("locust.runners").addFilter(lambda rec: "spawn rate is very high" not in rec.getMessage())
+logging.getLogger("locust.runners").addFilter(
+    lambda rec: "spawn rate is very high" not in rec.getMessage()
+)
 
 
 @dataclass
@@ -118,13 +120,17 @@ class RunOptions:
     target_check: Callable[[], str | None] | None = None
     # A knee search's verdict: did step k stall? (its records are on disk when asked)
     judge: Callable[[int], bool] | None = None
-    progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
+    progress: Callable[[str], None] = field(
+        default=lambda line: print(line, file=sys.stderr, flush=True)
+    )
 
 
 class _Master:
     """Master-side bookkeeping: handlers for worker messages, events to wait on."""
 
-    def __init__(self, recorder: Recorder, target_check: Callable[[], str | None] | None = None) -> None:
+    def __init__(
+        self, recorder: Recorder, target_check: Callable[[], str | None] | None = None
+    ) -> None:
         self.recorder = recorder
         self.joined: list[str] = []   # workers that said hello, in order: their indices
         self.ready: set[str] = set()
@@ -176,7 +182,9 @@ class _Master:
         group.add(worker)
         self.changed.set()
 
-    def wait_for(self, cond: Callable[[], bool], timeout_s: float, stop: Event | None = None) -> bool:
+    def wait_for(
+        self, cond: Callable[[], bool], timeout_s: float, stop: Event | None = None
+    ) -> bool:
         end = time.monotonic() + timeout_s
         while not cond():
             left = end - time.monotonic()
@@ -224,15 +232,22 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
             serve_worker(env, wlink, "local", sink_factory=lambda: LocalSink(recorder))
         else:
             host, port = split_address(opts.master_bind)
-            runner = env.create_master_runner(master_bind_host=host, master_bind_port=port or _free_port(host))
+            runner = env.create_master_runner(
+                master_bind_host=host, master_bind_port=port or _free_port(host)
+            )
             mlink = locust_link(runner)
             master.attach(mlink)
-            procs = _spawn_workers(opts.workers, host if host not in ("*", "0.0.0.0") else "127.0.0.1",
-                                   runner.master_bind_port)
+            procs = _spawn_workers(
+                opts.workers,
+                host if host not in ("*", "0.0.0.0") else "127.0.0.1",
+                runner.master_bind_port,
+            )
             expected = opts.workers + opts.remote_workers
             if not master.wait_for(lambda: len(master.joined) >= expected, JOIN_TIMEOUT_S, stop):
-                raise TargetError(f"only {len(master.joined)} of {expected} workers joined the master "
-                                  f"within {JOIN_TIMEOUT_S:.0f} s")
+                raise TargetError(
+                    f"only {len(master.joined)} of {expected} workers joined the master "
+                    f"within {JOIN_TIMEOUT_S:.0f} s"
+                )
         workers = list(master.joined)
         settings.n_workers = len(workers)
         for index, cid in enumerate(workers):
@@ -241,14 +256,20 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
                 mlink.send(CONFIG_MSG, data)
             else:
                 runner.send_message(CONFIG_MSG, data, client_id=cid)
-        master.wait_for(lambda: len(master.ready) >= len(workers) or bool(master.failures), JOIN_TIMEOUT_S, stop)
+        master.wait_for(
+            lambda: len(master.ready) >= len(workers) or bool(master.failures), JOIN_TIMEOUT_S, stop
+        )
         if master.failures:
             raise TargetError(f"a worker could not start: {master.failures[0]}")
         if len(master.ready) < len(workers):
-            raise TargetError(f"only {len(master.ready)} of {len(workers)} workers got ready within "
-                              f"{JOIN_TIMEOUT_S:.0f} s")
+            raise TargetError(
+                f"only {len(master.ready)} of {len(workers)} workers got ready within "
+                f"{JOIN_TIMEOUT_S:.0f} s"
+            )
         ticker = gevent.spawn(_progress_loop, runner, recorder, master, plan, opts)
-        windows = StepEntries(out, recorder, schedule(settings, plan), len(workers), stop, opts.progress)
+        windows = StepEntries(
+            out, recorder, schedule(settings, plan), len(workers), stop, opts.progress
+        )
         interrupted = _drive(runner, mlink, master, walk, len(workers), stop, windows)
         ticker.kill(block=False)
         if not interrupted:
@@ -262,7 +283,9 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         elif master.halted():
             status, error = "failed", master.stop_reason
     except BaseException as exc:  # record why, flush, re-raise
-        status, error = ("interrupted", None) if isinstance(exc, KeyboardInterrupt) else ("failed", str(exc))
+        status, error = (
+            ("interrupted", None) if isinstance(exc, KeyboardInterrupt) else ("failed", str(exc))
+        )
         raise
     finally:
         recorder.close()
@@ -330,8 +353,15 @@ def _progress_loop(runner: Any, recorder: Recorder, master: _Master, plan: LoadP
         users = step.concurrency
         now = time.time()
         live = recorder.client_achieved(now - opts.progress_s, now, users)
-        load = "-" if live.inflight_mean is None else (
-            f"in_flight={live.inflight_mean:.1f}/{users}" if users else f"sent={live.achieved_rate:.1f}/s")
+        load = (
+            "-"
+            if live.inflight_mean is None
+            else (
+                f"in_flight={live.inflight_mean:.1f}/{users}"
+                if users
+                else f"sent={live.achieved_rate:.1f}/s"
+            )
+        )
         lag = "-" if live.loop_lag_mean_s is None else f"{live.loop_lag_mean_s * 1000:.1f}ms"
         opts.progress(
             f"[{now - t_begin:6.1f}s] step {step.index + 1}{of} level={step.level} "
@@ -373,8 +403,12 @@ def _fit_entry(settings: RunSettings, counts: dict[str, int]) -> dict[str, Any] 
     """The manifest's ``workload.fit`` (loadlab.workload.fit), None when lengths were not fitted."""
     if not settings.max_model_len:
         return None
-    return {"max_model_len": settings.max_model_len, "policy": "clip" if settings.trace else "resample",
-            "clipped": counts.get("clipped", 0), "resampled": counts.get("resampled", 0)}
+    return {
+        "max_model_len": settings.max_model_len,
+        "policy": "clip" if settings.trace else "resample",
+        "clipped": counts.get("clipped", 0),
+        "resampled": counts.get("resampled", 0),
+    }
 
 
 def _free_port(host: str) -> int:

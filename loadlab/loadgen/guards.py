@@ -51,7 +51,9 @@ def brief(error: str | None, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def rejection_reason(http_status: int | None, error: str | None, count: int, api_key_env: str) -> str:
+def rejection_reason(
+    http_status: int | None, error: str | None, count: int, api_key_env: str
+) -> str:
     """One line naming what the target answered and what to check."""
     said = f" ({brief(error)})" if error else ""
     if http_status in (401, 403):
@@ -83,12 +85,16 @@ class FailureWatch:
             self._no_conn += 1
             span = row["t_done"] - self._no_conn_since
             if self._no_conn >= CONNECT_FAIL_MIN and span >= CONNECT_FAIL_S:
-                return (f"no connection to the target for {span:.0f} s ({self._no_conn} attempts in a row; "
-                        f"last: {brief(row['error'])})")
+                return (
+                    f"no connection to the target for {span:.0f} s ({self._no_conn} attempts in a row; "
+                    f"last: {brief(row['error'])})"
+                )
             return None
         if status == "http_error":
             self._no_conn, self._no_conn_since = 0, None
             self._rejected += 1
             if self._rejected >= REJECT_STREAK:
-                return rejection_reason(row["http_status"], row["error"], self._rejected, self.api_key_env)
+                return rejection_reason(
+                    row["http_status"], row["error"], self._rejected, self.api_key_env
+                )
         return None

@@ -50,9 +50,12 @@ def check_url(url: str, flag: str = "--target") -> str:
     """The base URL without a trailing slash, or InputError saying what is wrong with it."""
     parts = urlsplit(url)
     if parts.scheme == "https":
-        raise InputError(f"https targets are not supported ({url})", field=flag,
-                         fix="the load generator speaks plain HTTP: give the server's http:// address "
-                             "(or a TLS-terminating proxy's)")
+        raise InputError(
+            f"https targets are not supported ({url})",
+            field=flag,
+            fix="the load generator speaks plain HTTP: give the server's http:// address "
+            "(or a TLS-terminating proxy's)",
+        )
     try:
         port = parts.port
     except ValueError:
@@ -63,14 +66,20 @@ def check_url(url: str, flag: str = "--target") -> str:
     return url.rstrip("/")
 
 
-def split_address(text: str, flag: str = "--master-bind", need_port: bool = False) -> tuple[str, int]:
+def split_address(
+    text: str, flag: str = "--master-bind", need_port: bool = False
+) -> tuple[str, int]:
     """``host:port`` -> (host, port); a missing port is 0 (pick one). InputError names ``flag``
     when the port is not a number, is missing where ``need_port``, or the host does not resolve."""
     host, sep, port_text = text.rpartition(":")
     if not sep:
         host, port_text = text, ""
     host = host or "127.0.0.1"
-    if (need_port and not port_text) or (port_text and not port_text.isdigit()) or int(port_text or 0) > 65535:
+    if (
+        (need_port and not port_text)
+        or (port_text and not port_text.isdigit())
+        or int(port_text or 0) > 65535
+    ):
         raise InputError(f"{text!r} is not HOST:PORT", field=flag, fix="e.g. 127.0.0.1:5557")
     if host not in ("*", "0.0.0.0"):
         try:
@@ -87,9 +96,12 @@ def api_key(env_var: str) -> str | None:
     if not key:
         return None
     if any(not (0x20 <= ord(ch) < 0x7F) for ch in key):
-        raise InputError(f"the API key in ${env_var} holds control or non-ASCII characters "
-                         "(a line break from a file?)", field=env_var,
-                         fix=f"set {env_var} to the key alone, e.g. export {env_var}=\"$(tr -d '\\r\\n' < keyfile)\"")
+        raise InputError(
+            f"the API key in ${env_var} holds control or non-ASCII characters "
+            "(a line break from a file?)",
+            field=env_var,
+            fix=f"set {env_var} to the key alone, e.g. export {env_var}=\"$(tr -d '\\r\\n' < keyfile)\"",
+        )
     return key
 
 
@@ -107,11 +119,17 @@ def preflight(base_url: str, model: str | None, api_key_env: str) -> TargetInfo:
                          fix="start the server, or check the host and port") from None
     if resp.status_code in (401, 403):
         if key is None:
-            raise InputError(f"{resp.status_code} from {url}: the target wants an API key and "
-                             f"${api_key_env} is not set", field=api_key_env,
-                             fix=f"export {api_key_env}=KEY (or name another variable with --api-key-env)")
-        raise InputError(f"{resp.status_code} from {url}: the target refuses the key in ${api_key_env}",
-                         field=api_key_env, fix="check the key (or --api-key-env names the right variable)")
+            raise InputError(
+                f"{resp.status_code} from {url}: the target wants an API key and "
+                f"${api_key_env} is not set",
+                field=api_key_env,
+                fix=f"export {api_key_env}=KEY (or name another variable with --api-key-env)",
+            )
+        raise InputError(
+            f"{resp.status_code} from {url}: the target refuses the key in ${api_key_env}",
+            field=api_key_env,
+            fix="check the key (or --api-key-env names the right variable)",
+        )
     if resp.status_code == 404:
         raise InputError(f"404 from {url}: no OpenAI-compatible API there", field="--target",
                          fix="give the server's base URL without /v1, e.g. http://127.0.0.1:8000")
@@ -124,8 +142,11 @@ def preflight(base_url: str, model: str | None, api_key_env: str) -> TargetInfo:
                          fix="point --target at a vLLM or OpenAI-compatible server") from None
     served = [str(e["id"]) for e in entries]
     if model is not None and model not in served:
-        raise InputError(f"model {model!r} is not served by {base_url}; it serves: {', '.join(served) or 'none'}",
-                         field="--model", fix=f"use --model {served[0]}" if served else None)
+        raise InputError(
+            f"model {model!r} is not served by {base_url}; it serves: {', '.join(served) or 'none'}",
+            field="--model",
+            fix=f"use --model {served[0]}" if served else None,
+        )
     chosen = next((e for e in entries if model is None or e["id"] == model), None)
     length = chosen.get("max_model_len") if chosen else None
     return TargetInfo(served, int(length) if isinstance(length, int) and length > 0 else None)

@@ -110,11 +110,16 @@ class SocketTokenCounter:
     def count(self, text: str) -> int | None:
         """Server count, or None (``problem`` says why) when the server has no usable /tokenize."""
         if self.chat:
-            payload: dict[str, Any] = {"model": self.model, "messages": [{"role": "user", "content": text}]}
+            payload: dict[str, Any] = {
+                "model": self.model,
+                "messages": [{"role": "user", "content": text}],
+            }
         else:
             payload = {"model": self.model, "prompt": text}
         deadline = time.monotonic() + self.timeout_s
-        resp = self.transport.open("POST", "/tokenize", self.headers, json.dumps(payload).encode(), deadline)
+        resp = self.transport.open(
+            "POST", "/tokenize", self.headers, json.dumps(payload).encode(), deadline
+        )
         body = resp.read_all()
         if resp.status != 200:
             self.problem = f"HTTP {resp.status}: {body[:200].decode(errors='replace')}"
@@ -128,7 +133,9 @@ class SocketTokenCounter:
     def __call__(self, text: str) -> int:
         n = self.count(text)
         if n is None:
-            raise TargetError(f"the server's /tokenize stopped answering with a count ({self.problem})")
+            raise TargetError(
+                f"the server's /tokenize stopped answering with a count ({self.problem})"
+            )
         return n
 
 
@@ -138,7 +145,11 @@ class TraceSpecs:
     def __init__(self, path: str, time_scale: float) -> None:
         trace = read_trace(path)
         times = trace.timestamps_s
-        order = range(len(trace)) if times is None else sorted(range(len(trace)), key=lambda i: times[i])
+        order = (
+            range(len(trace))
+            if times is None
+            else sorted(range(len(trace)), key=lambda i: times[i])
+        )
         self.specs = [
             RequestSpec(seq, int(trace.input_tokens[i]), int(trace.output_tokens[i]), None, 0,
                         None if times is None else float(times[i]) * time_scale)
@@ -177,15 +188,20 @@ class RequestFactory:
                 raise TargetError(f"cannot reach {base_url}/tokenize to calibrate prompts: {exc}",
                                   ) from None
             if probe is None:  # no /tokenize: estimate, and say so in the manifest
-                self.calibration.reason = f"{base_url}/tokenize unusable ({counter.problem}): prompts estimated"
+                self.calibration.reason = (
+                    f"{base_url}/tokenize unusable ({counter.problem}): prompts estimated"
+                )
                 counter = None
             else:
                 self.calibration.available = True
         else:
             self.calibration.reason = "calibration off (--no-calibrate): prompts estimated"
         # Lengths fitted to the server's context window (loadlab.workload.fit), when known.
-        self.fit = (ContextFit(self.specs, budget(max_model_len, self.calibration.available), prof, seed)
-                    if max_model_len else None)
+        self.fit = (
+            ContextFit(self.specs, budget(max_model_len, self.calibration.available), prof, seed)
+            if max_model_len
+            else None
+        )
         self.synth = PromptSynth(seed, common_prefix_tokens=common, counter=counter, nonce=nonce)
         # Same text generator without the counter: used when /tokenize fails mid-run
         # (server restarting, overloaded), so the run keeps sending; usage records the truth.
@@ -219,7 +235,9 @@ class RequestFactory:
             body["messages"] = prompt.messages()
         else:
             body["prompt"] = prompt.text
-        return Prepared(seq, request_id(self.seed, seq), spec, json.dumps(body).encode(), fitted.how)
+        return Prepared(
+            seq, request_id(self.seed, seq), spec, json.dumps(body).encode(), fitted.how
+        )
 
 
 class Prefetcher:

@@ -79,7 +79,9 @@ class Recorder:
         with self._lock:
             self._samples.extend(samples)
             for s in samples:
-                self._last_sample[s["worker"]] = max(s["t"], self._last_sample.get(s["worker"], 0.0))
+                self._last_sample[s["worker"]] = max(
+                    s["t"], self._last_sample.get(s["worker"], 0.0)
+                )
         self.client.extend(samples)
 
     def mark_done(self, worker: str, rows_sent: int, issued: int | None = None,
@@ -94,7 +96,9 @@ class Recorder:
     def missing(self) -> dict[str, int]:
         """Rows short per finished worker: requests begun (else rows shipped) minus rows received."""
         with self._lock:
-            expected = {w: max(n, self.issued_by_worker.get(w, n)) for w, n in self.done_workers.items()}
+            expected = {
+                w: max(n, self.issued_by_worker.get(w, n)) for w, n in self.done_workers.items()
+            }
             return {w: n - self.rows_by_worker.get(w, 0) for w, n in expected.items()
                     if n != self.rows_by_worker.get(w, 0)}
 
@@ -113,10 +117,15 @@ class Recorder:
         with self._lock:
             by_worker = dict(self.rows_by_worker)
             issued = dict(self.issued_by_worker)
-        return {"rows": self.requests.rows_written, "received": sum(by_worker.values()),
-                "by_worker": by_worker, "issued_by_worker": issued, "missing_by_worker": self.missing(),
-                "unwritten": self.requests.rows_pending + self.requests.rows_rejected,
-                "write_errors": errors}
+        return {
+            "rows": self.requests.rows_written,
+            "received": sum(by_worker.values()),
+            "by_worker": by_worker,
+            "issued_by_worker": issued,
+            "missing_by_worker": self.missing(),
+            "unwritten": self.requests.rows_pending + self.requests.rows_rejected,
+            "write_errors": errors,
+        }
 
     def note_calibration(self, report: dict[str, Any]) -> None:
         """Keep a worker's latest calibration report (``ll_ready`` / ``ll_done`` data)."""

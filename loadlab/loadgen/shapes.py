@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from loadlab.errors import InputError
 from loadlab.spec import models as config
 from loadlab.spec.models import LoadPlan, Step
-from loadlab.errors import InputError
 from loadlab.spec.validate import plan_from_flags
 from loadlab.workload.arrivals import step_schedule
 
@@ -68,7 +68,9 @@ class Arrival:
     step: int
 
 
-def arrivals(plan: LoadPlan, seed: int, replay_offsets: list[float] | None = None) -> Iterator[Arrival]:
+def arrivals(
+    plan: LoadPlan, seed: int, replay_offsets: list[float] | None = None
+) -> Iterator[Arrival]:
     """Every open-loop arrival of the plan in time order (the same in every process).
 
     Rate steps: step ``k`` draws a renewal process at its own rate, seeded from

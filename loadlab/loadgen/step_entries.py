@@ -77,15 +77,27 @@ class StepEntries:
         while (not self.recorder.covers(end - EDGE_TOLERANCE_S, self.n_workers)
                and time.monotonic() < deadline and not self.stop.is_set()):
             gevent.sleep(0.1)
-        due = None if self.schedule is None else due_in(self.schedule, start - self.t0, end - self.t0)
+        due = (
+            None if self.schedule is None else due_in(self.schedule, start - self.t0, end - self.t0)
+        )
         concurrency = window["concurrency"]
-        window.update(step_fields(self.recorder.client_achieved(start, end, concurrency, due), concurrency))
-        open_starts = [w["t_start"] + w["warmup_s"] for w in self.entries if "client_limited" not in w]
+        window.update(
+            step_fields(self.recorder.client_achieved(start, end, concurrency, due), concurrency)
+        )
+        open_starts = [
+            w["t_start"] + w["warmup_s"] for w in self.entries if "client_limited" not in w
+        ]
         self.recorder.forget_before(min(open_starts, default=end))
-        update_manifest(self.out, steps=self.entries,
-                        client_limited_steps=[w["step"] for w in self.entries if w.get("client_limited")])
+        update_manifest(
+            self.out,
+            steps=self.entries,
+            client_limited_steps=[w["step"] for w in self.entries if w.get("client_limited")],
+        )
         if window["client_limited"]:
-            self.progress(f"{step_name(window)}: client limited: " + "; ".join(window["client_limited_reasons"]))
+            self.progress(
+                f"{step_name(window)}: client limited: "
+                + "; ".join(window["client_limited_reasons"])
+            )
 
 
 def schedule(settings: RunSettings, plan: LoadPlan) -> list[float] | None:
@@ -94,5 +106,7 @@ def schedule(settings: RunSettings, plan: LoadPlan) -> list[float] | None:
         return None
     replay = None
     if plan.mode == "replay":
-        replay = [s.arrival_s or 0.0 for s in TraceSpecs(settings.trace or "", settings.time_scale).specs]
+        replay = [
+            s.arrival_s or 0.0 for s in TraceSpecs(settings.trace or "", settings.time_scale).specs
+        ]
     return [a.offset_s for a in arrivals(plan, settings.seed, replay)]

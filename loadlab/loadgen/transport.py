@@ -268,8 +268,10 @@ class SocketTransport:
         if remaining <= 0:
             self._drop()
             raise TransportTimeout("deadline passed")
-        if not self._cooperative and (self._timeout_s is None
-                                      or not remaining <= self._timeout_s <= remaining + _TIMEOUT_SLACK_S):
+        if not self._cooperative and (
+            self._timeout_s is None
+            or not remaining <= self._timeout_s <= remaining + _TIMEOUT_SLACK_S
+        ):
             sock.settimeout(remaining)
             self._timeout_s = remaining
         try:

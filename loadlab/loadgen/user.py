@@ -126,7 +126,9 @@ def dispatch_open_loop(ctx: LoadContext) -> None:
 class Link:
     """Message endpoint: ``send(kind, data)`` to the other side, ``on(kind, fn)`` to receive."""
 
-    def __init__(self, send: Callable[[str, Any], None], register: Callable[[str, Callable], None]) -> None:
+    def __init__(
+        self, send: Callable[[str, Any], None], register: Callable[[str, Callable], None]
+    ) -> None:
         self.send = send
         self._register = register
 
@@ -137,7 +139,9 @@ class Link:
 def locust_link(runner: Any) -> Link:
     """A Link over a Locust runner's custom messages."""
     def register(kind: str, handler: Callable[[Any], None]) -> None:
-        runner.register_message(kind, lambda environment, msg, **_: handler(msg.data), concurrent=True)
+        runner.register_message(
+            kind, lambda environment, msg, **_: handler(msg.data), concurrent=True
+        )
 
     return Link(lambda kind, data: runner.send_message(kind, data), register)
 
@@ -177,8 +181,16 @@ def serve_worker(environment: Any, link: Link, worker: str,
         if ctx is None:
             return
         ctx.close()
-        link.send(DONE_MSG, {"worker": worker, "rows": ctx.sink.rows_sent, "issued": ctx.sent,
-                             "fit": ctx.fit_entry(), "calibration": ctx.factory.calibration.to_dict()})
+        link.send(
+            DONE_MSG,
+            {
+                "worker": worker,
+                "rows": ctx.sink.rows_sent,
+                "issued": ctx.sent,
+                "fit": ctx.fit_entry(),
+                "calibration": ctx.factory.calibration.to_dict(),
+            },
+        )
 
     link.on(CONFIG_MSG, on_config)
     link.on(STEP_MSG, on_step)

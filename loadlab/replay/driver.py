@@ -47,12 +47,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadlab.version import __version__
 from loadlab.collect.parse import ExpositionParser, Scrape, describe_endpoint
 from loadlab.collect.sink import MetricsSink
-from loadlab.spec.models import LoadPlan, Workload
 from loadlab.errors import InputError
-from loadlab.spec.knee_search import LevelWalk, SearchResult
+from loadlab.replay.prompts import prompt_ids, replay_request
+from loadlab.replay.records import RequestRows, TokenTimes, quantile
 from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
 from loadlab.runstore.layout import METRICS_TABLE, REQUESTS_TABLE
@@ -61,10 +60,11 @@ from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import resolve
 from loadlab.sim.engine.metrics import EngineMetrics
-from loadlab.replay.prompts import prompt_ids, replay_request
-from loadlab.replay.records import RequestRows, TokenTimes, quantile
 from loadlab.sim.engine.timing import StepTimeModel
 from loadlab.sim.engine.types import StepOutput
+from loadlab.spec.knee_search import LevelWalk, SearchResult
+from loadlab.spec.models import LoadPlan, Workload
+from loadlab.version import __version__
 from loadlab.workload import load_profile
 from loadlab.workload.arrivals import RenewalSchedule, step_schedule
 
@@ -174,7 +174,9 @@ class _Replay:
         self.counts = {"completed": 0, "aborted": 0, "engine_steps": 0, "metrics_rows": 0}
 
     # ---- the loop ------------------------------------------------------------------------
-    def push(self, t: float, priority: int, handler: Callable[[Any], None], arg: Any = None) -> None:
+    def push(
+        self, t: float, priority: int, handler: Callable[[Any], None], arg: Any = None
+    ) -> None:
         self.n_events += 1
         heapq.heappush(self.heap, (t, priority, self.n_events, handler, arg))
 
@@ -206,11 +208,20 @@ class _Replay:
         self.step = k
         self.level = float(step.level or 0.0)
         # The virtual client sends exactly on plan: it is never short of the asked load.
-        self.windows.append({"step": k, "t_start": self.epoch + self.now,
-                             "t_end": self.epoch + self.now + step.duration_s,
-                             "warmup_s": step.warmup_s, "client_limited": False,
-                             **({"concurrency": step.concurrency} if self.closed
-                                else {"target_rate": step.target_rate, "burstiness": self.plan.burstiness})})
+        self.windows.append(
+            {
+                "step": k,
+                "t_start": self.epoch + self.now,
+                "t_end": self.epoch + self.now + step.duration_s,
+                "warmup_s": step.warmup_s,
+                "client_limited": False,
+                **(
+                    {"concurrency": step.concurrency}
+                    if self.closed
+                    else {"target_rate": step.target_rate, "burstiness": self.plan.burstiness}
+                ),
+            }
+        )
         update_manifest(self.out_dir, steps=self.windows)
         self.push(self.now + step.duration_s, _BOUNDARY, self.on_boundary, k + 1)
         if self.closed:
@@ -219,7 +230,12 @@ class _Replay:
                     self.send(user)
         else:
             schedule = step_schedule(self.level, self.plan.gamma_shape, self.seed, k)
-            self.push(self.now, _ARRIVAL, self.on_open_arrival, (k, self.now, step.duration_s, 0, schedule))
+            self.push(
+                self.now,
+                _ARRIVAL,
+                self.on_open_arrival,
+                (k, self.now, step.duration_s, 0, schedule),
+            )
 
     @property
     def closed(self) -> bool:
@@ -269,10 +285,17 @@ class _Replay:
         rid = f"{self.seed}-{self.seq}"
         req = replay_request(rid, self.seq, prompt_len, spec.prefix_group, prefix, self.common,
                              output_len, self.now, self.resolved.block_size)
-        self.live[rid] = _Request(seq=self.seq, user=user, step=self.step, t_sent=self.now,
-                                  prompt_len=prompt_len,
-                                  target_prompt=spec.prompt_tokens, target_output=spec.output_tokens,
-                                  group=spec.prefix_group, prefix=prefix)
+        self.live[rid] = _Request(
+            seq=self.seq,
+            user=user,
+            step=self.step,
+            t_sent=self.now,
+            prompt_len=prompt_len,
+            target_prompt=spec.prompt_tokens,
+            target_output=spec.output_tokens,
+            group=spec.prefix_group,
+            prefix=prefix,
+        )
         self.seq += 1
         if user is not None:
             self.busy_users.add(user)
@@ -367,19 +390,40 @@ def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str 
     flags = replay.resolved.server_flags()
     page = ExpositionParser()
     info = describe_endpoint(page, page.parse(replay.metrics.render()).ids)
-    write_manifest(out, RunManifest(
-        kind="sim-replay", point=opts.point, status="running", owner=owner_entry(), created=time.time(),
-        start_epoch=replay.epoch,
-        target=TargetInfo(base_url=ENDPOINT, model=replay.resolved.served_model_name,
-                          launch=Launch(kind="sim-replay", flags=flags)),
-        server=flags, steps=[], plan=plan.describe(), workload=WorkloadInfo(**workload.model_dump()),
-        metrics=MetricsInfo(source="sim", interval_s=opts.metrics_interval_s, endpoints={ENDPOINT: info},
-                            names_found=info["names_found"], vllm_engine=info["vllm_engine"],
-                            cache_config_info=info["cache_config_info"]),
-        sim={"config": asdict(cfg) | {"api_key": None}, "startup_lines": replay.resolved.startup_lines()},
-        host={"hostname": socket.gethostname(), "python": platform.python_version()},
-        versions={"loadlab": __version__},
-    ))
+    write_manifest(
+        out,
+        RunManifest(
+            kind="sim-replay",
+            point=opts.point,
+            status="running",
+            owner=owner_entry(),
+            created=time.time(),
+            start_epoch=replay.epoch,
+            target=TargetInfo(
+                base_url=ENDPOINT,
+                model=replay.resolved.served_model_name,
+                launch=Launch(kind="sim-replay", flags=flags),
+            ),
+            server=flags,
+            steps=[],
+            plan=plan.describe(),
+            workload=WorkloadInfo(**workload.model_dump()),
+            metrics=MetricsInfo(
+                source="sim",
+                interval_s=opts.metrics_interval_s,
+                endpoints={ENDPOINT: info},
+                names_found=info["names_found"],
+                vllm_engine=info["vllm_engine"],
+                cache_config_info=info["cache_config_info"],
+            ),
+            sim={
+                "config": asdict(cfg) | {"api_key": None},
+                "startup_lines": replay.resolved.startup_lines(),
+            },
+            host={"hostname": socket.gethostname(), "python": platform.python_version()},
+            versions={"loadlab": __version__},
+        ),
+    )
     wall0 = time.perf_counter()
     with gc_relaxed():
         try:

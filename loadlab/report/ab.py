@@ -155,7 +155,11 @@ def _windows(point: Point) -> dict[float, _Window]:
     requests = read_requests(point.run_dir)
     out: dict[float, _Window] = {}
     for w in measured_windows(point.manifest).itertuples(index=False):
-        level = w.concurrency if w.concurrency is not None and not pd.isna(w.concurrency) else w.target_rate
+        level = (
+            w.concurrency
+            if w.concurrency is not None and not pd.isna(w.concurrency)
+            else w.target_rate
+        )
         ok = requests[(requests.status == "ok") & (requests.step == w.step)]
         sent = ok[(ok.t_sent >= w.t_start) & (ok.t_sent < w.t_end)]
         done = requests[(requests.status == "ok") & (requests.t_done >= w.t_start)

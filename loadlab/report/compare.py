@@ -99,7 +99,9 @@ def parse_margin(text: str) -> float:
     return value
 
 
-def compare(base_dir: str | Path, new_dir: str | Path, margin: float = DEFAULT_MARGIN) -> Comparison:
+def compare(
+    base_dir: str | Path, new_dir: str | Path, margin: float = DEFAULT_MARGIN
+) -> Comparison:
     """Compare every analysed BASE point with its NEW counterpart."""
     base, new = load(base_dir), load(new_dir)
     pairs, only_new = _pairs(base, new)
@@ -145,8 +147,11 @@ def _pairs(base: RunSet, new: RunSet) -> tuple[list[tuple[Point, Point | None]],
     if len(base.points) == 1 and len(new.points) == 1 and "run" in (base.kind, new.kind):
         return [(base.points[0], new.points[0])], []
     if base.kind != new.kind:
-        raise InputError(f"BASE is a {base.kind} folder and NEW a {new.kind} folder with several points",
-                         source=new.root, fix="compare a sweep with a sweep of the same scenario")
+        raise InputError(
+            f"BASE is a {base.kind} folder and NEW a {new.kind} folder with several points",
+            source=new.root,
+            fix="compare a sweep with a sweep of the same scenario",
+        )
     names = {p.name for p in base.points}
     return ([(b, new.point(b.name)) for b in base.points],
             [p.name for p in new.points if p.name not in names])

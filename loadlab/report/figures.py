@@ -70,7 +70,11 @@ def load_curves(point: Point) -> go.Figure:
                     line={"color": PERCENTILE_COLORS[metric].get(q, MUTED), "width": 2,
                           "dash": "solid" if q >= 90 else "dot"},
                     hovertemplate=f"p{q} %{{y:,.1f}} ms<extra></extra>")
-        values = steps[[name for _, name in columns]].to_numpy(dtype=float).ravel() if columns else np.array([])
+        values = (
+            steps[[name for _, name in columns]].to_numpy(dtype=float).ravel()
+            if columns
+            else np.array([])
+        )
         log_y[col] = value_axis(c, values, col)
     c.yaxis(1, rangemode="tozero")
     _client_limited(c, point, steps, x)
@@ -102,9 +106,17 @@ def timeline(point: Point, tl: Timeline) -> go.Figure:
             c.trace(x=tl.t, y=tl.gauges[name], name=name, mode="lines",
                     line={"color": color, "width": 2, "shape": "hv"}, **filled)
     if "kv" in tl.gauges:
-        c.trace(secondary=True, x=tl.t, y=tl.gauges["kv"] * 100, name="KV usage %", mode="lines",
-                line={"color": PURPLE, "width": 1.5}, fill="tozeroy", fillcolor="rgba(147,51,234,0.08)",
-                hovertemplate="%{y:.1f}%<extra>KV usage</extra>")
+        c.trace(
+            secondary=True,
+            x=tl.t,
+            y=tl.gauges["kv"] * 100,
+            name="KV usage %",
+            mode="lines",
+            line={"color": PURPLE, "width": 1.5},
+            fill="tozeroy",
+            fillcolor="rgba(147,51,234,0.08)",
+            hovertemplate="%{y:.1f}%<extra>KV usage</extra>",
+        )
     cap = _max_num_seqs(point)
     if cap is not None and cap <= 2 * _peak_count(tl):
         c.hline(1, cap, BLUE, "dash")
@@ -134,10 +146,22 @@ def overlay(points: Sequence[Point]) -> go.Figure:
                     showlegend=col == 1, mode="lines+markers", line={"color": color, "width": 2},
                     hovertemplate="%{y:,.0f}")
             if not at.empty:
-                c.trace(col, x=[upper], y=[at[column].iloc[0]], legendgroup=str(k), showlegend=False,
-                        mode="markers", name="knee", hovertemplate="knee<extra></extra>",
-                        marker={"symbol": "diamond", "size": 13, "color": color,
-                                "line": {"color": "white", "width": 1.5}})
+                c.trace(
+                    col,
+                    x=[upper],
+                    y=[at[column].iloc[0]],
+                    legendgroup=str(k),
+                    showlegend=False,
+                    mode="markers",
+                    name="knee",
+                    hovertemplate="knee<extra></extra>",
+                    marker={
+                        "symbol": "diamond",
+                        "size": 13,
+                        "color": color,
+                        "line": {"color": "white", "width": 1.5},
+                    },
+                )
         if "ttft_p99_ms" in steps:
             ttft.extend(steps["ttft_p99_ms"].to_numpy(dtype=float))
     level_axes(c, np.asarray(xs, dtype=float), level_axis(points[0].unit), cols=2)
@@ -157,13 +181,26 @@ def ab_deltas(arm: ArmComparison) -> go.Figure:
         ds = [next(d for d in lv.deltas if d.label == label) for lv in arm.levels]
         ratio = np.array([1 + d.change for d in ds])
         low, high = np.array([1 + d.low for d in ds]), np.array([1 + d.high for d in ds])
-        c.trace(col, x=x, y=ratio, mode="markers", showlegend=False, name=esc(label),
-                marker={"size": 10, "color": [colors[d.verdict] for d in ds]},
-                customdata=np.stack([(ratio - 1) * 100, (low - 1) * 100, (high - 1) * 100], axis=-1),
-                error_y={"type": "data", "symmetric": False, "color": MUTED, "thickness": 1.5,
-                         "array": high - ratio, "arrayminus": ratio - low},
-                hovertemplate="%{customdata[0]:+.1f}% [%{customdata[1]:+.1f}, %{customdata[2]:+.1f}]"
-                              "<extra></extra>")
+        c.trace(
+            col,
+            x=x,
+            y=ratio,
+            mode="markers",
+            showlegend=False,
+            name=esc(label),
+            marker={"size": 10, "color": [colors[d.verdict] for d in ds]},
+            customdata=np.stack([(ratio - 1) * 100, (low - 1) * 100, (high - 1) * 100], axis=-1),
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "color": MUTED,
+                "thickness": 1.5,
+                "array": high - ratio,
+                "arrayminus": ratio - low,
+            },
+            hovertemplate="%{customdata[0]:+.1f}% [%{customdata[1]:+.1f}, %{customdata[2]:+.1f}]"
+            "<extra></extra>",
+        )
         c.hline(col, 1, MUTED, "solid")
         ratio_axis(c, np.concatenate([ratio, low, high]), col)
     level_axes(c, x, level_axis(arm.unit), cols=cols)
@@ -215,8 +252,11 @@ def capacity(point: Point) -> go.Figure | None:
 def _span(value: Any) -> tuple[float, float] | None:
     """A number, [lo, hi] or {"lower"/"low", "upper"/"high"} as (lo, hi)."""
     if isinstance(value, dict):
-        value = [v for v in (value.get("lower", value.get("low")), value.get("upper", value.get("high")))
-                 if v is not None]
+        value = [
+            v
+            for v in (value.get("lower", value.get("low")), value.get("upper", value.get("high")))
+            if v is not None
+        ]
     if isinstance(value, (list, tuple)):
         nums = [float(v) for v in value if isinstance(v, (int, float))]
         return (min(nums), max(nums)) if nums else None
@@ -257,7 +297,9 @@ def _slo_marks(c: Canvas, point: Point, log_x: bool, log_y: dict[int, bool]) -> 
     if isinstance(best, (int, float)):
         for col in (1, 2, 3):
             c.vline(col, best, GREEN, "dot")
-        c.note("SLO met", GREEN, x=pos(best, log_x), y=0.0, xref="x", yref=ref("y", 1, True), xshift=4)
+        c.note(
+            "SLO met", GREEN, x=pos(best, log_x), y=0.0, xref="x", yref=ref("y", 1, True), xshift=4
+        )
     for key, target in (slo.get("targets") or {}).items():
         m = _TARGET.match(str(key))
         if m and isinstance(target, (int, float)):
@@ -282,7 +324,9 @@ def _client_limited(c: Canvas, point: Point, steps: pd.DataFrame, x: np.ndarray)
 
 
 def _peak_count(tl: Timeline) -> float:
-    series = [v for k, v in tl.gauges.items() if k != "kv"] + ([tl.inflight] if tl.inflight is not None else [])
+    series = [v for k, v in tl.gauges.items() if k != "kv"] + (
+        [tl.inflight] if tl.inflight is not None else []
+    )
     peaks = [float(np.nanmax(v)) for v in series if len(v) and np.isfinite(v).any()]
     return max(peaks + [1.0])
 

@@ -20,12 +20,12 @@ import plotly.graph_objects as go
 import yaml
 from plotly.offline import get_plotlyjs
 
-from loadlab.version import __version__
 from loadlab.report import figures, summary, tables
 from loadlab.report.ab import ArmComparison, compare_arms
 from loadlab.report.inputs import Point, RunSet, load
 from loadlab.report.series import timeline
 from loadlab.runstore.layout import REPORT
+from loadlab.version import __version__
 
 _ENV = jinja2.Environment(loader=jinja2.PackageLoader("loadlab.report", "templates"),
                           autoescape=True, undefined=jinja2.StrictUndefined,
@@ -72,7 +72,9 @@ def write_report(root: str | Path, out: str | Path | None = None) -> Path:
 def render(runset: RunSet) -> str:
     """The report page of ``runset`` as one HTML string."""
     charts: dict[str, go.Figure] = {}
-    views = [_point_view(row, p, charts) for row, p in zip(summary.verdict_rows(runset), runset.points)]
+    views = [
+        _point_view(row, p, charts) for row, p in zip(summary.verdict_rows(runset), runset.points)
+    ]
     analysed = [p for p in runset.points if p.analysis and not p.steps.empty]
     if runset.kind == "sweep" and len(analysed) > 1:
         charts["comparison-chart"] = figures.overlay(analysed)
@@ -81,14 +83,28 @@ def render(runset: RunSet) -> str:
         charts[f"ab-chart-{k + 1}"] = figures.ab_deltas(arm)
         arms.append(ArmView(comparison=arm, figure=f"ab-chart-{k + 1}"))
     return _ENV.get_template("report.html.j2").render(
-        title=_title(runset), runset=runset, kpis=summary.kpis(runset),
-        rows=[v.row for v in views], views=views, arms=arms,
-        has_comparison="comparison-chart" in charts, header=_header(runset),
-        scenario=yaml.safe_dump(json.loads(json.dumps(runset.manifest["scenario"], default=str)),
-                                sort_keys=False) if runset.manifest.get("scenario") else "",
-        level=summary.level, num=summary.num, pct=summary.pct, share=summary.share, version=__version__,
+        title=_title(runset),
+        runset=runset,
+        kpis=summary.kpis(runset),
+        rows=[v.row for v in views],
+        views=views,
+        arms=arms,
+        has_comparison="comparison-chart" in charts,
+        header=_header(runset),
+        scenario=yaml.safe_dump(
+            json.loads(json.dumps(runset.manifest["scenario"], default=str)), sort_keys=False
+        )
+        if runset.manifest.get("scenario")
+        else "",
+        level=summary.level,
+        num=summary.num,
+        pct=summary.pct,
+        share=summary.share,
+        version=__version__,
         generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        plotly_js=get_plotlyjs(), figures_json=_figures_json(charts))
+        plotly_js=get_plotlyjs(),
+        figures_json=_figures_json(charts),
+    )
 
 
 def _point_view(row: summary.VerdictRow, p: Point, charts: dict[str, go.Figure]) -> PointView:
@@ -120,7 +136,9 @@ def _add(charts: dict[str, go.Figure], view: PointView, chart_id: str, fig: go.F
 
 def _arms(runset: RunSet) -> list[ArmComparison]:
     """Each analysed point against the baseline (the first point of an A/B without one)."""
-    name = runset.baseline or (runset.points[0].name if runset.mode == "ab" and runset.points else None)
+    name = runset.baseline or (
+        runset.points[0].name if runset.mode == "ab" and runset.points else None
+    )
     base = runset.point(name) if name else None
     if base is None or not base.analysis or base.run_dir is None:
         return []

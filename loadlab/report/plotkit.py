@@ -20,7 +20,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 INK, MUTED, GRID = "#1f2937", "#6b7280", "#e5e7eb"
-BLUE, RED, PURPLE, GREEN, ORANGE, GREY = "#2563eb", "#dc2626", "#9333ea", "#16a34a", "#ea580c", "#9ca3af"
+BLUE, RED, PURPLE, GREEN, ORANGE, GREY = (
+    "#2563eb",
+    "#dc2626",
+    "#9333ea",
+    "#16a34a",
+    "#ea580c",
+    "#9ca3af",
+)
 SERIES = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#78716c"]
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 TEMPLATE = go.layout.Template(layout=go.Layout(
@@ -94,8 +101,16 @@ class Canvas:
 
     def note(self, text: str, color: str, **where: Any) -> None:
         """Text at ``where`` (x, y, xref, yref, anchors, shifts); escaped here."""
-        self.notes.append({"text": esc(text), "showarrow": False, "font": {"color": color, "size": 11},
-                           "xanchor": "left", "yanchor": "bottom", **where})
+        self.notes.append(
+            {
+                "text": esc(text),
+                "showarrow": False,
+                "font": {"color": color, "size": 11},
+                "xanchor": "left",
+                "yanchor": "bottom",
+                **where,
+            }
+        )
 
     def figure(self, **layout: Any) -> go.Figure:
         """The validated figure, with the shared template and ``layout`` on top."""
@@ -126,7 +141,9 @@ def value_axis(canvas: Canvas, values: np.ndarray, col: int) -> bool:
         canvas.yaxis(col, rangemode="tozero")
         return False
     ticks = log_ticks(values)
-    canvas.yaxis(col, type="log", rangemode="normal", tickvals=ticks, ticktext=[short(t) for t in ticks])
+    canvas.yaxis(
+        col, type="log", rangemode="normal", tickvals=ticks, ticktext=[short(t) for t in ticks]
+    )
     return True
 
 

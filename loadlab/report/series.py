@@ -69,7 +69,9 @@ def step_bands(manifest: dict) -> tuple[float, list[StepBand]]:
 def timeline(run_dir: Path, manifest: dict) -> Timeline:
     """The over-time view of ``run_dir`` (empty arrays when nothing was scraped)."""
     t0, bands = step_bands(manifest)
-    metrics = read_metrics(run_dir, [f for role in GAUGE_ROLES.values() for f in families_for_role(role)])
+    metrics = read_metrics(
+        run_dir, [f for role in GAUGE_ROLES.values() for f in families_for_role(role)]
+    )
     per_role = {name: _gauge(metrics, role, SUM_OVER_ENDPOINTS[name])
                 for name, role in GAUGE_ROLES.items()}
     instants = sorted(set().union(*(s.index for s in per_role.values() if s is not None)))
@@ -106,4 +108,6 @@ def _inflight(requests: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     keep = ~np.isnan(begun)
     begun = np.sort(begun[keep])
     done = np.sort(np.where(np.isnan(done[keep]), np.inf, done[keep]))
-    return (np.searchsorted(begun, t, side="right") - np.searchsorted(done, t, side="right")).astype(float)
+    return (
+        np.searchsorted(begun, t, side="right") - np.searchsorted(done, t, side="right")
+    ).astype(float)

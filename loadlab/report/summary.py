@@ -280,13 +280,27 @@ def _run_kpis(p: Point) -> list[Kpi]:
     ok = int(steps["n_ok"].sum()) if "n_ok" in steps else 0
     errors = int(steps["n_err"].sum()) if "n_err" in steps else 0
     return [
-        Kpi("Knee", knee_text(p), f"{level_axis(p.unit)} · {knee.get('confidence') or DASH} confidence",
-            "bad" if knee.get("found") else ("good" if knee else "")),
-        Kpi("Cause", cause_label(cause.get("name")) if cause else DASH, str(cause.get("knob") or "")),
+        Kpi(
+            "Knee",
+            knee_text(p),
+            f"{level_axis(p.unit)} · {knee.get('confidence') or DASH} confidence",
+            "bad" if knee.get("found") else ("good" if knee else ""),
+        ),
+        Kpi(
+            "Cause", cause_label(cause.get("name")) if cause else DASH, str(cause.get("knob") or "")
+        ),
         Kpi("SLO-limited level", slo_text(p), slo_targets(p)),
-        Kpi("Peak throughput", num(value, unit="tok/s"), f"at {level(at, p.unit)}" if at is not None else ""),
-        Kpi("Requests", num(ok), f"{num(errors)} errors" + (f" · status {p.status}" if p.status != "complete" else ""),
-            "bad" if errors else ""),
+        Kpi(
+            "Peak throughput",
+            num(value, unit="tok/s"),
+            f"at {level(at, p.unit)}" if at is not None else "",
+        ),
+        Kpi(
+            "Requests",
+            num(ok),
+            f"{num(errors)} errors" + (f" · status {p.status}" if p.status != "complete" else ""),
+            "bad" if errors else "",
+        ),
     ]
 
 

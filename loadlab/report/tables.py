@@ -15,9 +15,24 @@ from loadlab.report.summary import DASH, figure_text, flag_text, level, level_ax
 # Per-step columns the page shows, by the analyzer's names; headers and number formats are
 # the console's (analyze.display.COLUMNS), so both say the same. The load level, the step
 # and its state are drawn separately.
-STEP_KEYS = ("n_ok", "n_err", "out_tok_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "queue_share",
-             "inflight", "running_max", "running_itl", "waiting_mean", "waiting_max", "kv_max",
-             "preemptions", "prefix_hit_rate", "goodput_rps")
+STEP_KEYS = (
+    "n_ok",
+    "n_err",
+    "out_tok_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "queue_share",
+    "inflight",
+    "running_max",
+    "running_itl",
+    "waiting_mean",
+    "waiting_max",
+    "kv_max",
+    "preemptions",
+    "prefix_hit_rate",
+    "goodput_rps",
+)
 _CONSOLE = {key: (header, fmt) for key, header, fmt in COLUMNS}
 
 

@@ -69,7 +69,9 @@ def live_parts(table_dir: str | Path) -> list[Path]:
     return [p for p in parts if p.name not in replaced]
 
 
-def compact(table_dir: str | Path, schema: pa.Schema, *, row_group_bytes: int = 64 << 20) -> Path | None:
+def compact(
+    table_dir: str | Path, schema: pa.Schema, *, row_group_bytes: int = 64 << 20
+) -> Path | None:
     """Rewrite the live parts of a table as one part; returns it, or None if nothing was done.
 
     Nothing to do: no table, at most one live part and no leftovers, or another process
@@ -129,10 +131,14 @@ def compact_run(run_dir: str | Path, tables: Iterable[str] = tuple(TABLES),
             if (part := compact(run_dir / name, TABLES[name])) is not None:
                 done.append(part)
         except (OSError, pa.ArrowException) as exc:
-            warnings.warn(f"{run_dir / name}: not compacted, its parts are kept as they are ({exc})",
-                          stacklevel=2)
+            warnings.warn(
+                f"{run_dir / name}: not compacted, its parts are kept as they are ({exc})",
+                stacklevel=2,
+            )
     if loud and progress is not None:
-        progress(f"compacted {len(parts):,} part files into {len(done)} in {time.perf_counter() - t0:.1f} s")
+        progress(
+            f"compacted {len(parts):,} part files into {len(done)} in {time.perf_counter() - t0:.1f} s"
+        )
     return done
 
 
@@ -149,7 +155,9 @@ def _row_groups(parts: list[Path], schema: pa.Schema, limit: int) -> Iterator[pa
     batches: list[pa.RecordBatch] = []
     size = 0
     for part in parts:
-        for batch in ds.dataset(str(part), schema=schema, format="parquet").to_batches(use_threads=False):
+        for batch in ds.dataset(str(part), schema=schema, format="parquet").to_batches(
+            use_threads=False
+        ):
             batches.append(batch)
             size += batch.nbytes
             if size >= limit:

@@ -15,37 +15,40 @@ REQUEST_STATUSES = ("ok", "http_error", "timeout", "aborted", "client_error")
 # One row per request, written by the load generator and by `loadlab sim replay`.
 REQUESTS = pa.schema(
     [
-        ("point", pa.string()),            # sweep point name ("" for a single run)
-        ("step", pa.int32()),              # index of the load step (0-based)
-        ("concurrency", pa.int32()),       # users active in the step (closed loop); null for open loop
-        ("target_rate", pa.float64()),     # requests/s target of the step (open loop); null for closed loop
-        ("worker", pa.string()),           # load-generator process that sent it
-        ("user", pa.int32()),              # user index inside the worker
-        ("request_id", pa.string()),       # deterministic from seed and sequence number
-        ("seq", pa.int64()),               # position in the seeded request sequence
-        ("endpoint", pa.string()),         # base URL it was sent to (no credentials)
-        ("api", pa.string()),              # "completions" | "chat"
-        ("t_scheduled", pa.float64()),     # when the plan wanted it sent (open loop / replay)
-        ("t_issued", pa.float64()),        # when the client began it (before connecting); always set
-        ("t_sent", pa.float64()),          # just before the request was written; null if never written
-        ("t_first_token", pa.float64()),   # first chunk with non-empty content
-        ("t_done", pa.float64()),          # last byte / error
-        ("send_lag_s", pa.float64()),      # t_sent - t_scheduled
+        ("point", pa.string()),  # sweep point name ("" for a single run)
+        ("step", pa.int32()),  # index of the load step (0-based)
+        ("concurrency", pa.int32()),  # users active in the step (closed loop); null for open loop
+        (
+            "target_rate",
+            pa.float64(),
+        ),  # requests/s target of the step (open loop); null for closed loop
+        ("worker", pa.string()),  # load-generator process that sent it
+        ("user", pa.int32()),  # user index inside the worker
+        ("request_id", pa.string()),  # deterministic from seed and sequence number
+        ("seq", pa.int64()),  # position in the seeded request sequence
+        ("endpoint", pa.string()),  # base URL it was sent to (no credentials)
+        ("api", pa.string()),  # "completions" | "chat"
+        ("t_scheduled", pa.float64()),  # when the plan wanted it sent (open loop / replay)
+        ("t_issued", pa.float64()),  # when the client began it (before connecting); always set
+        ("t_sent", pa.float64()),  # just before the request was written; null if never written
+        ("t_first_token", pa.float64()),  # first chunk with non-empty content
+        ("t_done", pa.float64()),  # last byte / error
+        ("send_lag_s", pa.float64()),  # t_sent - t_scheduled
         ("ttft_s", pa.float64()),
         ("e2e_s", pa.float64()),
         ("itl_mean_s", pa.float64()),
         ("itl_p50_s", pa.float64()),
         ("itl_p99_s", pa.float64()),
         ("itl_max_s", pa.float64()),
-        ("n_chunks", pa.int32()),          # content chunks received
+        ("n_chunks", pa.int32()),  # content chunks received
         ("chunk_offsets_s", pa.list_(pa.float64())),  # each content chunk, seconds after t_sent
-        ("prompt_tokens", pa.int32()),     # usage as the server reported it
+        ("prompt_tokens", pa.int32()),  # usage as the server reported it
         ("output_tokens", pa.int32()),
         ("target_prompt_tokens", pa.int32()),
         ("target_output_tokens", pa.int32()),
-        ("prefix_group", pa.int32()),      # requests sharing a prefix share this id; null = none
-        ("prefix_tokens", pa.int32()),     # length of the shared prefix
-        ("status", pa.string()),           # one of REQUEST_STATUSES
+        ("prefix_group", pa.int32()),  # requests sharing a prefix share this id; null = none
+        ("prefix_tokens", pa.int32()),  # length of the shared prefix
+        ("status", pa.string()),  # one of REQUEST_STATUSES
         ("http_status", pa.int32()),
         ("error", pa.string()),
         # Added by loadgen (open loop / replay): latency as the workload saw it, counted from
@@ -61,19 +64,25 @@ REQUESTS = pa.schema(
 # limited" from a server stall.
 CLIENT = pa.schema(
     [
-        ("t", pa.float64()),               # end of the interval (unix s)
+        ("t", pa.float64()),  # end of the interval (unix s)
         ("worker", pa.string()),
-        ("interval_s", pa.float64()),      # wall time covered
-        ("cpu_s", pa.float64()),           # process CPU time (user + system) used in the interval
-        ("cpu_frac", pa.float64()),        # cpu_s / interval_s: 1.0 = one core saturated
-        ("loop_lag_mean_s", pa.float64()),  # event-loop lag: oversleep of a monitor greenlet's short sleeps
+        ("interval_s", pa.float64()),  # wall time covered
+        ("cpu_s", pa.float64()),  # process CPU time (user + system) used in the interval
+        ("cpu_frac", pa.float64()),  # cpu_s / interval_s: 1.0 = one core saturated
+        (
+            "loop_lag_mean_s",
+            pa.float64(),
+        ),  # event-loop lag: oversleep of a monitor greenlet's short sleeps
         ("loop_lag_max_s", pa.float64()),
-        ("loop_lag_ticks", pa.int32()),    # sleeps measured (weights the mean across samples)
-        ("in_flight", pa.int32()),         # requests open at the end of the interval
-        ("inflight_s", pa.float64()),      # time integral of requests open (request-seconds), exact
-        ("backoff_s", pa.float64()),       # same, of users pausing after a failed connection
-        ("sent", pa.int32()),              # requests begun during the interval
-        ("send_lags_s", pa.list_(pa.float64())),  # open loop: each begun request's lateness vs its schedule
+        ("loop_lag_ticks", pa.int32()),  # sleeps measured (weights the mean across samples)
+        ("in_flight", pa.int32()),  # requests open at the end of the interval
+        ("inflight_s", pa.float64()),  # time integral of requests open (request-seconds), exact
+        ("backoff_s", pa.float64()),  # same, of users pausing after a failed connection
+        ("sent", pa.int32()),  # requests begun during the interval
+        (
+            "send_lags_s",
+            pa.list_(pa.float64()),
+        ),  # open loop: each begun request's lateness vs its schedule
     ]
 )
 
@@ -101,7 +110,7 @@ SCRAPES = pa.schema(
         ("ok", pa.bool_()),
         ("http_status", pa.int32()),
         ("n_samples", pa.int32()),
-        ("error", pa.string()),            # cause of a gap: timeout, refused, http 500, parse error...
+        ("error", pa.string()),  # cause of a gap: timeout, refused, http 500, parse error...
     ]
 )
 

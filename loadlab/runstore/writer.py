@@ -51,7 +51,13 @@ log = logging.getLogger(__name__)
 
 # What building or writing a part can raise for a reason outside this module's code:
 # a value Arrow cannot convert to the column's type, or the file system refusing.
-ROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError)
+ROW_ERRORS = (
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+    OverflowError,
+    TypeError,
+)
 WRITE_ERRORS = (OSError, pa.ArrowException)
 UNREADABLE = (OSError, pa.ArrowException)  # what reading a damaged part file raises
 
@@ -135,7 +141,9 @@ class PartWriter:
         with self._lock:
             if self._timer is not None or self._closing.is_set():
                 return
-            self._timer = threading.Thread(target=self._tick, name=f"flush {self.table_dir.name}", daemon=True)
+            self._timer = threading.Thread(
+                target=self._tick, name=f"flush {self.table_dir.name}", daemon=True
+            )
         self._timer.start()
 
     def _tick(self) -> None:
@@ -170,8 +178,10 @@ class PartWriter:
             with self._lock:
                 self.error = f"cannot write {self.table_dir}: {exc}"
                 self._due_rows = kept + self.flush_rows
-            raise StoreError(f"{self.error}; {kept} rows kept in memory and retried at the next flush "
-                             "(free space or fix the folder's permissions)") from exc
+            raise StoreError(
+                f"{self.error}; {kept} rows kept in memory and retried at the next flush "
+                "(free space or fix the folder's permissions)"
+            ) from exc
         with self._lock:
             self._forget(items)
             self._due_rows = self.flush_rows
@@ -192,7 +202,9 @@ class PartWriter:
         """Under the buffer lock: rows not yet on disk."""
         return len(self._rows)
 
-    def _to_table(self, rows: list[Mapping[str, Any]]) -> tuple[pa.Table, list[tuple[Mapping[str, Any], str]]]:
+    def _to_table(
+        self, rows: list[Mapping[str, Any]]
+    ) -> tuple[pa.Table, list[tuple[Mapping[str, Any], str]]]:
         """The part's table and the rows that cannot fit the schema, each with the reason."""
         try:
             return pa.Table.from_pylist(rows, schema=self.schema), []
@@ -229,8 +241,10 @@ class PartWriter:
             where = f"saved in {path}"
         except OSError as exc:
             where = f"kept in memory only ({exc})"
-        raise StoreError(f"{len(rejected)} rows do not fit {self.table_dir.name}'s schema, first: "
-                         f"{rejected[0][1]}; {where}; the other {written} rows of the part were written")
+        raise StoreError(
+            f"{len(rejected)} rows do not fit {self.table_dir.name}'s schema, first: "
+            f"{rejected[0][1]}; {where}; the other {written} rows of the part were written"
+        )
 
     def write_table(self, table: pa.Table, *, dictionary_columns: list[str] | None = None) -> None:
         """Write a table its owner built column-wise as one part, now (rows from add() stay buffered).
@@ -277,7 +291,7 @@ class PartWriter:
             timer.join()
         self.flush()
 
-    def __enter__(self) -> PartWriter:  # noqa: PYI034 - Self needs Python 3.11
+    def __enter__(self) -> PartWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -318,7 +332,9 @@ def read_table(
     names = list(columns) if columns is not None else schema.names
     if not parts:
         return read_schema.empty_table().select(names).to_pandas()
-    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=list(categorical)))
+    fmt = ds.ParquetFileFormat(
+        read_options=ds.ParquetReadOptions(dictionary_columns=list(categorical))
+    )
 
     def scan(paths: list[Path]) -> pa.Table:
         return ds.dataset([str(p) for p in paths], schema=read_schema, format=fmt).to_table(
@@ -332,7 +348,9 @@ def read_table(
             try:
                 tables.append(scan([part]))
             except UNREADABLE as exc:
-                warnings.warn(f"{part}: unreadable part skipped ({exc})", CorruptPartWarning, stacklevel=2)
+                warnings.warn(
+                    f"{part}: unreadable part skipped ({exc})", CorruptPartWarning, stacklevel=2
+                )
         table = pa.concat_tables(tables) if tables else read_schema.empty_table().select(names)
     frame = table.to_pandas(self_destruct=True)
     for name in set(categorical) & set(names):

@@ -21,7 +21,9 @@ def parse_cpu_list(value: Any) -> CpuSet:
     if isinstance(value, int) and not isinstance(value, bool):
         value = [value]
     if isinstance(value, (list, tuple, set, frozenset)):
-        if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        if not value or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+        ):
             raise ValueError(f"not a list of CPU numbers: {list(value)!r}")
         return frozenset(value)
     if not isinstance(value, str):

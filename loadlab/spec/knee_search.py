@@ -41,8 +41,8 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from loadlab.spec.models import KneeSearch, LoadPlan, Step
 from loadlab.errors import InputError
+from loadlab.spec.models import KneeSearch, LoadPlan, Step
 
 LevelSource = Generator["Probe", "bool | None", "SearchResult"]
 

@@ -50,7 +50,9 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 WARMUP_SHARE = 0.2
 WARMUP_MAX_S = 10.0
 SCRAPE_INTERVAL_MIN_S = 0.1   # the collector's finest interval
-LEVELS_FIX = "write a list such as [1, 2, 4, 8], the text 1,2,4,8, or start:factor:max such as 1:2:64"
+LEVELS_FIX = (
+    "write a list such as [1, 2, 4, 8], the text 1,2,4,8, or start:factor:max such as 1:2:64"
+)
 
 
 class _Strict(BaseModel):
@@ -113,8 +115,11 @@ def parse_levels(value: Any, integer: bool = False) -> list[float]:
 
 def _scalar(value: Any) -> Any:
     if not isinstance(value, (bool, int, float, str)):
-        raise _bad("a flag value is a number, a word or true/false, got {value}",
-                   "write one value (a matrix lists them: {max-num-seqs: [8, 16]})", value=repr(value))
+        raise _bad(
+            "a flag value is a number, a word or true/false, got {value}",
+            "write one value (a matrix lists them: {max-num-seqs: [8, 16]})",
+            value=repr(value),
+        )
     return value
 
 
@@ -173,10 +178,16 @@ class KneeSearch(_Strict):
 
     start: int = Field(gt=0, description="the fewest users tried (first of the grid)")
     max: int = Field(gt=0, description="the most users tried (last of the grid)")
-    resolution: int = Field(gt=0, description="grid spacing: the levels a full linear scan would run")
+    resolution: int = Field(
+        gt=0, description="grid spacing: the levels a full linear scan would run"
+    )
     factor: float = Field(2.0, gt=1, description="coarse pass: each level this times the last")
-    settle_s: float | None = Field(None, ge=0, description="extra seconds run and cut after a stalled "
-                                   "step while its queue drains (default: the warm-up)")
+    settle_s: float | None = Field(
+        None,
+        ge=0,
+        description="extra seconds run and cut after a stalled "
+        "step while its queue drains (default: the warm-up)",
+    )
 
     @model_validator(mode="after")
     def _grid(self) -> KneeSearch:
@@ -196,17 +207,34 @@ class LoadPlan(_Strict):
 
     concurrency: Users | None = Field(None, description=f"closed-loop users per step: {LEVELS_FIX}")
     rate: Rates | None = Field(None, description=f"open-loop requests/s per step: {LEVELS_FIX}")
-    trace: str | None = Field(None, description="a trace file whose arrivals and lengths are replayed")
-    search: KneeSearch | None = Field(None, description="adaptive knee search: start, max, resolution")
-    burstiness: float = Field(1.0, gt=0, description="gamma shape of open-loop gaps: 1 Poisson, <1 burstier")
-    time_scale: float = Field(1.0, gt=0, description="trace replay: recorded offsets x this (0.5: twice as fast)")
+    trace: str | None = Field(
+        None, description="a trace file whose arrivals and lengths are replayed"
+    )
+    search: KneeSearch | None = Field(
+        None, description="adaptive knee search: start, max, resolution"
+    )
+    burstiness: float = Field(
+        1.0, gt=0, description="gamma shape of open-loop gaps: 1 Poisson, <1 burstier"
+    )
+    time_scale: float = Field(
+        1.0, gt=0, description="trace replay: recorded offsets x this (0.5: twice as fast)"
+    )
     step_duration_s: float = Field(60.0, gt=0, description="seconds per step")
-    warmup_s: float = Field(10.0, ge=0, description="seconds cut from each step's start, shorter than "
-                            "a step (default a fifth of the step, at most 10 s)")
-    max_in_flight: int = Field(10000, ge=1, description="open loop: requests one worker keeps in flight at most")
-    trace_duration_s: float | None = Field(None, gt=0, description="trace replay: last arrival offset "
-                                           "(filled in from the trace)")
-    slo: Slo | None = Field(None, description="latency objectives, e.g. {ttft_p99_s: 2.0, itl_p99_s: 0.1}")
+    warmup_s: float = Field(
+        10.0,
+        ge=0,
+        description="seconds cut from each step's start, shorter than "
+        "a step (default a fifth of the step, at most 10 s)",
+    )
+    max_in_flight: int = Field(
+        10000, ge=1, description="open loop: requests one worker keeps in flight at most"
+    )
+    trace_duration_s: float | None = Field(
+        None, gt=0, description="trace replay: last arrival offset (filled in from the trace)"
+    )
+    slo: Slo | None = Field(
+        None, description="latency objectives, e.g. {ttft_p99_s: 2.0, itl_p99_s: 0.1}"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -222,10 +250,15 @@ class LoadPlan(_Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> LoadPlan:
-        kinds = [k for k in ("concurrency", "rate", "trace", "search") if getattr(self, k) is not None]
+        kinds = [
+            k for k in ("concurrency", "rate", "trace", "search") if getattr(self, k) is not None
+        ]
         if len(kinds) != 1:
-            raise _bad("give exactly one of concurrency, rate, trace, search; got {got}",
-                       "e.g. concurrency: [1, 2, 4, 8] or rate: 1,2,4", got=", ".join(kinds) or "none")
+            raise _bad(
+                "give exactly one of concurrency, rate, trace, search; got {got}",
+                "e.g. concurrency: [1, 2, 4, 8] or rate: 1,2,4",
+                got=", ".join(kinds) or "none",
+            )
         if self.trace is None and not self.warmup_s < self.step_duration_s:
             raise _bad("warm-up {warmup} s must be shorter than a step ({step} s)",
                        "use a warm-up of about a fifth of the step", warmup=self.warmup_s,
@@ -283,32 +316,46 @@ class Workload(_Strict):
     profile: str = Field("sharegpt", description="workload profile: a shipped name "
                          "(`loadlab profile list`) or a profile file")
     seed: int = Field(0, ge=0, description="seed of lengths, prefixes and arrivals")
-    calibrate: bool = Field(True, description="fit prompt text to exact token counts with /tokenize")
+    calibrate: bool = Field(
+        True, description="fit prompt text to exact token counts with /tokenize"
+    )
 
 
 class Target(_Strict):
     """The server under test: a URL to load, or a server loadlab starts per point."""
 
     url: str | None = Field(None, description="base URL of a running server, e.g. http://10.0.0.5:8000")
-    launch: Literal["sim", "vllm"] | None = Field(None, description="start this server for each point: "
-                                                  "sim (built-in simulator) or vllm (vllm serve)")
+    launch: Literal["sim", "vllm"] | None = Field(
+        None,
+        description="start this server for each point: "
+        "sim (built-in simulator) or vllm (vllm serve)",
+    )
     model: str | None = Field(None, description="vllm: model path or name; sim: model profile "
                               "(llama-3.1-8b, qwen2.5-7b, ...); url: the served name")
-    api: Literal["completions", "chat"] = Field("completions", description="OpenAI API the requests use")
-    api_key_env: str = Field("LOADLAB_API_KEY", description="environment variable holding the API key")
+    api: Literal["completions", "chat"] = Field(
+        "completions", description="OpenAI API the requests use"
+    )
+    api_key_env: str = Field(
+        "LOADLAB_API_KEY", description="environment variable holding the API key"
+    )
     startup_timeout_s: float | None = Field(None, gt=0, description="seconds a launched server has "
                                             "to answer /health (sim 60, vllm 300)")
 
     @model_validator(mode="after")
     def _one_target(self) -> Target:
         if (self.url is None) == (self.launch is None):
-            raise _bad("give exactly one of url and launch", "url: http://HOST:PORT, or launch: sim|vllm")
+            raise _bad(
+                "give exactly one of url and launch", "url: http://HOST:PORT, or launch: sim|vllm"
+            )
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise _bad("url '{url}' is not an http(s) URL", "write e.g. http://127.0.0.1:8000",
                        url=self.url)
         if self.launch == "vllm" and not self.model:
-            raise _bad("a launched vllm needs a model", "name a model path or name (scenario: target.model; "
-                       "loadlab run: --model, or first after --)")
+            raise _bad(
+                "a launched vllm needs a model",
+                "name a model path or name (scenario: target.model; "
+                "loadlab run: --model, or first after --)",
+            )
         return self
 
 
@@ -321,7 +368,9 @@ def _cpus(value: Any) -> Any:
         raise _bad(str(exc), CPU_FIX) from None
 
 
-Cpus = Annotated[frozenset[int], BeforeValidator(_cpus), PlainSerializer(sorted, return_type=list[int])]
+Cpus = Annotated[
+    frozenset[int], BeforeValidator(_cpus), PlainSerializer(sorted, return_type=list[int])
+]
 
 
 class Isolation(_Strict):
@@ -339,8 +388,11 @@ class Isolation(_Strict):
     def _disjoint(self) -> Isolation:
         both = (self.server_cpus or frozenset()) & (self.client_cpus or frozenset())
         if both:
-            raise _bad("server and client CPUs overlap on {cpus}",
-                       "give each side its own CPUs, e.g. server 0 and client 1", cpus=format_cpu_list(both))
+            raise _bad(
+                "server and client CPUs overlap on {cpus}",
+                "give each side its own CPUs, e.g. server 0 and client 1",
+                cpus=format_cpu_list(both),
+            )
         return self
 
     def manifest_entry(self) -> dict[str, list[int] | None] | None:
@@ -401,8 +453,10 @@ Arms = Annotated[dict[str, Flags], BeforeValidator(_arm_names)]
 class Sweep(_Strict):
     """The points of a sweep: a matrix of flag values, or named A/B arms."""
 
-    matrix: FlagMatrix | None = Field(None, description="flag -> values; every "
-                                                   "combination is a point, e.g. {max-num-seqs: [8, 16]}")
+    matrix: FlagMatrix | None = Field(
+        None,
+        description="flag -> values; every combination is a point, e.g. {max-num-seqs: [8, 16]}",
+    )
     arms: Arms | None = Field(None, description="arm name -> flags, e.g. "
                                           "{caching-on: {enable-prefix-caching: true}, ...}")
     baseline: str | None = Field(None, description="the arm the others are compared with "
@@ -414,16 +468,24 @@ class Sweep(_Strict):
             raise _bad("give exactly one of matrix and arms",
                        "matrix: {max-num-seqs: [8, 16]} or arms: {a: {...}, b: {...}}")
         if self.matrix is not None and (not self.matrix or not all(self.matrix.values())):
-            raise _bad("every matrix flag needs at least one value", "e.g. max-num-seqs: [8, 16, 32]")
+            raise _bad(
+                "every matrix flag needs at least one value", "e.g. max-num-seqs: [8, 16, 32]"
+            )
         if self.arms is not None and len(self.arms) < 2:
             raise _bad("an A/B sweep needs at least two arms", "add a second arm")
         bad = [name for name in self.arms or {} if not _SAFE_NAME.fullmatch(name)]
         if bad:
-            raise _bad("arm name '{name}' cannot name a folder", "use letters, digits, '.', '_', '-'",
-                       name=bad[0])
+            raise _bad(
+                "arm name '{name}' cannot name a folder",
+                "use letters, digits, '.', '_', '-'",
+                name=bad[0],
+            )
         if self.baseline is not None and self.baseline not in (self.arms or {}):
-            raise _bad("baseline '{name}' is not an arm", "name one of the arms (matrix sweeps have none)",
-                       name=self.baseline)
+            raise _bad(
+                "baseline '{name}' is not an arm",
+                "name one of the arms (matrix sweeps have none)",
+                name=self.baseline,
+            )
         return self
 
 
@@ -432,8 +494,12 @@ class WhatIf(_Strict):
 
     model: str = Field("llama-3.1-8b", description="simulator model profile: llama-3.1-8b, "
                        "qwen2.5-7b, qwen2.5-72b")
-    gpu: str = Field("h100", description="simulator GPU profile: h100, h200, a100-80g, a100-40g, l40s")
-    flags: Flags = Field(default_factory=dict, description="simulator flags added to the scenario's")
+    gpu: str = Field(
+        "h100", description="simulator GPU profile: h100, h200, a100-80g, a100-40g, l40s"
+    )
+    flags: Flags = Field(
+        default_factory=dict, description="simulator flags added to the scenario's"
+    )
 
 
 @dataclass(frozen=True)
@@ -455,17 +521,26 @@ class Scenario(_Strict):
     workload: Workload = Field(default_factory=Workload, description="profile and seed")
     load: LoadPlan = Field(description="the load plan: concurrency, rate, trace or search")
     loadgen: LoadgenSettings = Field(default_factory=LoadgenSettings, description="load generator")
-    isolation: Isolation | None = Field(None, description="server_cpus and client_cpus: each side on "
-                                        "CPUs of its own (taskset syntax, e.g. server_cpus: 0-2)")
+    isolation: Isolation | None = Field(
+        None,
+        description="server_cpus and client_cpus: each side on "
+        "CPUs of its own (taskset syntax, e.g. server_cpus: 0-2)",
+    )
     sweep: Sweep | None = Field(None, description="matrix of flag values, or named A/B arms")
     what_if: WhatIf = Field(default_factory=WhatIf, description="simulator model for --what-if")
 
     @model_validator(mode="after")
     def _launch_for_flags(self) -> Scenario:
         if self.target.url is not None and (self.flags or self.sweep is not None):
-            raise _bad("flags and sweeps need a server loadlab launches; a url target is loaded as is",
-                       "use target.launch: sim|vllm, or drop flags and sweep")
-        if self.target.url is not None and self.isolation is not None and self.isolation.server_cpus:
+            raise _bad(
+                "flags and sweeps need a server loadlab launches; a url target is loaded as is",
+                "use target.launch: sim|vllm, or drop flags and sweep",
+            )
+        if (
+            self.target.url is not None
+            and self.isolation is not None
+            and self.isolation.server_cpus
+        ):
             raise _bad("server_cpus needs a launched server", "drop isolation.server_cpus")
         return self
 
@@ -489,8 +564,11 @@ class Scenario(_Strict):
             return [Point(name, {**self.flags, **arm}) for name, arm in self.sweep.arms.items()]
         points = [Point("", dict(self.flags))]
         for flag, values in (self.sweep.matrix or {}).items():  # arms is None: matrix is set
-            points = [Point(_join(p.name, f"{flag.replace('_', '-')}-{_text(v)}"), {**p.flags, flag: v})
-                      for p in points for v in values]
+            points = [
+                Point(_join(p.name, f"{flag.replace('_', '-')}-{_text(v)}"), {**p.flags, flag: v})
+                for p in points
+                for v in values
+            ]
         return points
 
 

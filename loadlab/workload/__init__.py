@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadlab.spec.datafiles import data_dir
 from loadlab.errors import InputError
+from loadlab.spec.datafiles import data_dir
 from loadlab.workload.model import read_profile_file
 from loadlab.workload.sampler import Profile, RequestSampler, RequestSpec
 

@@ -83,7 +83,9 @@ class FitCounts:
 class ContextFit:
     """Wraps a spec source (``spec(seq)``) so every spec fits ``limit`` tokens."""
 
-    def __init__(self, specs: Any, limit: int, profile: Profile | None = None, seed: int = 0) -> None:
+    def __init__(
+        self, specs: Any, limit: int, profile: Profile | None = None, seed: int = 0
+    ) -> None:
         self.specs = specs
         self.limit = limit
         self.profile = profile
@@ -110,7 +112,13 @@ class ContextFit:
                 spare = self._spare(k).spec(seq)
                 if fits(spare, self.limit):
                     common = max(0, min(self.profile.common_prefix_tokens, spare.prompt_tokens - 1))
-                    lone = replace(spare, prefix_group=0 if common > 0 else None, prefix_tokens=common,
-                                   arrival_s=spec.arrival_s, turn=None, reused_tokens=common if seq > 0 else 0)
+                    lone = replace(
+                        spare,
+                        prefix_group=0 if common > 0 else None,
+                        prefix_tokens=common,
+                        arrival_s=spec.arrival_s,
+                        turn=None,
+                        reused_tokens=common if seq > 0 else 0,
+                    )
                     return Fitted(lone, "resampled")
         return Fitted(clip(spec, self.limit), "clipped")

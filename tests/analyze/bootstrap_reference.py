@@ -30,8 +30,9 @@ def agreement(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool]
     hits = 0
     for _ in range(n):
         resampled = resample(table, pieces, rng)
-        found, lower, upper, _ = bracket(levels, step_states(votes(resampled, run.closed_loop, limited, growth),
-                                                             limited))
+        found, lower, upper, _ = bracket(
+            levels, step_states(votes(resampled, run.closed_loop, limited, growth), limited)
+        )
         hits += (found, _plain(lower), _plain(upper)) == target
     return hits / n
 
@@ -40,7 +41,9 @@ def votes(table: pd.DataFrame, closed: bool, limited: list[bool],
           growth: list[det.Slope | None] | None) -> pd.DataFrame:
     waiting = waiting_level(table)
     keep = ~np.asarray(limited, dtype=bool)
-    hinge = det.hinge_fit(table["level"].to_numpy(dtype=float)[keep], waiting[keep]) if closed else None
+    hinge = (
+        det.hinge_fit(table["level"].to_numpy(dtype=float)[keep], waiting[keep]) if closed else None
+    )
     return det.step_votes(table, closed, waiting, hinge, growth)
 
 
@@ -71,12 +74,18 @@ def step_pieces(run: RunData, table: pd.DataFrame) -> tuple[list, list, list]:
             hist.append(np.empty((0, len(HIST_KEYS))))
         inside = snaps[(snaps.t >= w.t_start) & (snaps.t < w.t_end)]
         waiting.append(inside["value"].to_numpy(dtype=float))
-        sel = ok[(ok.step == w.step) & (ok.t_sent >= w.t_start) & (ok.t_sent < w.t_end)] if len(ok) else ok
+        sel = (
+            ok[(ok.step == w.step) & (ok.t_sent >= w.t_start) & (ok.t_sent < w.t_end)]
+            if len(ok)
+            else ok
+        )
         ttft.append(sel["ttft_s"].dropna().to_numpy(dtype=float) if len(sel) else np.array([]))
     return hist, waiting, ttft
 
 
-def resample(table: pd.DataFrame, pieces: tuple[list, list, list], rng: np.random.Generator) -> pd.DataFrame:
+def resample(
+    table: pd.DataFrame, pieces: tuple[list, list, list], rng: np.random.Generator
+) -> pd.DataFrame:
     """The columns the detectors read, recomputed from one resample of the pieces."""
     hist, waiting, ttft = pieces
     cols = {c: det.column(table, c).copy() for c in COLUMNS}
@@ -86,8 +95,11 @@ def resample(table: pd.DataFrame, pieces: tuple[list, list, list], rng: np.rando
             h = hist[i]
             if len(h):
                 tot = h[rng.integers(0, len(h), len(h))].sum(axis=0)
-                for col, (s_i, c_i) in (("server_queue_mean_ms", (0, 1)), ("server_ttft_mean_ms", (2, 3)),
-                                        ("server_itl_mean_ms", (4, 5))):
+                for col, (s_i, c_i) in (
+                    ("server_queue_mean_ms", (0, 1)),
+                    ("server_ttft_mean_ms", (2, 3)),
+                    ("server_itl_mean_ms", (4, 5)),
+                ):
                     if not np.isnan(cols[col][i]):
                         cols[col][i] = tot[s_i] / tot[c_i] * 1e3 if tot[c_i] > 0 else np.nan
                 if not np.isnan(cols["waiting_little"][i]) and length[i] > 0:

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.replay.driver import ReplayOptions, run_replay
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.hardware import resolve
-from loadlab.replay.driver import ReplayOptions, run_replay
 from loadlab.sim.engine.types import StepOutput
+from loadlab.spec.models import LoadPlan, Workload
 
 PROFILES = Path(__file__).parent / "profiles"
 STALLED_SHARE = 0.5
@@ -125,8 +125,14 @@ def run_scenario(sc: Scenario, out: Path, seed: int = 0, metrics_interval_s: flo
 
     levels = {"rate": list(sc.levels)} if sc.open_loop else {"concurrency": list(sc.levels)}
     plan = LoadPlan(**levels, step_duration_s=sc.step_s, warmup_s=sc.warmup_s)
-    run_replay(cfg, plan, Workload(profile=sc.profile, seed=seed), out,
-               ReplayOptions(metrics_interval_s=metrics_interval_s, start_epoch=1.7e9), observer=observe)
+    run_replay(
+        cfg,
+        plan,
+        Workload(profile=sc.profile, seed=seed),
+        out,
+        ReplayOptions(metrics_interval_s=metrics_interval_s, start_epoch=1.7e9),
+        observer=observe,
+    )
     return truth(log, sc, resolved.max_num_seqs, resolved.max_num_batched_tokens)
 
 
@@ -148,8 +154,12 @@ def truth(log: EngineLog, sc: Scenario, max_num_seqs: int, budget: int) -> Truth
         lo, hi = k * sc.step_s + sc.warmup_s, (k + 1) * sc.step_s
         inside = (t0 >= lo) & (t0 < hi) & (waiting >= 1)
         reasons["seq_cap"] += int((inside & (running >= max_num_seqs)).sum())
-        reasons["token_budget"] += int((inside & (running < max_num_seqs) & (tokens >= budget)).sum())
-        reasons["kv_exhausted"] += int((inside & (running < max_num_seqs) & (tokens < budget)).sum())
+        reasons["token_budget"] += int(
+            (inside & (running < max_num_seqs) & (tokens >= budget)).sum()
+        )
+        reasons["kv_exhausted"] += int(
+            (inside & (running < max_num_seqs) & (tokens < budget)).sum()
+        )
     if upper_i is None:
         return Truth(None, sc.levels[-1], "none", shares, dict(reasons))
     cause = reasons.most_common(1)[0][0]

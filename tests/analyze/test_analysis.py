@@ -49,7 +49,9 @@ def test_analysis_json_keeps_the_contract(seq_cap):
     assert data["schema"] == 1
     assert set(data) >= {"steps", "knee", "slo", "cause", "capacity", "warnings", "verdict"}
     assert [s["concurrency"] for s in data["steps"]] == list(SCENARIOS["seq_cap"].levels)
-    assert {"found", "unit", "lower", "upper", "confidence", "reasons", "detectors"} <= set(data["knee"])
+    assert {"found", "unit", "lower", "upper", "confidence", "reasons", "detectors"} <= set(
+        data["knee"]
+    )
     assert (data["knee"]["lower"], data["knee"]["upper"]) == (truth.lower, truth.upper)
     assert data["knee"]["unit"] == "concurrency"
     assert {"name", "evidence", "knob", "ranked"} <= set(data["cause"])
@@ -148,7 +150,9 @@ def test_null_chunk_offsets_still_analyse(seq_cap, tmp_path):
     requests = read_table(nulls / "requests.parquet", REQUESTS)
     requests["chunk_offsets_s"] = None
     rewrite(nulls, "requests.parquet", REQUESTS, requests)
-    data = analyze_run(nulls).as_json()  # bursts come from itl_mean_s x (n_chunks - 1), not the offsets
+    data = analyze_run(
+        nulls
+    ).as_json()  # bursts come from itl_mean_s x (n_chunks - 1), not the offsets
     assert data["knee"]["upper"] == truth.upper and data["cause"]["name"] == "seq_cap"
     assert all(s["burst_share"] == 0 for s in data["steps"])
 
@@ -181,12 +185,16 @@ def test_scrape_gaps_are_warned_and_survived(seq_cap, tmp_path):
 
 def test_v0_metric_names(tmp_path):
     sc = SCENARIOS["seq_cap"]
-    v0 = Scenario(sc.name, SimConfig(**{**sc.cfg.__dict__, "metrics_names": "v0"}), sc.levels, sc.profile)
+    v0 = Scenario(
+        sc.name, SimConfig(**{**sc.cfg.__dict__, "metrics_names": "v0"}), sc.levels, sc.profile
+    )
     truth = run_scenario(v0, tmp_path, seed=0, metrics_interval_s=1.0)
     data = analyze_run(tmp_path).as_json()
     assert any("V0-era metric names" in w for w in data["warnings"])
     assert data["knee"]["upper"] == truth.upper and data["cause"]["name"] == "seq_cap"
-    assert data["capacity"]["usable_blocks"] == pytest.approx(0.99 * data["capacity"]["num_gpu_blocks"])
+    assert data["capacity"]["usable_blocks"] == pytest.approx(
+        0.99 * data["capacity"]["num_gpu_blocks"]
+    )
 
 
 def test_one_step_only(tmp_path):
@@ -202,7 +210,9 @@ def test_one_step_only(tmp_path):
 def test_failed_requests_only(tmp_path):
     """Steps too short for any 1.6k-token translation to finish: every row is aborted."""
     sc = SCENARIOS["kv_exhausted"]
-    run_scenario(Scenario("short", sc.cfg, (2, 4), "bwb", step_s=3.0, warmup_s=0.5), tmp_path, seed=0)
+    run_scenario(
+        Scenario("short", sc.cfg, (2, 4), "bwb", step_s=3.0, warmup_s=0.5), tmp_path, seed=0
+    )
     data = analyze_run(tmp_path).as_json()
     assert any("no request succeeded" in w for w in data["warnings"])
     assert all(s["n_ok"] == 0 for s in data["steps"])

@@ -18,14 +18,30 @@ STEP = {"step": 0, "concurrency": 1, "t_start": 100.0, "t_end": 110.0, "warmup_s
 def _run_dir(tmp_path, **manifest):
     write_manifest(tmp_path, {"kind": "run", "status": "complete", "steps": [STEP], **manifest})
     with PartWriter(tmp_path / "requests.parquet", REQUESTS) as writer:
-        writer.add({"step": 0, "worker": "w", "seq": 0, "t_issued": 101.0, "t_sent": 101.0, "t_done": 101.5,
-                    "status": "ok", "ttft_s": 0.1, "e2e_s": 0.5, "output_tokens": 4})
+        writer.add(
+            {
+                "step": 0,
+                "worker": "w",
+                "seq": 0,
+                "t_issued": 101.0,
+                "t_sent": 101.0,
+                "t_done": 101.5,
+                "status": "ok",
+                "ttft_s": 0.1,
+                "e2e_s": 0.5,
+                "output_tokens": 4,
+            }
+        )
     return tmp_path
 
 
 def _analyze(run_dir) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(run_dir)], capture_output=True,
-                          text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loadlab", "analyze", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def _damage(run_dir, how: str) -> str:
@@ -34,7 +50,9 @@ def _damage(run_dir, how: str) -> str:
         (run_dir / "manifest.json").write_text('{"steps": [')
         return "manifest.json: not valid JSON"
     if how == "window":
-        (run_dir / "manifest.json").write_text(json.dumps({"status": "complete", "steps": [{"step": 0}]}))
+        (run_dir / "manifest.json").write_text(
+            json.dumps({"status": "complete", "steps": [{"step": 0}]})
+        )
         return "manifest.json: steps[0].t_start: field required"
     if how == "truncated":
         part.write_bytes(part.read_bytes()[:100])
@@ -56,6 +74,10 @@ def test_damaged_folder_is_one_line_exit_2(tmp_path, how) -> None:
 
 
 def test_running_manifest_of_a_live_writer_is_reported_as_still_going(tmp_path) -> None:
-    run = _run_dir(tmp_path, status="running", owner={"pid": os.getpid(), "hostname": socket.gethostname()})
+    run = _run_dir(
+        tmp_path, status="running", owner={"pid": os.getpid(), "hostname": socket.gethostname()}
+    )
     res = _analyze(run)
-    assert res.returncode == 0 and res.stderr.startswith("warning: the run is still going"), res.stderr
+    assert res.returncode == 0 and res.stderr.startswith("warning: the run is still going"), (
+        res.stderr
+    )

@@ -84,9 +84,13 @@ def test_hinge_candidates_equal_the_full_grid():
         m = int(rng.integers(2, 12))
         c = (np.sort(rng.choice(np.arange(1, 60), m, replace=False)).astype(float) if trial % 2
              else np.round(rng.uniform(0, 10, m), 2))
-        w = np.maximum(0, c - rng.uniform(0, c.max()))[None, :] + rng.normal(0, rng.choice([0.01, 1, 5]), (4, m))
+        w = np.maximum(0, c - rng.uniform(0, c.max()))[None, :] + rng.normal(
+            0, rng.choice([0.01, 1, 5]), (4, m)
+        )
         grid = np.arange(0.0, c.max() + det.HINGE_GRID, det.HINGE_GRID)
-        sse = ((np.maximum(0.0, c[None, None, :] - grid[None, :, None]) - w[:, None, :]) ** 2).sum(axis=2)
+        sse = ((np.maximum(0.0, c[None, None, :] - grid[None, :, None]) - w[:, None, :]) ** 2).sum(
+            axis=2
+        )
         psi, err = det.hinge_psi(c, w)
         np.testing.assert_array_equal(psi, grid[np.argmin(sse, axis=1)])
         np.testing.assert_array_equal(err, sse.min(axis=1))
@@ -106,12 +110,17 @@ def test_resampled_columns_match_the_loop(runs, which):
             a, b = fast[col][:, i], slow[:, i]
             assert np.isnan(a).mean() == pytest.approx(np.isnan(b).mean(), abs=0.05), (col, i)
             a, b = a[~np.isnan(a)], b[~np.isnan(b)]
-            if len(b) == 0 or np.std(b) == 0:                  # not resampled here: the table's value
+            if len(b) == 0 or np.std(b) == 0:  # not resampled here: the table's value
                 assert np.all(a == b[0]) if len(b) else len(a) == 0, (col, i)
                 continue
             varied += 1
             sd = np.std(b)
-            assert abs(a.mean() - b.mean()) <= 5 * sd * math.sqrt(2 / N), (col, i, a.mean(), b.mean())
+            assert abs(a.mean() - b.mean()) <= 5 * sd * math.sqrt(2 / N), (
+                col,
+                i,
+                a.mean(),
+                b.mean(),
+            )
             assert 0.75 <= np.std(a) / sd <= 1.33, (col, i, np.std(a), sd)
     assert varied >= len(table)        # the comparison saw real spread, step by step
 
@@ -120,7 +129,9 @@ def test_agreement_matches_the_loop_over_seeds(runs):
     run, table, knee, limited, growth = knee_inputs(runs[0])
     seeds = range(5)
     fast = np.array([kn._bootstrap(knee, run, table, limited, growth, s) for s in seeds])
-    slow = np.array([ref.agreement(knee, run, table, limited, growth, kn.BOOTSTRAP_N, 100 + s) for s in seeds])
+    slow = np.array(
+        [ref.agreement(knee, run, table, limited, growth, kn.BOOTSTRAP_N, 100 + s) for s in seeds]
+    )
     assert 0.2 < slow.mean() < 0.98                     # a run the bootstrap is unsure of
     spread = math.sqrt(slow.mean() * (1 - slow.mean()) / kn.BOOTSTRAP_N / len(seeds))
     assert abs(fast.mean() - slow.mean()) <= 4 * math.sqrt(2) * spread + 1e-9, (fast, slow)

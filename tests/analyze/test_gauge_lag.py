@@ -8,10 +8,10 @@ import pytest
 
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
 from loadlab.analyze.steps import measured_windows
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.replay.driver import run_replay
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.engine.config import SimConfig
-from loadlab.replay.driver import run_replay
+from loadlab.spec.models import LoadPlan, Workload
 
 RUNNING = "vllm:num_requests_running"
 
@@ -23,8 +23,11 @@ def capped_run(tmp_path_factory):
     run_replay(SimConfig(max_num_seqs=8, model="qwen2.5-7b", gpu="h100"),
                LoadPlan(concurrency=[4, 24], step_duration_s=30.0, warmup_s=5.0),
                Workload(profile="azure-conv", seed=5), out)
-    return (read_table(out / "metrics.parquet", METRICS), read_table(out / "requests.parquet", REQUESTS),
-            measured_windows(read_manifest(out)))
+    return (
+        read_table(out / "metrics.parquet", METRICS),
+        read_table(out / "requests.parquet", REQUESTS),
+        measured_windows(read_manifest(out)),
+    )
 
 
 def test_honest_gauge_agrees_with_counters_and_client(capped_run):
@@ -48,7 +51,10 @@ def test_stale_zero_readings_are_measured(capped_run):
     lagging = metrics.copy()
     hit = (lagging.family == RUNNING) & lagging.t.isin(stale_t)
     lagging.loc[hit, "value"] = 0.0
-    honest, stale = gauge_lag(metrics, requests, wins).iloc[1], gauge_lag(lagging, requests, wins).iloc[1]
+    honest, stale = (
+        gauge_lag(metrics, requests, wins).iloc[1],
+        gauge_lag(lagging, requests, wins).iloc[1],
+    )
     assert stale.stale_share == pytest.approx(0.5, abs=0.1)
     assert stale.running_gauge == pytest.approx(honest.running_gauge / 2, rel=0.15)
     # the counter-derived figure does not read the gauge

@@ -9,11 +9,11 @@ import pytest
 
 from loadlab.analyze.display import format_step_table
 from loadlab.analyze.steps import burst_share, step_table
-from loadlab.spec.models import LoadPlan, Workload
 from loadlab.errors import InputError
+from loadlab.replay.driver import run_replay
 from loadlab.runstore import read_manifest, update_manifest
 from loadlab.sim.engine.config import SimConfig
-from loadlab.replay.driver import run_replay
+from loadlab.spec.models import LoadPlan, Workload
 
 
 @pytest.fixture(scope="module")
@@ -68,13 +68,19 @@ def test_missing_manifest_is_an_input_error(tmp_path):
 
 def test_measured_window_excludes_warmup(seq_capped):
     # every step kept its warm-up cut: the measured window is 30 of the 40 s
-    assert all(math.isclose(r.t_end - r.t_start, 30.0, abs_tol=1e-6) for r in seq_capped.itertuples())
+    assert all(
+        math.isclose(r.t_end - r.t_start, 30.0, abs_tol=1e-6) for r in seq_capped.itertuples()
+    )
 
 
 def test_burst_share_counts_streams_delivered_whole():
     offsets = [[0.100, 0.1005, 0.101], [0.1, 0.2], [0.3]]
-    ok = pd.DataFrame({"n_chunks": [3, 2, 1],  # the mean gap as the client stores it
-                       "itl_mean_s": [(o[-1] - o[0]) / (len(o) - 1) if len(o) > 1 else None for o in offsets]})
+    ok = pd.DataFrame(
+        {
+            "n_chunks": [3, 2, 1],  # the mean gap as the client stores it
+            "itl_mean_s": [(o[-1] - o[0]) / (len(o) - 1) if len(o) > 1 else None for o in offsets],
+        }
+    )
     assert burst_share(ok) == 0.5  # the one-chunk stream says nothing either way
     assert math.isnan(burst_share(ok.iloc[2:]))
 
@@ -84,8 +90,12 @@ def test_simulated_streams_are_paced_not_burst(seq_capped):
 
 
 def test_table_shows_the_load_each_step_achieved(tmp_path):
-    run_replay(SimConfig(max_num_seqs=8), LoadPlan(concurrency=[2, 4], step_duration_s=5.0, warmup_s=1.0),
-               Workload(profile="azure-conv", seed=1), tmp_path)
+    run_replay(
+        SimConfig(max_num_seqs=8),
+        LoadPlan(concurrency=[2, 4], step_duration_s=5.0, warmup_s=1.0),
+        Workload(profile="azure-conv", seed=1),
+        tmp_path,
+    )
     manifest = read_manifest(tmp_path)
     steps = [{**manifest["steps"][0], "achieved_ratio": 0.995, "client_limited": False},
              {**manifest["steps"][1], "achieved_ratio": 0.26, "client_limited": True}]

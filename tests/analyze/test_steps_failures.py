@@ -13,12 +13,19 @@ def _row(seq: int, t: float, status: str, sent: bool) -> dict:
 
 
 def test_refused_and_pre_header_failures_count_as_errors(tmp_path) -> None:
-    write_manifest(tmp_path, {"kind": "run", "status": "complete",
-                              "steps": [{"step": 0, "concurrency": 2, "t_start": 100.0, "t_end": 110.0,
-                                         "warmup_s": 0.0}]})
+    write_manifest(
+        tmp_path,
+        {
+            "kind": "run",
+            "status": "complete",
+            "steps": [
+                {"step": 0, "concurrency": 2, "t_start": 100.0, "t_end": 110.0, "warmup_s": 0.0}
+            ],
+        },
+    )
     rows = [_row(i, 101.0 + i * 0.1, "ok", True) for i in range(3)]
     rows += [_row(3 + i, 103.0 + i * 0.1, "client_error", False) for i in range(4)]  # refused
-    rows += [_row(7 + i, 104.0 + i * 0.1, "timeout", False) for i in range(2)]       # connect timeout
+    rows += [_row(7 + i, 104.0 + i * 0.1, "timeout", False) for i in range(2)]  # connect timeout
     rows += [_row(9, 120.0, "client_error", False)]                                 # after the step
     with PartWriter(tmp_path / "requests.parquet", REQUESTS) as writer:
         writer.extend(rows)

@@ -12,11 +12,11 @@ import pytest
 
 from loadlab.analyze.steps import step_table
 from loadlab.analyze.tables import REQUEST_COLUMNS, chunk_span_s, read_metrics, read_requests
-from loadlab.spec.models import LoadPlan, Workload
 from loadlab.loadgen.client import Outcome, Timings
+from loadlab.replay.driver import run_replay
 from loadlab.runstore import METRICS, REQUESTS, PartWriter, compact_run, read_table
 from loadlab.sim.engine.config import SimConfig
-from loadlab.replay.driver import run_replay
+from loadlab.spec.models import LoadPlan, Workload
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +63,18 @@ def test_stream_span_from_the_mean_gap_is_the_offsets_span(run):
 
 def test_the_load_generator_stores_the_mean_gap_the_span_needs():
     offsets = [0.11, 0.1102, 0.13, 0.2, 0.2001]
-    row = Outcome(Timings(t_sent=5.0, t_first_token=5.11, t_done=5.3, chunk_offsets_s=offsets)).fields()
+    row = Outcome(
+        Timings(t_sent=5.0, t_first_token=5.11, t_done=5.3, chunk_offsets_s=offsets)
+    ).fields()
     span = chunk_span_s(pd.DataFrame([row]))
     assert span.iloc[0] == pytest.approx(offsets[-1] - offsets[0], rel=1e-12)
 
 
 def split(table_dir, schema, parts: int) -> None:
     """Rewrite a table as many parts, as a run that flushes every second leaves it."""
-    table = pa.concat_tables(pq.read_table(p, schema=schema) for p in sorted(table_dir.glob("part-*")))
+    table = pa.concat_tables(
+        pq.read_table(p, schema=schema) for p in sorted(table_dir.glob("part-*"))
+    )
     shutil.rmtree(table_dir)
     writer = PartWriter(table_dir, schema, writer_id="master")
     for rows in np.array_split(np.arange(table.num_rows), parts):

@@ -23,9 +23,20 @@ EP = "http://a:1"
 
 def rows(family, type_, metric, labels, ts, values, endpoint=EP):
     lab = json.dumps(labels, sort_keys=True, separators=(",", ":"))
-    return [{"t": float(t), "scrape_s": 0.001, "endpoint": endpoint, "family": family, "type": type_,
-                 "metric": metric, "labels": lab, "value": float(v), "source": "direct"}
-            for t, v in zip(ts, values)]
+    return [
+        {
+            "t": float(t),
+            "scrape_s": 0.001,
+            "endpoint": endpoint,
+            "family": family,
+            "type": type_,
+            "metric": metric,
+            "labels": lab,
+            "value": float(v),
+            "source": "direct",
+        }
+        for t, v in zip(ts, values)
+    ]
 
 
 def frame(*parts):
@@ -65,12 +76,14 @@ def test_histogram_quantile_matches_numpy_on_uniform_data():
     bounds = np.append(np.arange(0.5, 10.01, 0.5), np.inf)
     cumulative = [(data <= b).sum() for b in bounds]
     for q in (0.1, 0.5, 0.9, 0.99):
-        assert histogram_quantile(q, bounds, cumulative) == pytest.approx(np.quantile(data, q), abs=0.02)
+        assert histogram_quantile(q, bounds, cumulative) == pytest.approx(
+            np.quantile(data, q), abs=0.02
+        )
 
 
 def test_histogram_quantile_edge_cases_follow_prometheus():
     bounds = [1.0, 2.0, np.inf]
-    assert histogram_quantile(0.99, bounds, [0, 1, 10]) == 2.0   # rank in +Inf: highest finite bound
+    assert histogram_quantile(0.99, bounds, [0, 1, 10]) == 2.0  # rank in +Inf: highest finite bound
     assert histogram_quantile(0.5, bounds, [4, 4, 4]) == pytest.approx(0.5)  # first bucket from 0
     assert np.isnan(histogram_quantile(0.5, bounds, [0, 0, 0]))
 
@@ -86,7 +99,9 @@ def test_histogram_windows_use_bucket_deltas_per_window():
     parts.append(rows(fam, "histogram", fam + "_count", {"engine": "0"}, ts, [0, 10, 20]))
     parts.append(rows(fam, "histogram", fam + "_sum", {"engine": "0"}, ts, [0, 0.5, 30.5]))
     m = frame(*parts)
-    out = histogram_windows(m, fam, pd.DataFrame({"step": [1, 2], "t_start": [0, 10], "t_end": [10, 20]}))
+    out = histogram_windows(
+        m, fam, pd.DataFrame({"step": [1, 2], "t_start": [0, 10], "t_end": [10, 20]})
+    )
     assert out.step.tolist() == [1, 2]
     assert out["count"].tolist() == [10, 10]
     assert out["mean"].tolist() == pytest.approx([0.05, 3.0])
@@ -124,7 +139,9 @@ def test_coverage_counts_gaps_and_names_the_main_cause():
 
 
 def test_resolve_family_prefers_the_current_name():
-    m = frame(rows("vllm:gpu_cache_usage_perc", "gauge", "vllm:gpu_cache_usage_perc", {}, [0], [0.1]))
+    m = frame(
+        rows("vllm:gpu_cache_usage_perc", "gauge", "vllm:gpu_cache_usage_perc", {}, [0], [0.1])
+    )
     assert resolve_family(m, "kv_usage") == "vllm:gpu_cache_usage_perc"
     m2 = pd.concat([m, frame(rows("vllm:kv_cache_usage_perc", "gauge", "vllm:kv_cache_usage_perc",
                                   {}, [0], [0.1]))])

@@ -18,7 +18,11 @@ import windows_reference as ref
 from loadlab.analyze import gauge_lag, windows
 
 EPS = ["http://b:1", "http://a:1", "http://c:2"]
-COUNTER, HIST, GAUGE = "vllm:generation_tokens", "vllm:request_queue_time_seconds", "vllm:num_requests_waiting"
+COUNTER, HIST, GAUGE = (
+    "vllm:generation_tokens",
+    "vllm:request_queue_time_seconds",
+    "vllm:num_requests_waiting",
+)
 BOUNDS = ["0.1", "0.5", "2.5", "+Inf"]
 
 
@@ -30,10 +34,21 @@ def random_metrics(rng: np.random.Generator) -> pd.DataFrame:
     rows = []
 
     def series(endpoint, family, type_, metric, lab, values, times):
-        keep = rng.uniform(size=len(times)) > 0.15          # this series misses some scrapes
-        rows.extend({"t": t, "scrape_s": 0.002, "endpoint": endpoint, "family": family, "type": type_,
-                     "metric": metric, "labels": lab, "value": float(v), "source": "direct"}
-                    for t, v in zip(times[keep], values[keep]))
+        keep = rng.uniform(size=len(times)) > 0.15  # this series misses some scrapes
+        rows.extend(
+            {
+                "t": t,
+                "scrape_s": 0.002,
+                "endpoint": endpoint,
+                "family": family,
+                "type": type_,
+                "metric": metric,
+                "labels": lab,
+                "value": float(v),
+                "source": "direct",
+            }
+            for t, v in zip(times[keep], values[keep])
+        )
 
     def counter(n):
         inc = rng.poisson(3.0, n).astype(float)
@@ -46,18 +61,45 @@ def random_metrics(rng: np.random.Generator) -> pd.DataFrame:
         n = int(rng.integers(5, 60))
         times = np.sort(rng.choice(np.arange(0, 200, 0.5), n, replace=False)) + rng.uniform(0, 0.01)
         for engine in map(str, range(rng.integers(1, 3))):
-            series(endpoint, COUNTER, "counter", COUNTER + "_total", labels(engine=engine, model_name="m"),
-                   counter(n), times)
+            series(
+                endpoint,
+                COUNTER,
+                "counter",
+                COUNTER + "_total",
+                labels(engine=engine, model_name="m"),
+                counter(n),
+                times,
+            )
             obs = np.sort(np.cumsum(rng.poisson(2.0, (n, len(BOUNDS))), axis=0), axis=1)
             for k, le in enumerate(BOUNDS):
                 series(endpoint, HIST, "histogram", HIST + "_bucket", labels(engine=engine, le=le),
                        obs[:, k], times)
-            series(endpoint, HIST, "histogram", HIST + "_count", labels(engine=engine), obs[:, -1], times)
+            series(
+                endpoint,
+                HIST,
+                "histogram",
+                HIST + "_count",
+                labels(engine=engine),
+                obs[:, -1],
+                times,
+            )
             series(endpoint, HIST, "histogram", HIST + "_sum", labels(engine=engine),
                    np.cumsum(rng.uniform(0, 3, n)), times)
             for reason in ("capacity", "deferred", None):
-                lab = labels(engine=engine) if reason is None else labels(engine=engine, reason=reason)
-                series(endpoint, GAUGE, "gauge", GAUGE, lab, rng.integers(0, 4, n) * rng.uniform(0.5, 1.5), times)
+                lab = (
+                    labels(engine=engine)
+                    if reason is None
+                    else labels(engine=engine, reason=reason)
+                )
+                series(
+                    endpoint,
+                    GAUGE,
+                    "gauge",
+                    GAUGE,
+                    lab,
+                    rng.integers(0, 4, n) * rng.uniform(0.5, 1.5),
+                    times,
+                )
     frame = pd.DataFrame(rows)
     return frame.iloc[rng.permutation(len(frame))].reset_index(drop=True)
 
@@ -76,16 +118,25 @@ def categorical(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 CASES = [
-    ("counter_windows", COUNTER, {}), ("counter_windows", COUNTER, {"by": ["engine"]}),
+    ("counter_windows", COUNTER, {}),
+    ("counter_windows", COUNTER, {"by": ["engine"]}),
     ("counter_windows", COUNTER, {"by": ["endpoint"], "where": {"engine": "0"}}),
     ("counter_windows", HIST, {"metric": HIST + "_sum", "by": ["endpoint", "engine"]}),
-    ("histogram_windows", HIST, {}), ("histogram_windows", HIST, {"by": ["endpoint"]}),
-    ("histogram_windows", HIST, {"by": ["engine"], "where": {"engine": "1"}, "quantiles": (0.1, 0.999)}),
-    ("histogram_buckets", HIST, {}), ("histogram_buckets", HIST, {"by": ["endpoint"]}),
-    ("gauge_windows", GAUGE, {}), ("gauge_windows", GAUGE, {"by": ()}),
+    ("histogram_windows", HIST, {}),
+    ("histogram_windows", HIST, {"by": ["endpoint"]}),
+    (
+        "histogram_windows",
+        HIST,
+        {"by": ["engine"], "where": {"engine": "1"}, "quantiles": (0.1, 0.999)},
+    ),
+    ("histogram_buckets", HIST, {}),
+    ("histogram_buckets", HIST, {"by": ["endpoint"]}),
+    ("gauge_windows", GAUGE, {}),
+    ("gauge_windows", GAUGE, {"by": ()}),
     ("gauge_windows", GAUGE, {"by": ("endpoint", "reason")}),
     ("gauge_windows", GAUGE, {"by": ["engine"], "where": {"reason": "capacity"}}),
-    ("counter_windows", "vllm:absent", {}), ("gauge_windows", "vllm:absent", {}),
+    ("counter_windows", "vllm:absent", {}),
+    ("gauge_windows", "vllm:absent", {}),
 ]
 
 
@@ -110,8 +161,10 @@ def test_gauge_lag_parts_equal_the_reference(seed):
     tokens = COUNTER
     for data in (metrics, categorical(metrics)):
         got = windows.snapshots(data, GAUGE, metric=GAUGE)
-        pd.testing.assert_frame_equal(got.astype({"endpoint": str}),
-                                      ref._snapshots(metrics, GAUGE, GAUGE).astype({"endpoint": str}))
+        pd.testing.assert_frame_equal(
+            got.astype({"endpoint": str}),
+            ref._snapshots(metrics, GAUGE, GAUGE).astype({"endpoint": str}),
+        )
         np.testing.assert_array_equal(gauge_lag.stale_share(data, GAUGE, tokens, wins),
                                       ref.stale_share(metrics, GAUGE, tokens, wins))
     n = int(rng.integers(0, 3000))

@@ -34,7 +34,7 @@ def counter_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
             rows.append({"wid": w.wid, **_group(key, by), "delta": inc[ie] - inc[ib],
                          "rate_per_s": rate, "resets": int(drops[ie] - drops[ib])})
     cols = ["delta", "rate_per_s", "resets"]
-    return _finish(wins, rows, by, {c: "sum" for c in cols}, cols)
+    return _finish(wins, rows, by, dict.fromkeys(cols, "sum"), cols)
 
 
 def histogram_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
@@ -60,8 +60,14 @@ def histogram_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
     return _finish(wins, rows, by, None, cols)
 
 
-def histogram_buckets(metrics: pd.DataFrame, family: str, windows: Windows, *,
-                      by: Sequence[str] = (), where: Mapping[str, str] | None = None) -> pd.DataFrame:
+def histogram_buckets(
+    metrics: pd.DataFrame,
+    family: str,
+    windows: Windows,
+    *,
+    by: Sequence[str] = (),
+    where: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
     """Cumulative bucket increases per window: one row per upper bound ``le`` (float).
 
     For shares the summary statistics do not give, e.g. the fraction of engine
@@ -169,7 +175,9 @@ def _select(metrics: pd.DataFrame, family: str, where: Mapping[str, str] | None,
     return data
 
 
-def _series(data: pd.DataFrame) -> Iterable[tuple[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]]:
+def _series(
+    data: pd.DataFrame,
+) -> Iterable[tuple[tuple[str, str, str], tuple[np.ndarray, np.ndarray]]]:
     """(endpoint, metric, labels) -> (t, value) sorted by time."""
     for key, g in data.groupby(["endpoint", "metric", "labels"], sort=True):
         g = g.sort_values("t")
@@ -226,7 +234,9 @@ def _finish(wins: pd.DataFrame, rows: list[dict], by: Sequence[str],
     return out.drop(columns="wid").reset_index(drop=True)
 
 
-def stale_share(metrics: pd.DataFrame, running: str, tokens: str, windows: pd.DataFrame) -> np.ndarray:
+def stale_share(
+    metrics: pd.DataFrame, running: str, tokens: str, windows: pd.DataFrame
+) -> np.ndarray:
     """Per window: share of busy-on-both-sides snapshots in which ``running`` read 0."""
     gauge = _snapshots(metrics, running, running)
     counter = _snapshots(metrics, tokens, f"{tokens}_total")

@@ -23,15 +23,19 @@ def test_collect_samples_endpoints_for_a_duration(tmp_path, page_server, capsys)
     assert f"{a.url}: " in out and "engine v1" in out
     assert "last error: http 500" in out
     scrapes = read_table(tmp_path / "scrapes.parquet", SCRAPES)
-    assert scrapes[scrapes.endpoint == a.url].ok.sum() >= 1  # how many in 1.2 s is the machine's speed
+    assert (
+        scrapes[scrapes.endpoint == a.url].ok.sum() >= 1
+    )  # how many in 1.2 s is the machine's speed
     assert read_table(tmp_path / "metrics.parquet", METRICS).endpoint.unique().tolist() == [a.url]
     assert read_manifest(tmp_path)["metrics"]["endpoints"][a.url]["vllm_engine"] == "v1"
 
 
 def test_collect_compacts_what_it_wrote_without_losing_a_sample(tmp_path, page_server, capsys):
     """Endpoints given the old way (arguments) still work, with one deprecation line."""
-    a, b = page_server("ok"), page_server("ok")           # one metrics writer each: two parts at least
-    main(["collect", a.url, b.url, "--interval", "0.2", "--duration", "1.2", "--out", str(tmp_path)])
+    a, b = page_server("ok"), page_server("ok")  # one metrics writer each: two parts at least
+    main(
+        ["collect", a.url, b.url, "--interval", "0.2", "--duration", "1.2", "--out", str(tmp_path)]
+    )
     err = capsys.readouterr().err
     assert err.count("deprecated") == 1
     assert ("loadlab: an endpoint given as an argument is deprecated, use --target URL "
@@ -43,7 +47,9 @@ def test_collect_compacts_what_it_wrote_without_losing_a_sample(tmp_path, page_s
     scrapes = read_table(tmp_path / "scrapes.parquet", SCRAPES)
     metrics = read_table(tmp_path / "metrics.parquet", METRICS)
     assert set(metrics.endpoint) == {a.url, b.url}
-    assert len(metrics) == scrapes.loc[scrapes.ok, "n_samples"].sum() > 0   # every sample of every scrape
+    assert (
+        len(metrics) == scrapes.loc[scrapes.ok, "n_samples"].sum() > 0
+    )  # every sample of every scrape
     assert not (tmp_path / "requests.parquet").exists()
 
 

@@ -35,8 +35,12 @@ def test_real_page_gives_every_vllm_sample_with_prometheus_client_values(page):
     assert {f[:-6] if f.endswith("_total") and f != "vllm:iteration_tokens_total" else f
             for f in families} == fams_got
     assert "vllm:num_preemptions" in fams_got
-    assert {r["metric"] for r in rows if r["family"] == "vllm:num_preemptions"} == {"vllm:num_preemptions_total"}
-    assert {r["type"] for r in rows if r["family"] == "vllm:iteration_tokens_total"} == {"histogram"}
+    assert {r["metric"] for r in rows if r["family"] == "vllm:num_preemptions"} == {
+        "vllm:num_preemptions_total"
+    }
+    assert {r["type"] for r in rows if r["family"] == "vllm:iteration_tokens_total"} == {
+        "histogram"
+    }
     assert not any(r["metric"].startswith(("python_", "process_", "http_")) for r in rows)
 
 
@@ -71,7 +75,11 @@ def test_memoised_parse_follows_value_changes():
     assert changed != text
     second = parser.parse(changed)
     assert first.ids == second.ids
-    waiting = [v for i, v in zip(second.ids, second.values) if parser.series[i].family == "vllm:num_requests_waiting"]
+    waiting = [
+        v
+        for i, v in zip(second.ids, second.values)
+        if parser.series[i].family == "vllm:num_requests_waiting"
+    ]
     assert waiting == [7.0]
 
 
@@ -85,7 +93,9 @@ def test_garbage_raises_exposition_error(bad):
 
 def test_garbage_value_on_a_known_line_raises():
     parser = ExpositionParser()
-    parser.parse('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 1\n')
+    parser.parse(
+        '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 1\n'
+    )
     with pytest.raises(ExpositionError):
         parser.parse('vllm:num_requests_running{engine="0"} x\n')
 
@@ -93,7 +103,11 @@ def test_garbage_value_on_a_known_line_raises():
 def test_old_counter_without_total_keeps_its_exposed_name():
     text = "# TYPE vllm:num_preemptions counter\nvllm:num_preemptions 3.0\n"
     (row,) = parse_text(text, t=0, endpoint="e")
-    assert (row["family"], row["metric"], row["value"]) == ("vllm:num_preemptions", "vllm:num_preemptions", 3.0)
+    assert (row["family"], row["metric"], row["value"]) == (
+        "vllm:num_preemptions",
+        "vllm:num_preemptions",
+        3.0,
+    )
     assert catalog.family_of(row["metric"]).role == "preemptions"
 
 

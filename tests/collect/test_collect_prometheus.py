@@ -22,8 +22,10 @@ from loadlab.runstore import METRICS, SCRAPES, read_manifest, read_table
 
 pytestmark = [
     pytest.mark.prometheus,
-    pytest.mark.skipif(prometheus_binary() is None,
-                       reason="needs a Prometheus binary: apt-get install -y prometheus (Debian/Ubuntu)"),
+    pytest.mark.skipif(
+        prometheus_binary() is None,
+        reason="needs a Prometheus binary: apt-get install -y prometheus (Debian/Ubuntu)",
+    ),
 ]
 
 PHASE_SCRAPES = 5  # direct 1 Hz scrapes per phase: a few seconds of each gauge level
@@ -45,8 +47,21 @@ def test_direct_and_prometheus_agree_per_window(tmp_path, page_server):
                 phases.append((t_start, time.time(), level))
         t_end = phases[-1][1]
         wait_for_scrape(prom_url, t_end)
-        main(["collect", "--prometheus-url", prom_url, "--start", str(t_end - 60),
-              "--end", str(t_end + 0.5), "--prometheus-match", 'job="vllm"', "--out", str(via_prom)])
+        main(
+            [
+                "collect",
+                "--prometheus-url",
+                prom_url,
+                "--start",
+                str(t_end - 60),
+                "--end",
+                str(t_end + 0.5),
+                "--prometheus-match",
+                'job="vllm"',
+                "--out",
+                str(via_prom),
+            ]
+        )
         stepped, _ = read_prometheus(prom_url, t_end - 60, t_end, step_s=1.0)
     # interior of each phase: one scrape interval trimmed at each edge
     windows = pd.DataFrame([(a + 1.0, b - 1.0, lv) for a, b, lv in phases],
@@ -69,7 +84,10 @@ def test_direct_and_prometheus_agree_per_window(tmp_path, page_server):
         assert (coverage.ok > 0).all(), name
     (d_gauge, _, _), (p_gauge, _, _) = got["direct"], got["prometheus"]
     # query_range mode (values at evaluation steps) agrees on the same windows
-    assert gauge_windows(stepped, "vllm:num_requests_running", windows)["mean"].tolist() == [2.0, 6.0]
+    assert gauge_windows(stepped, "vllm:num_requests_running", windows)["mean"].tolist() == [
+        2.0,
+        6.0,
+    ]
     assert d_gauge["p95"].tolist() == p_gauge["p95"].tolist()
     assert abs(d_gauge["n"] - p_gauge["n"]).max() <= 2
     # raw rows look the same: same series, same label spelling, same families and types

@@ -16,10 +16,14 @@ N_VLLM_SAMPLES = 325  # vllm: samples of the 0.32 page, _created timestamps left
 
 
 def tables(out: Path):
-    return read_table(out / "metrics.parquet", METRICS), read_table(out / "scrapes.parquet", SCRAPES)
+    return read_table(out / "metrics.parquet", METRICS), read_table(
+        out / "scrapes.parquet", SCRAPES
+    )
 
 
-def test_each_fault_is_a_recorded_gap_while_good_endpoints_keep_being_sampled(tmp_path, page_server):
+def test_each_fault_is_a_recorded_gap_while_good_endpoints_keep_being_sampled(
+    tmp_path, page_server
+):
     good = page_server("ok")
     faulty = {mode: page_server(mode) for mode in ("slow", "500", "garbage", "close")}
     refused = f"http://127.0.0.1:{free_port()}"
@@ -58,7 +62,11 @@ def test_a_server_that_disappears_leaves_a_gap_not_a_stopped_run(tmp_path, page_
         assert scraper.wait_until(lambda st: st[goes.url].attempts > st[goes.url].ok, 10)
         base = scraper.stats()[stays.url].ok  # one scrape may have started before the gap
         assert scraper.wait_until(
-            lambda st: st[goes.url].attempts - st[goes.url].ok >= 3 and st[stays.url].ok >= base + 4, 10)
+            lambda st: (
+                st[goes.url].attempts - st[goes.url].ok >= 3 and st[stays.url].ok >= base + 4
+            ),
+            10,
+        )
     _, scrapes = tables(tmp_path)
     gone = scrapes[(scrapes.endpoint == goes.url) & ~scrapes.ok]
     assert set(gone.error) <= {"refused", "closed connection", "missed tick", "timeout"}
@@ -118,7 +126,13 @@ def test_ticks_stay_on_the_grid_and_missed_ticks_are_recorded(tmp_path, vllm_pag
     _, scrapes = tables(tmp_path)
     scrapes = scrapes.sort_values("t")
     assert ((scrapes.t - clock.wall0) / interval).tolist() == [0, 1, 2, 3, 4]
-    assert scrapes.error.fillna("ok").tolist() == ["ok", "missed tick", "missed tick", "missed tick", "ok"]
+    assert scrapes.error.fillna("ok").tolist() == [
+        "ok",
+        "missed tick",
+        "missed tick",
+        "missed tick",
+        "ok",
+    ]
     assert scrapes.duration_s.tolist()[0] == 100.0
 
 

@@ -57,7 +57,9 @@ if mode == "ok" and os.environ.get("FAKE_CHILD_PID_FILE"):
     ignore = os.environ.get("FAKE_CHILD_IGNORES_TERM", "0")
     bind = os.environ.get("FAKE_CHILD_CPUS", "")
     child = subprocess.Popen([sys.executable, "-c", CHILD, ignore, bind], stdout=subprocess.PIPE)
-    assert child.stdout is not None and child.stdout.readline() == b"ready\n"  # handler installed, bound
+    assert (
+        child.stdout is not None and child.stdout.readline() == b"ready\n"
+    )  # handler installed, bound
     with open(os.environ["FAKE_CHILD_PID_FILE"], "w") as f:
         f.write(str(child.pid))
 ThreadingHTTPServer((host, port), Handler).serve_forever()

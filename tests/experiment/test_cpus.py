@@ -9,7 +9,6 @@ import sys
 import psutil
 import pytest
 
-from loadlab.spec.models import Isolation
 from loadlab.errors import InputError
 from loadlab.experiment.cpus import (
     check_available,
@@ -21,6 +20,7 @@ from loadlab.experiment.cpus import (
     pin_tree,
     pinned_process,
 )
+from loadlab.spec.models import Isolation
 from loadlab.spec.validate import validate
 
 ALLOWED = sorted(os.sched_getaffinity(0))
@@ -57,7 +57,9 @@ def test_isolation_model_reads_taskset_lists_and_refuses_overlap() -> None:
     both = Isolation(server_cpus="0-2", client_cpus=3)
     assert (both.server_cpus, both.client_cpus) == ({0, 1, 2}, {3})
     assert both.manifest_entry() == {"server_cpus": [0, 1, 2], "client_cpus": [3]}
-    assert Isolation.model_validate(both.model_dump(mode="json")) == both   # a manifest's copy reads back
+    assert (
+        Isolation.model_validate(both.model_dump(mode="json")) == both
+    )  # a manifest's copy reads back
     assert Isolation().manifest_entry() is None
     with pytest.raises(InputError, match=r"^isolation: server and client CPUs overlap on 1-2"):
         validate(Isolation, {"server_cpus": "0-2", "client_cpus": [1, 2]}, names={"": "isolation"})
@@ -70,8 +72,11 @@ def test_check_available_names_the_field() -> None:
     with pytest.raises(InputError, match=rf"--server-cpus: CPU {missing} is not available here"):
         check_available(Isolation(server_cpus=missing))
     with pytest.raises(InputError, match="f.yaml: isolation.client_cpus"):
-        check_available(Isolation(client_cpus=missing), ("isolation.server_cpus", "isolation.client_cpus"),
-                        source="f.yaml")
+        check_available(
+            Isolation(client_cpus=missing),
+            ("isolation.server_cpus", "isolation.client_cpus"),
+            source="f.yaml",
+        )
     ok = Isolation(server_cpus=ALLOWED[0])
     assert check_available(ok) is ok
 
@@ -88,16 +93,21 @@ def test_explicit_vllm_omp_binding_must_stay_inside_the_server_cpus() -> None:
 def test_a_child_started_inside_inherits_and_the_caller_gets_its_cpus_back() -> None:
     before = os.sched_getaffinity(0)
     with inherited_affinity(frozenset({ALLOWED[0]})):
-        out = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     assert out.strip() == f"[{ALLOWED[0]}]"
     assert os.sched_getaffinity(0) == before
 
 
 @two_cpus
 def test_pin_tree_reaches_every_thread_and_keeps_bindings_inside_the_set() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", TREE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TREE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         child = int(proc.stdout.readline())
         threads = [t.id for p in (proc.pid, child) for t in psutil.Process(p).threads()]

@@ -41,16 +41,41 @@ def _wait_for(path: Path, proc: subprocess.Popen, what) -> dict | str:
 
 def test_sigkill_of_loadlab_run_takes_the_launched_simulator_with_it(tmp_path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "loadlab", "run", "--launch", "sim", "--profile", "azure-conv",
-                             "--concurrency", "2", "--step-duration", "120", "--workers", "0", "--out", str(out),
-                             "--", "--max-num-seqs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadlab",
+            "run",
+            "--launch",
+            "sim",
+            "--profile",
+            "azure-conv",
+            "--concurrency",
+            "2",
+            "--step-duration",
+            "120",
+            "--workers",
+            "0",
+            "--out",
+            str(out),
+            "--",
+            "--max-num-seqs",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         def launched(text: str) -> dict | None:
             try:
                 manifest = json.loads(text)
             except ValueError:
                 return None
-            return manifest if manifest.get("steps") == [] and "launch" in manifest["target"] else None
+            return (
+                manifest if manifest.get("steps") == [] and "launch" in manifest["target"] else None
+            )
+
         manifest = _wait_for(out / "manifest.json", proc, launched)
         server = manifest["target"]["launch"]["pid"]
         assert manifest["owner"]["pid"] == proc.pid
@@ -60,10 +85,16 @@ def test_sigkill_of_loadlab_run_takes_the_launched_simulator_with_it(tmp_path) -
         proc.wait()
     assert _group_gone(server), "the simulator outlived its launcher"
     assert json.loads((out / "manifest.json").read_text())["status"] == "running"
-    res = subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(out)], capture_output=True, text=True,
-                         check=False)
+    res = subprocess.run(
+        [sys.executable, "-m", "loadlab", "analyze", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
-    assert res.stderr.startswith("warning: unfinished run") and f"pid {proc.pid}" in res.stderr, res.stderr
+    assert res.stderr.startswith("warning: unfinished run") and f"pid {proc.pid}" in res.stderr, (
+        res.stderr
+    )
 
 
 def test_killed_launcher_takes_the_servers_children_with_it(tmp_path, monkeypatch) -> None:
@@ -74,12 +105,14 @@ def test_killed_launcher_takes_the_servers_children_with_it(tmp_path, monkeypatc
     script = textwrap.dedent(f"""
         import time
         from loadlab.experiment.launcher import launch_target
-        with launch_target("vllm", ["m"], {str(tmp_path / 'run')!r}, startup_timeout_s=60) as target:
+        with launch_target("vllm", ["m"], {str(tmp_path / "run")!r}, startup_timeout_s=60) as target:
             print(target.pid, flush=True)
             time.sleep(600)
         """)
     env = {**os.environ, "LOADLAB_VLLM_BIN": str(vllm), "FAKE_CHILD_PID_FILE": str(child_file)}
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         server = int(proc.stdout.readline())
         child = int(_wait_for(child_file, proc, str.strip))

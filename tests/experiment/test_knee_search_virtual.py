@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from loadlab.analyze.analysis import analyze_run
-from loadlab.spec.models import KneeSearch, LoadPlan, Workload
+from loadlab.experiment.verdicts import step_judge
+from loadlab.replay.driver import run_replay
 from loadlab.runstore import read_manifest, update_manifest
 from loadlab.sim.engine.config import SimConfig
-from loadlab.replay.driver import run_replay
-from loadlab.experiment.verdicts import step_judge
+from loadlab.spec.models import KneeSearch, LoadPlan, Workload
 
 SEARCH = KneeSearch(start=4, max=128, resolution=4)     # a linear scan: 4, 8, ..., 128 (32 steps)
 STEP = {"step_duration_s": 20.0, "warmup_s": 5.0}
@@ -37,7 +37,9 @@ def test_same_knee_as_a_full_scan_in_a_fraction_of_its_time(tmp_path):
 def test_a_client_limited_step_is_not_a_stall(tmp_path):
     """A starved client must not send the search down: the judge counts only the server's stalls."""
     cfg = SimConfig(max_num_seqs=6, model="llama-3.1-8b", gpu="h100")
-    run_replay(cfg, LoadPlan(concurrency=[2, 12], **STEP), Workload(profile="azure-conv", seed=1), tmp_path)
+    run_replay(
+        cfg, LoadPlan(concurrency=[2, 12], **STEP), Workload(profile="azure-conv", seed=1), tmp_path
+    )
     judge = step_judge(tmp_path)
     assert judge(1) and not judge(0), "12 users against 6 seqs stall, 2 do not"
     # the same step, had the load generator fallen short of it (as the live driver records)

@@ -141,7 +141,9 @@ def test_server_cpus_hold_every_thread_of_the_tree(fake_vllm, tmp_path, monkeypa
     child_file = tmp_path / "child.pid"
     monkeypatch.setenv("FAKE_CHILD_PID_FILE", str(child_file))
     monkeypatch.setenv("FAKE_CHILD_CPUS", str(elsewhere))
-    with launch_target("vllm", ["m"], tmp_path / "run", startup_timeout_s=30, server_cpus=server) as target:
+    with launch_target(
+        "vllm", ["m"], tmp_path / "run", startup_timeout_s=30, server_cpus=server
+    ) as target:
         procs = [psutil.Process(target.pid), psutil.Process(int(child_file.read_text()))]
         threads = [t.id for p in procs for t in p.threads()]
         assert len(threads) >= 2

@@ -38,8 +38,13 @@ def test_live_search_brackets_the_sequence_cap(tmp_path, uniform_profile):
     scenario = tmp_path / "search.yaml"
     scenario.write_text(SCENARIO.format(cap=MAX_NUM_SEQS, profile=profile))
     out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "loadlab", "sweep", str(scenario), "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadlab", "sweep", str(scenario), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     point = out / "run"   # a scenario without a sweep: its one point
@@ -60,7 +65,10 @@ def test_live_search_brackets_the_sequence_cap(tmp_path, uniform_profile):
     assert manifest.plan is not None and manifest.plan["steps"] == []
 
     analysis = json.loads((point / "analysis.json").read_text())
-    assert (analysis["knee"]["lower"], analysis["knee"]["upper"]) == (search["lower"], search["upper"])
+    assert (analysis["knee"]["lower"], analysis["knee"]["upper"]) == (
+        search["lower"],
+        search["upper"],
+    )
     assert [row["state"] for row in analysis["steps"]] == ["ok", "ok", "stalled", "ok"]
     # progress names the step and its level without a total (a search does not know it)
     lines = re.findall(r"step (\d+)(/\d+)? level=(\d+)", done.stderr)

@@ -60,18 +60,26 @@ def test_isolation_a_machine_cannot_give_exits_2_naming_the_field(tmp_path):
     out = tmp_path / "out"
     proc = sweep(str(scenario), "--out", str(out))
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "isolation.client_cpus" in proc.stderr and f"CPU {absent} is not available" in proc.stderr
+    assert (
+        "isolation.client_cpus" in proc.stderr and f"CPU {absent} is not available" in proc.stderr
+    )
     assert not out.exists()
     scenario.write_text(WHATIF + "isolation: {server_cpus: '0-1', client_cpus: '1-2'}\n")
     proc = sweep(str(scenario), "--out", str(out))
-    assert proc.returncode == 2 and f"{scenario}: isolation: server and client CPUs overlap on 1" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and f"{scenario}: isolation: server and client CPUs overlap on 1" in proc.stderr
+    )
     assert not out.exists()
 
 
 def test_a_vllm_scenario_without_vllm_exits_2_before_anything(tmp_path):
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(WHATIF.replace("launch: sim\n  model: llama-3.1-8b", "launch: vllm\n  model: m")
-                        .replace("  gpu: h100\n", "  enforce-eager: true\n"))
+    scenario.write_text(
+        WHATIF.replace("launch: sim\n  model: llama-3.1-8b", "launch: vllm\n  model: m").replace(
+            "  gpu: h100\n", "  enforce-eager: true\n"
+        )
+    )
     out = tmp_path / "out"
     env = {**os.environ, "LOADLAB_VLLM_BIN": str(tmp_path / "absent")}
     proc = sweep(str(scenario), "--out", str(out), env=env)
@@ -93,7 +101,9 @@ def test_whatif_sweep_predicts_each_points_knee(tmp_path):
     knees = {}
     for point in manifest.points:
         run = load_manifest(out / point.dir)
-        assert run.kind == "sim-replay" and run.server["max_num_seqs"] == point.flags["max_num_seqs"]
+        assert (
+            run.kind == "sim-replay" and run.server["max_num_seqs"] == point.flags["max_num_seqs"]
+        )
         assert run.workload.seed == 3 and run.workload.profile == "azure-conv"
         analysis = json.loads((out / point.dir / "analysis.json").read_text())
         knees[point.name] = analysis["knee"]

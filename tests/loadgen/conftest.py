@@ -37,7 +37,9 @@ def tiny_profile(uniform_profile) -> Path:
     return uniform_profile("tiny", (20, 60), (4, 12))
 
 
-def run_cli(*args: str, timeout_s: float = 120.0, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, timeout_s: float = 120.0, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """``loadlab run ARGS`` in a subprocess; returns the completed process (text output)."""
     return subprocess.run([sys.executable, "-m", "loadlab", "run", *args], capture_output=True,
                           text=True, timeout=timeout_s, env=env, check=False)

@@ -39,8 +39,14 @@ def _chunk(api: str, text: str) -> bytes:
     return b"data: " + json.dumps({"id": "x", "choices": [choice]}).encode() + b"\n\n"
 
 
-def make_app(pattern: list[str], ttft_s: float, itl_s: float, model: str = "m",
-             max_model_len: int = 100_000, tokenize_pattern: list[str] | None = None) -> web.Application:
+def make_app(
+    pattern: list[str],
+    ttft_s: float,
+    itl_s: float,
+    model: str = "m",
+    max_model_len: int = 100_000,
+    tokenize_pattern: list[str] | None = None,
+) -> web.Application:
     state = {"n": 0, "success": 0, "first_token": {}, "tokenize": 0}
 
     async def generate(request: web.Request) -> web.StreamResponse:
@@ -76,11 +82,17 @@ def make_app(pattern: list[str], ttft_s: float, itl_s: float, model: str = "m",
                 if kind == "drop":
                     request.transport.close()
                     return resp
-                await resp.write(b'data: {"error": {"message": "injected mid-stream failure", "code": 500}}\n\n')
+                await resp.write(
+                    b'data: {"error": {"message": "injected mid-stream failure", "code": 500}}\n\n'
+                )
                 await resp.write_eof()
                 return resp
             await asyncio.sleep(itl_s)
-        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n_out, "total_tokens": 0}
+        usage = {
+            "prompt_tokens": len(prompt.split()),
+            "completion_tokens": n_out,
+            "total_tokens": 0,
+        }
         await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()

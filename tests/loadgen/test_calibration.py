@@ -10,13 +10,32 @@ from loadlab.loadgen.transport import StreamClosed
 
 def _run(fault, cli, load, tiny_profile, out, tokenize: str, *extra: str) -> tuple:
     with fault("ok", tokenize=tokenize) as url:
-        res = cli("--target", url, "--model", "m", "--profile", str(tiny_profile), "--concurrency", "2",
-                  "--step-duration", "1.5", "--warmup", "0", "--workers", "1", "--out", str(out), *extra)
+        res = cli(
+            "--target",
+            url,
+            "--model",
+            "m",
+            "--profile",
+            str(tiny_profile),
+            "--concurrency",
+            "2",
+            "--step-duration",
+            "1.5",
+            "--warmup",
+            "0",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            *extra,
+        )
     assert res.returncode == 0, res.stderr
     return load(out)
 
 
-def test_missing_tokenize_is_recorded_as_uncalibrated_with_the_answer(fault, cli, load, tiny_profile, tmp_path):
+def test_missing_tokenize_is_recorded_as_uncalibrated_with_the_answer(
+    fault, cli, load, tiny_profile, tmp_path
+):
     df, manifest = _run(fault, cli, load, tiny_profile, tmp_path / "404", "404")
     workload = manifest["workload"]
     assert workload["calibrated"] is False
@@ -24,8 +43,9 @@ def test_missing_tokenize_is_recorded_as_uncalibrated_with_the_answer(fault, cli
     assert len(df) > 0 and set(df.status) == {"ok"}
 
 
-def test_tokenize_failing_mid_run_falls_back_and_the_manifest_says_how_often(fault, cli, load, tiny_profile,
-                                                                           tmp_path):
+def test_tokenize_failing_mid_run_falls_back_and_the_manifest_says_how_often(
+    fault, cli, load, tiny_profile, tmp_path
+):
     # the probe succeeds; then every second count is a 500 and every third a dropped connection
     df, manifest = _run(fault, cli, load, tiny_profile, tmp_path / "flaky", "ok,500,ok,drop")
     workload = manifest["workload"]

@@ -23,8 +23,8 @@ import psutil
 import pytest
 
 from loadlab.analyze.gauge_lag import client_inflight
-from loadlab.loadgen.achieved import LOOP_LAG_MEAN_MAX_S
 from loadlab.experiment.cpus import default_split, format_cpu_list
+from loadlab.loadgen.achieved import LOOP_LAG_MEAN_MAX_S
 
 SPLIT = default_split()
 needs_two_cpus = pytest.mark.skipif(SPLIT.client_cpus is None, reason="needs 2 usable CPUs")
@@ -77,15 +77,39 @@ def test_healthy_run_applies_its_load(cli, load, tiny_profile, tmp_path) -> None
         assert step["loop_lag_mean_s"] < LOOP_LAG_MEAN_MAX_S and step["send_lag_p99_s"] is None
         # the client's own integral agrees with the in-flight count read back from its rows
         # (the rows' t_sent comes after connecting, the integral's start before)
-        window = pd.DataFrame({"t_start": [step["t_start"] + step["warmup_s"]], "t_end": [step["t_end"]]})
+        window = pd.DataFrame(
+            {"t_start": [step["t_start"] + step["warmup_s"]], "t_end": [step["t_end"]]}
+        )
         from_rows = client_inflight(df, window)[0]
-        assert step["inflight_mean"] == pytest.approx(from_rows, abs=0.05 * users), (step, from_rows)
+        assert step["inflight_mean"] == pytest.approx(from_rows, abs=0.05 * users), (
+            step,
+            from_rows,
+        )
 
 
-def test_open_loop_records_rate_against_its_schedule_and_send_lag(cli, load, tiny_profile, tmp_path) -> None:
+def test_open_loop_records_rate_against_its_schedule_and_send_lag(
+    cli, load, tiny_profile, tmp_path
+) -> None:
     out = tmp_path / "rate"
-    res = cli("--launch", "sim", "--profile", str(tiny_profile), "--rate", "30", "--step-duration", "4",
-              "--warmup", "1", "--workers", "1", "--out", str(out), "--", "--max-num-seqs", "64")
+    res = cli(
+        "--launch",
+        "sim",
+        "--profile",
+        str(tiny_profile),
+        "--rate",
+        "30",
+        "--step-duration",
+        "4",
+        "--warmup",
+        "1",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--",
+        "--max-num-seqs",
+        "64",
+    )
     assert res.returncode == 0, res.stderr
     df, manifest = load(out)
     step = manifest["steps"][0]
@@ -101,9 +125,32 @@ def test_open_loop_records_rate_against_its_schedule_and_send_lag(cli, load, tin
 @needs_two_cpus
 def test_starved_client_is_marked_client_limited_and_exits_3(tiny_profile, tmp_path) -> None:
     out = tmp_path / "starved"
-    argv = [sys.executable, "-m", "loadlab", "run", "--launch", "sim", *_cpus(), "--profile", str(tiny_profile),
-            "--concurrency", "4,4", "--step-duration", "4", "--warmup", "1", "--workers", "0",
-            "--drain", "5", "--out", str(out), "--", "--max-num-seqs", "16"]
+    argv = [
+        sys.executable,
+        "-m",
+        "loadlab",
+        "run",
+        "--launch",
+        "sim",
+        *_cpus(),
+        "--profile",
+        str(tiny_profile),
+        "--concurrency",
+        "4,4",
+        "--step-duration",
+        "4",
+        "--warmup",
+        "1",
+        "--workers",
+        "0",
+        "--drain",
+        "5",
+        "--out",
+        str(out),
+        "--",
+        "--max-num-seqs",
+        "16",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     hogs: list[subprocess.Popen] = []
     try:
@@ -125,9 +172,13 @@ def test_starved_client_is_marked_client_limited_and_exits_3(tiny_profile, tmp_p
                                      "client_cpus": sorted(SPLIT.client_cpus)}
     assert manifest["client_limited_steps"] == [0, 1]
     for step in manifest["steps"]:
-        assert step["client_limited"] is True and step["loop_lag_mean_s"] > LOOP_LAG_MEAN_MAX_S, step
+        assert step["client_limited"] is True and step["loop_lag_mean_s"] > LOOP_LAG_MEAN_MAX_S, (
+            step
+        )
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith("loadlab: error: the client did not apply the load asked for at step 0 (4 users)")
+    assert last.startswith(
+        "loadlab: error: the client did not apply the load asked for at step 0 (4 users)"
+    )
     assert "event-loop lag mean" in last and "step 1 (4 users)" in last
     assert "run complete" in stdout
 
@@ -135,13 +186,19 @@ def test_starved_client_is_marked_client_limited_and_exits_3(tiny_profile, tmp_p
 TARGET = ["--target", "http://127.0.0.1:9", "--model", "m"]
 
 
-@pytest.mark.parametrize(("args", "flag"), [
-    ([*TARGET, "--client-cpus", "x"], "--client-cpus"),
-    ([*TARGET, "--client-cpus", "4096"], "--client-cpus"),
-    ([*TARGET, "--server-cpus", "0"], "--server-cpus"),
-    (["--launch", "sim", "--server-cpus", "4096"], "--server-cpus"),
-    (["--launch", "sim", "--server-cpus", "0", "--client-cpus", "0"], "--server-cpus/--client-cpus"),
-])
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        ([*TARGET, "--client-cpus", "x"], "--client-cpus"),
+        ([*TARGET, "--client-cpus", "4096"], "--client-cpus"),
+        ([*TARGET, "--server-cpus", "0"], "--server-cpus"),
+        (["--launch", "sim", "--server-cpus", "4096"], "--server-cpus"),
+        (
+            ["--launch", "sim", "--server-cpus", "0", "--client-cpus", "0"],
+            "--server-cpus/--client-cpus",
+        ),
+    ],
+)
 def test_bad_cpu_flags_exit_2_naming_the_flag(cli, tmp_path, args, flag) -> None:
     out = tmp_path / "never"
     res = cli(*args, "--concurrency", "1", "--out", str(out))

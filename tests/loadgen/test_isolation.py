@@ -49,7 +49,9 @@ def _placement(run: subprocess.Popen, timeout_s: float = 120) -> dict[str, set[f
         assert time.monotonic() < deadline, "no worker process in time"
         argvs = {c: _argv(c) for c in me.children(recursive=True)}
         workers = [c for c, argv in argvs.items() if "--join" in argv]
-        servers = [c for c, argv in argvs.items() if "serve" in argv or "guardian.py" in " ".join(argv)]
+        servers = [
+            c for c, argv in argvs.items() if "serve" in argv or "guardian.py" in " ".join(argv)
+        ]
         if workers and len(servers) >= 2:   # the guardian and the simulator under it
             break
         time.sleep(0.05)  # polling the process tree, not synchronising on a sleep
@@ -61,17 +63,45 @@ def test_run_places_server_and_client_on_their_cpus_and_records_it(tiny_profile,
     assert SPLIT.server_cpus is not None and SPLIT.client_cpus is not None
     out = tmp_path / "isolated"
     run = subprocess.Popen(
-        [sys.executable, "-m", "loadlab", "run", "--launch", "sim", "--server-cpus",
-         format_cpu_list(SPLIT.server_cpus), "--client-cpus", format_cpu_list(SPLIT.client_cpus),
-         "--profile", str(tiny_profile), "--concurrency", "2", "--step-duration", "3", "--warmup", "1",
-         "--workers", "1", "--collect", "--interval", "0.5", "--out", str(out),
-         "--", "--max-num-seqs", "8"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "loadlab",
+            "run",
+            "--launch",
+            "sim",
+            "--server-cpus",
+            format_cpu_list(SPLIT.server_cpus),
+            "--client-cpus",
+            format_cpu_list(SPLIT.client_cpus),
+            "--profile",
+            str(tiny_profile),
+            "--concurrency",
+            "2",
+            "--step-duration",
+            "3",
+            "--warmup",
+            "1",
+            "--workers",
+            "1",
+            "--collect",
+            "--interval",
+            "0.5",
+            "--out",
+            str(out),
+            "--",
+            "--max-num-seqs",
+            "8",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         placement = _placement(run)
     finally:
         _, stderr = run.communicate(timeout=180)
-    assert run.returncode in (0, 3), stderr[-3000:]   # 3: the pinned client fell short on a busy box
+    assert run.returncode in (0, 3), stderr[-3000:]  # 3: the pinned client fell short on a busy box
     assert placement["client"] == {SPLIT.client_cpus}, placement
     assert placement["server"] == {SPLIT.server_cpus}, placement
     manifest = json.loads((out / "manifest.json").read_text())

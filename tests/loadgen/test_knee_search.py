@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadlab.spec.models import KneeSearch, LoadPlan
 from loadlab.errors import InputError
 from loadlab.spec.knee_search import LevelWalk, SearchResult, coarse_indices, level_source
+from loadlab.spec.models import KneeSearch, LoadPlan
 
 
 def drive(plan: LoadPlan, stalls_from: float | None) -> SearchResult:
@@ -22,7 +22,9 @@ def drive(plan: LoadPlan, stalls_from: float | None) -> SearchResult:
             return stop.value
 
 
-def linear_bracket(grid: list[float], stalls_from: float | None) -> tuple[float | None, float | None]:
+def linear_bracket(
+    grid: list[float], stalls_from: float | None
+) -> tuple[float | None, float | None]:
     first = next((g for g in grid if stalls_from is not None and g >= stalls_from), None)
     if first is None:
         return grid[-1], None

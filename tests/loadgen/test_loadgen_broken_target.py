@@ -33,23 +33,45 @@ def test_launched_server_that_dies_stops_the_run(load, tiny_profile, tmp_path) -
     df, manifest = load(out)
     assert manifest["status"] == "failed"
     assert "killed by signal 9" in manifest["stop_reason"] and "killed by signal 9" in err
-    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("loadlab: error: run stopped")
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "loadlab: error: run stopped"
+    )
     assert len(df) > 0 and "ok" in set(df.status)
     step = manifest["steps"][0]
     assert step["t_end"] - step["t_start"] < 30
 
 
-def test_url_target_that_goes_away_stops_the_run_and_its_failures_count(load, tiny_profile, tmp_path) -> None:
+def test_url_target_that_goes_away_stops_the_run_and_its_failures_count(
+    load, tiny_profile, tmp_path
+) -> None:
     out = tmp_path / "gone"
     with fault_server_process("ok", 5, 2) as (server, url):
-        proc = start_run("--target", url, "--model", "m", "--profile", str(tiny_profile), "--concurrency", "2",
-                         "--step-duration", "60", "--warmup", "0", "--workers", "0", "--out", str(out))
+        proc = start_run(
+            "--target",
+            url,
+            "--model",
+            "m",
+            "--profile",
+            str(tiny_profile),
+            "--concurrency",
+            "2",
+            "--step-duration",
+            "60",
+            "--warmup",
+            "0",
+            "--workers",
+            "0",
+            "--out",
+            str(out),
+        )
         wait_for_rows(proc, out)
         server.kill()
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     df, manifest = load(out)
-    assert manifest["status"] == "failed" and manifest["stop_reason"].startswith("no connection to the target")
+    assert manifest["status"] == "failed" and manifest["stop_reason"].startswith(
+        "no connection to the target"
+    )
     assert "cannot connect" in manifest["stop_reason"]
     refused = df[df.status == "client_error"]
     assert len(refused) >= 10 and refused.t_issued.notna().all()
@@ -66,8 +88,24 @@ def test_target_refusing_every_request_stops_early_with_the_cause(cli, load, tin
                                                                   pattern, needle) -> None:
     out = tmp_path / pattern
     with fault_server_process(pattern) as (_, url):
-        res = cli("--target", url, "--model", "m", "--profile", str(tiny_profile), "--concurrency", "4",
-                  "--step-duration", "30", "--warmup", "0", "--workers", "1", "--out", str(out))
+        res = cli(
+            "--target",
+            url,
+            "--model",
+            "m",
+            "--profile",
+            str(tiny_profile),
+            "--concurrency",
+            "4",
+            "--step-duration",
+            "30",
+            "--warmup",
+            "0",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+        )
     assert res.returncode == 1, res.stderr
     last = res.stderr.strip().splitlines()[-1]
     assert needle in last and "Traceback" not in res.stderr, res.stderr

@@ -16,7 +16,11 @@ _sep = SEPARATORS["spaced"]
 
 
 def _sse(obj) -> bytes:
-    return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj, separators=_sep).encode()) + b"\n\n"
+    return (
+        b"data: "
+        + (obj if isinstance(obj, bytes) else json.dumps(obj, separators=_sep).encode())
+        + b"\n\n"
+    )
 
 
 def _chat(text: str) -> bytes:
@@ -43,7 +47,9 @@ def test_chat_timings_come_from_raw_arrival_times(spelling) -> None:
         (100.130, _chat(" d")[9:] + usage + _sse(b"[DONE]")),
     ]
     transport = ScriptedTransport(200, script)
-    client = StreamingClient(transport, "chat", headers={"Authorization": "Bearer k"}, clock=transport.clock)
+    client = StreamingClient(
+        transport, "chat", headers={"Authorization": "Bearer k"}, clock=transport.clock
+    )
     out = client.send(b"{}", {"X-Request-Id": "r1"})
     f = out.fields()
     assert out.status == "ok"
@@ -78,7 +84,12 @@ def test_statuses_over_real_http(fault, api: str) -> None:
     pattern = "ok,400,429,500,503,midstream,drop,hang,ok"
     with fault(pattern) as url:
         client = StreamingClient(SocketTransport(url), api, timeout_s=0.5)
-        body = {"model": "m", "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}}
+        body = {
+            "model": "m",
+            "max_tokens": 5,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if api == "chat":
             body["messages"] = [{"role": "user", "content": "one two three"}]
         else:
@@ -99,6 +110,8 @@ def test_connection_refused_is_a_client_error() -> None:
     with socket.socket() as s:  # a port that was free a moment ago and has no listener
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = StreamingClient(SocketTransport(f"http://127.0.0.1:{port}"), "completions", timeout_s=2).send(b"{}")
+    out = StreamingClient(
+        SocketTransport(f"http://127.0.0.1:{port}"), "completions", timeout_s=2
+    ).send(b"{}")
     assert out.status == "client_error" and "cannot connect" in out.error
     assert out.timings.t_sent is None

@@ -6,7 +6,9 @@ from loadlab.loadgen.records import Recorder
 from loadlab.sim.serve.testing import running_sim
 
 
-def test_open_loop_backlog_at_the_end_is_recorded_as_aborted(cli, load, tiny_profile, tmp_path) -> None:
+def test_open_loop_backlog_at_the_end_is_recorded_as_aborted(
+    cli, load, tiny_profile, tmp_path
+) -> None:
     # 40 req/s against one slow running slot: a deep backlog is still in flight when the drain ends.
     out = tmp_path / "backlog"
     with running_sim(served_model_name="m", max_num_seqs=1, time_scale=0.2) as url:
@@ -22,7 +24,9 @@ def test_open_loop_backlog_at_the_end_is_recorded_as_aborted(cli, load, tiny_pro
     assert sorted(df.seq) == list(range(len(df)))
     aborted = df[df.status == "aborted"]
     assert len(aborted) > 10, df.status.value_counts()
-    assert df.t_issued.notna().all() and (df.t_sent.dropna() >= df.t_issued[df.t_sent.notna()]).all()
+    assert (
+        df.t_issued.notna().all() and (df.t_sent.dropna() >= df.t_issued[df.t_sent.notna()]).all()
+    )
     # How far each got: sent (the connection was made), chunks so far.
     assert aborted.t_sent.notna().all()
     assert (aborted.error.str.contains("cancelled by the run")).all()

@@ -13,12 +13,33 @@ import pytest
 from loadlab.cli import main
 
 
-def test_every_failure_is_a_record_and_the_run_goes_on(fault, cli, load, tiny_profile, tmp_path) -> None:
+def test_every_failure_is_a_record_and_the_run_goes_on(
+    fault, cli, load, tiny_profile, tmp_path
+) -> None:
     out = tmp_path / "faults"
     with fault("ok,400,429,500,midstream,drop,hang") as url:
-        res = cli("--target", url, "--model", "m", "--profile", str(tiny_profile), "--concurrency", "3",
-                  "--step-duration", "2.5", "--warmup", "0", "--timeout", "0.5", "--workers", "0",
-                  "--drain", "2", "--out", str(out))
+        res = cli(
+            "--target",
+            url,
+            "--model",
+            "m",
+            "--profile",
+            str(tiny_profile),
+            "--concurrency",
+            "3",
+            "--step-duration",
+            "2.5",
+            "--warmup",
+            "0",
+            "--timeout",
+            "0.5",
+            "--workers",
+            "0",
+            "--drain",
+            "2",
+            "--out",
+            str(out),
+        )
         success = float(httpx.get(f"{url}/metrics").text.split()[-1])
         server_first = httpx.get(f"{url}/debug/first_token").json()
     # 3 (complete, client limited) is a fair verdict too: replies that take a millisecond
@@ -42,34 +63,71 @@ def test_every_failure_is_a_record_and_the_run_goes_on(fault, cli, load, tiny_pr
     assert delay.notna().all() and (delay > 0).all(), delay.describe()
 
 
-@pytest.mark.parametrize("content,needle", [
-    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,10,5\n2023-11-16 18:15:47.0,abc,5\n",
-     ["line 3", "ContextTokens"]),
-    ("TIMESTAMP,Context,GeneratedTokens\n2023-11-16 18:15:46.6,10,5\n", ["column"]),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,10,5\n2023-11-16 18:15:47.0,abc,5\n",
+            ["line 3", "ContextTokens"],
+        ),
+        ("TIMESTAMP,Context,GeneratedTokens\n2023-11-16 18:15:46.6,10,5\n", ["column"]),
+    ],
+)
 def test_bad_trace_exits_2_naming_file_line_field(tmp_path, capsys, content, needle) -> None:
     trace = tmp_path / "azure_bad.csv"
     trace.write_text(content)
-    code, err = _main(capsys, "--target", "http://127.0.0.1:9", "--model", "m", "--trace-replay", str(trace))
+    code, err = _main(
+        capsys, "--target", "http://127.0.0.1:9", "--model", "m", "--trace-replay", str(trace)
+    )
     assert code == 2, err
     assert str(trace) in err and all(n in err for n in needle), err
 
 
 def test_bad_profile_exits_2(tmp_path, capsys) -> None:
-    code, err = _main(capsys, "--target", "http://127.0.0.1:9", "--model", "m", "--profile", "no-such-profile",
-                      "--concurrency", "1")
+    code, err = _main(
+        capsys,
+        "--target",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--profile",
+        "no-such-profile",
+        "--concurrency",
+        "1",
+    )
     assert code == 2 and "no-such-profile" in err
     bad = tmp_path / "bad.yaml"
     bad.write_text("format_version: 1\nname: bad\ndescription: x\n")
-    code, err = _main(capsys, "--target", "http://127.0.0.1:9", "--model", "m", "--profile", str(bad),
-                      "--concurrency", "1")
+    code, err = _main(
+        capsys,
+        "--target",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--profile",
+        str(bad),
+        "--concurrency",
+        "1",
+    )
     assert code == 2 and str(bad) in err and "source" in err, err
 
 
 def test_bad_plan_flags_exit_2(capsys) -> None:
-    code, err = _main(capsys, "--target", "http://127.0.0.1:9", "--model", "m", "--geometric", "1:1:8")
+    code, err = _main(
+        capsys, "--target", "http://127.0.0.1:9", "--model", "m", "--geometric", "1:1:8"
+    )
     assert code == 2 and "--geometric" in err
-    code, err = _main(capsys, "--target", "http://127.0.0.1:9", "--model", "m", "--concurrency", "1", "--rate", "3")
+    code, err = _main(
+        capsys,
+        "--target",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--concurrency",
+        "1",
+        "--rate",
+        "3",
+    )
     assert code == 2 and "exactly one" in err
 
 
@@ -84,13 +142,38 @@ def test_ctrl_c_keeps_measurements_and_exits_130(fault, load, tiny_profile, tmp_
     out = tmp_path / "int"
     with fault("ok", ttft_ms=5, itl_ms=20) as url:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadlab", "run", "--target", url, "--model", "m", "--profile",
-             str(tiny_profile), "--concurrency", "4", "--step-duration", "60", "--warmup", "0",
-             "--workers", "1", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "loadlab",
+                "run",
+                "--target",
+                url,
+                "--model",
+                "m",
+                "--profile",
+                str(tiny_profile),
+                "--concurrency",
+                "4",
+                "--step-duration",
+                "60",
+                "--warmup",
+                "0",
+                "--workers",
+                "1",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 60
         parts = out / "requests.parquet"
         while not (parts.is_dir() and any(parts.glob("part-*.parquet"))):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "timeout"
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                proc.stderr.read() if proc.poll() else "timeout"
+            )
             time.sleep(0.05)  # polling the folder, not synchronising on a sleep
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -108,8 +191,22 @@ def test_trace_replay_sends_at_scaled_recorded_times(fault, cli, load, tmp_path)
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
     out = tmp_path / "replay"
     with fault("ok") as url:
-        res = cli("--target", url, "--model", "m", "--trace-replay", str(trace), "--time-scale", "0.5",
-                  "--warmup", "0", "--workers", "0", "--out", str(out))
+        res = cli(
+            "--target",
+            url,
+            "--model",
+            "m",
+            "--trace-replay",
+            str(trace),
+            "--time-scale",
+            "0.5",
+            "--warmup",
+            "0",
+            "--workers",
+            "0",
+            "--out",
+            str(out),
+        )
     assert res.returncode == 0, res.stderr
     df, _ = load(out)
     df = df.sort_values("seq")

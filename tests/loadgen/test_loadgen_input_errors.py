@@ -17,18 +17,28 @@ def _main(capsys, *args: str) -> tuple[int, str]:
     return exc.value.code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args,needles", [
-    (["--target", "notaurl", "--model", "m", "--concurrency", "1"], ["--target", "'notaurl' is not an http://"]),
-    (["--target", "https://example.com", "--model", "m", "--concurrency", "1"],
-     ["https targets are not supported", "plain HTTP"]),
-    (["--join", "nohost"], ["--join", "'nohost' is not HOST:PORT"]),
-    (["--join", "nohost.invalid:5557"], ["--join", "'nohost.invalid' does not resolve"]),
-    ([*TARGET, "--master-bind", "garbage"], ["--master-bind", "'garbage' does not resolve"]),
-    ([*TARGET, "--master-bind", "127.0.0.1:http"], ["--master-bind", "is not HOST:PORT"]),
-    ([*TARGET, "--collect", "--interval", "0"], ["--interval", "at least 0.1 s"]),
-    (["--target", "http://127.0.0.1:9", "--launch", "sim", "--concurrency", "1"],
-     ["--target and --launch both name the server"]),
-])
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (
+            ["--target", "notaurl", "--model", "m", "--concurrency", "1"],
+            ["--target", "'notaurl' is not an http://"],
+        ),
+        (
+            ["--target", "https://example.com", "--model", "m", "--concurrency", "1"],
+            ["https targets are not supported", "plain HTTP"],
+        ),
+        (["--join", "nohost"], ["--join", "'nohost' is not HOST:PORT"]),
+        (["--join", "nohost.invalid:5557"], ["--join", "'nohost.invalid' does not resolve"]),
+        ([*TARGET, "--master-bind", "garbage"], ["--master-bind", "'garbage' does not resolve"]),
+        ([*TARGET, "--master-bind", "127.0.0.1:http"], ["--master-bind", "is not HOST:PORT"]),
+        ([*TARGET, "--collect", "--interval", "0"], ["--interval", "at least 0.1 s"]),
+        (
+            ["--target", "http://127.0.0.1:9", "--launch", "sim", "--concurrency", "1"],
+            ["--target and --launch both name the server"],
+        ),
+    ],
+)
 def test_flag_errors_are_one_line_and_exit_2(capsys, tmp_path, args, needles) -> None:
     out = tmp_path / "run"
     code, err = _main(capsys, *args, "--out", str(out))
@@ -65,15 +75,30 @@ def test_unwritable_out_is_refused(capsys, tmp_path, where) -> None:
 def test_reused_out_is_refused_unless_overwrite_and_warmup_follows_the_step(cli, load, tiny_profile,
                                                                           tmp_path) -> None:
     out = tmp_path / "run"
-    args = ["--model", "m", "--profile", str(tiny_profile), "--concurrency", "2", "--step-duration", "2",
-            "--workers", "0", "--out", str(out)]
+    args = [
+        "--model",
+        "m",
+        "--profile",
+        str(tiny_profile),
+        "--concurrency",
+        "2",
+        "--step-duration",
+        "2",
+        "--workers",
+        "0",
+        "--out",
+        str(out),
+    ]
     with running_sim(served_model_name="m", time_scale=5) as url:
         first = cli("--target", url, *args)
         assert first.returncode == 0, first.stderr
         m1 = load(out)[1]
         assert m1["steps"][0]["warmup_s"] == pytest.approx(0.4)  # a fifth of a 2 s step
         again = cli("--target", url, *args)
-        assert again.returncode == 2 and f"already holds a run ({out / 'manifest.json'})" in again.stderr
+        assert (
+            again.returncode == 2
+            and f"already holds a run ({out / 'manifest.json'})" in again.stderr
+        )
         assert load(out)[1] == m1  # untouched
         over = cli("--target", url, *args, "--overwrite")
     assert over.returncode == 0, over.stderr

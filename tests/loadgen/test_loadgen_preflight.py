@@ -34,28 +34,71 @@ def _refused(res, out, *needles: str) -> None:
 
 @pytest.mark.parametrize("key,needle", [("wrong", "refuses the key in $LOADLAB_API_KEY"),
                                         (None, "$LOADLAB_API_KEY is not set")])
-def test_missing_or_wrong_key_is_refused_up_front(keyed_sim, cli, tiny_profile, tmp_path, key, needle) -> None:
+def test_missing_or_wrong_key_is_refused_up_front(
+    keyed_sim, cli, tiny_profile, tmp_path, key, needle
+) -> None:
     out = tmp_path / "run"
-    res = cli("--target", keyed_sim, "--model", "m", "--profile", str(tiny_profile), "--concurrency", "1",
-              "--step-duration", "1", "--out", str(out), env=_env(key))
+    res = cli(
+        "--target",
+        keyed_sim,
+        "--model",
+        "m",
+        "--profile",
+        str(tiny_profile),
+        "--concurrency",
+        "1",
+        "--step-duration",
+        "1",
+        "--out",
+        str(out),
+        env=_env(key),
+    )
     _refused(res, out, needle)
     assert KEY not in res.stderr and (key is None or key not in res.stderr)
 
 
-def test_right_key_runs_and_stays_out_of_the_folder(keyed_sim, cli, load, tiny_profile, tmp_path) -> None:
+def test_right_key_runs_and_stays_out_of_the_folder(
+    keyed_sim, cli, load, tiny_profile, tmp_path
+) -> None:
     out = tmp_path / "run"
-    res = cli("--target", keyed_sim, "--model", "m", "--profile", str(tiny_profile), "--concurrency", "2",
-              "--step-duration", "1", "--out", str(out), env=_env(KEY))
+    res = cli(
+        "--target",
+        keyed_sim,
+        "--model",
+        "m",
+        "--profile",
+        str(tiny_profile),
+        "--concurrency",
+        "2",
+        "--step-duration",
+        "1",
+        "--out",
+        str(out),
+        env=_env(KEY),
+    )
     assert res.returncode == 0, res.stderr
     df, manifest = load(out)
     assert manifest["status"] == "complete" and len(df) > 0 and set(df.status) == {"ok"}
     assert not any(KEY.encode() in p.read_bytes() for p in out.rglob("*") if p.is_file())
 
 
-def test_unknown_model_is_refused_naming_the_served_ones(keyed_sim, cli, tiny_profile, tmp_path) -> None:
+def test_unknown_model_is_refused_naming_the_served_ones(
+    keyed_sim, cli, tiny_profile, tmp_path
+) -> None:
     out = tmp_path / "run"
-    res = cli("--target", keyed_sim, "--model", "llama", "--profile", str(tiny_profile), "--concurrency", "1",
-              "--out", str(out), env=_env(KEY))
+    res = cli(
+        "--target",
+        keyed_sim,
+        "--model",
+        "llama",
+        "--profile",
+        str(tiny_profile),
+        "--concurrency",
+        "1",
+        "--out",
+        str(out),
+        env=_env(KEY),
+    )
     _refused(res, out, "--model", "'llama' is not served", "it serves: m")
 
 
@@ -64,12 +107,24 @@ def test_closed_port_is_refused_before_anything_starts(cli, tiny_profile, tmp_pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "run"
-    res = cli("--target", f"http://127.0.0.1:{port}", "--model", "m", "--profile", str(tiny_profile),
-              "--concurrency", "1", "--out", str(out))
+    res = cli(
+        "--target",
+        f"http://127.0.0.1:{port}",
+        "--model",
+        "m",
+        "--profile",
+        str(tiny_profile),
+        "--concurrency",
+        "1",
+        "--out",
+        str(out),
+    )
     _refused(res, out, "--target", f"cannot reach http://127.0.0.1:{port}")
 
 
-def test_sharegpt_against_a_1024_token_context_sends_nothing_it_must_reject(cli, load, tmp_path) -> None:
+def test_sharegpt_against_a_1024_token_context_sends_nothing_it_must_reject(
+    cli, load, tmp_path
+) -> None:
     out = tmp_path / "fit"
     with running_sim(served_model_name="m", max_model_len=1024, time_scale=5) as url:
         res = cli("--target", url, "--model", "m", "--profile", "sharegpt", "--concurrency", "8",

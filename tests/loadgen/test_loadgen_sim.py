@@ -29,7 +29,9 @@ def _metric(url: str, name: str) -> float:
 
 def _max_overlap(rows) -> int:
     """Most requests open at once, from their raw send/done times."""
-    events = sorted([(t, 1) for t in rows.t_sent] + [(t, -1) for t in rows.t_done], key=lambda e: (e[0], e[1]))
+    events = sorted(
+        [(t, 1) for t in rows.t_sent] + [(t, -1) for t in rows.t_done], key=lambda e: (e[0], e[1])
+    )
     level = best = 0
     for _, d in events:
         level += d
@@ -37,18 +39,47 @@ def _max_overlap(rows) -> int:
     return best
 
 
-def test_closed_loop_steps_counts_ttft_and_exact_prompts(sim, cli, load, tiny_profile, tmp_path) -> None:
-    before = {n: _metric(sim, n) for n in ("vllm:request_success_total", "vllm:time_to_first_token_seconds_sum",
-                                           "vllm:time_to_first_token_seconds_count")}
+def test_closed_loop_steps_counts_ttft_and_exact_prompts(
+    sim, cli, load, tiny_profile, tmp_path
+) -> None:
+    before = {
+        n: _metric(sim, n)
+        for n in (
+            "vllm:request_success_total",
+            "vllm:time_to_first_token_seconds_sum",
+            "vllm:time_to_first_token_seconds_count",
+        )
+    }
     out = tmp_path / "run"
-    res = cli("--target", sim, "--model", MODEL, "--profile", str(tiny_profile), "--concurrency", "1,4",
-              "--step-duration", "2", "--warmup", "0.5", "--workers", "1", "--out", str(out), "--seed", "3")
+    res = cli(
+        "--target",
+        sim,
+        "--model",
+        MODEL,
+        "--profile",
+        str(tiny_profile),
+        "--concurrency",
+        "1,4",
+        "--step-duration",
+        "2",
+        "--warmup",
+        "0.5",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--seed",
+        "3",
+    )
     assert res.returncode == 0, res.stderr
     df, manifest = load(out)
     after = {n: _metric(sim, n) for n in before}
 
     assert manifest["status"] == "complete"
-    assert (manifest["workload"]["calibrated"], manifest["workload"]["calibration_reason"]) == (True, None)
+    assert (manifest["workload"]["calibrated"], manifest["workload"]["calibration_reason"]) == (
+        True,
+        None,
+    )
     assert [(s["step"], s["concurrency"]) for s in manifest["steps"]] == [(0, 1), (1, 4)]
     assert set(df.status) == {"ok"}
     # Nothing lost or duplicated: every request the server completed has exactly one row.
@@ -70,7 +101,10 @@ def test_closed_loop_steps_counts_ttft_and_exact_prompts(sim, cli, load, tiny_pr
     # The server's TTFT histogram saw every request, and the client's TTFT holds it: the
     # histogram starts at engine arrival (after HTTP parsing), as vLLM's does. How much the
     # client adds on top is its speed: benchmarks/bench_loadgen.py (client-added TTFT).
-    n = after["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"]
+    n = (
+        after["vllm:time_to_first_token_seconds_count"]
+        - before["vllm:time_to_first_token_seconds_count"]
+    )
     server_mean = (after["vllm:time_to_first_token_seconds_sum"]
                    - before["vllm:time_to_first_token_seconds_sum"]) / n
     assert n == len(df)
@@ -104,7 +138,9 @@ def test_open_loop_rate_is_reached_without_drift(sim, cli, load, tiny_profile, t
     assert manifest["steps"][0]["target_rate"] == 100
 
 
-def test_same_seed_same_requests_across_runs_and_worker_splits(sim, cli, load, tiny_profile, tmp_path) -> None:
+def test_same_seed_same_requests_across_runs_and_worker_splits(
+    sim, cli, load, tiny_profile, tmp_path
+) -> None:
     before = _metric(sim, "vllm:request_success_total")
     frames = []
     for workers in ("0", "2"):
@@ -119,7 +155,14 @@ def test_same_seed_same_requests_across_runs_and_worker_splits(sim, cli, load, t
     one, two = frames
     assert two.worker.nunique() == 2
     assert _metric(sim, "vllm:request_success_total") - before == len(one) + len(two)
-    cols = ["seq", "request_id", "target_prompt_tokens", "target_output_tokens", "prefix_group", "prompt_tokens"]
+    cols = [
+        "seq",
+        "request_id",
+        "target_prompt_tokens",
+        "target_output_tokens",
+        "prefix_group",
+        "prompt_tokens",
+    ]
     a = one[cols].sort_values("seq").reset_index(drop=True)
     b = two[cols].sort_values("seq").reset_index(drop=True)
     assert len(a) > 50 and a.equals(b)
@@ -131,17 +174,41 @@ def test_launch_sim_chat_and_collect_into_one_run_folder(cli, load, tiny_profile
     from loadlab.runstore import METRICS, read_table
 
     out = tmp_path / "launched"
-    res = cli("--launch", "sim", "--api", "chat", "--profile", str(tiny_profile), "--concurrency", "2",
-              "--step-duration", "2",
-              "--warmup", "0", "--collect", "--interval", "0.25", "--workers", "0", "--out", str(out),
-              "--", "--max-num-seqs", "4", "--time-scale", "5")
+    res = cli(
+        "--launch",
+        "sim",
+        "--api",
+        "chat",
+        "--profile",
+        str(tiny_profile),
+        "--concurrency",
+        "2",
+        "--step-duration",
+        "2",
+        "--warmup",
+        "0",
+        "--collect",
+        "--interval",
+        "0.25",
+        "--workers",
+        "0",
+        "--out",
+        str(out),
+        "--",
+        "--max-num-seqs",
+        "4",
+        "--time-scale",
+        "5",
+    )
     assert res.returncode == 0, res.stderr
     df, manifest = load(out)
     assert manifest["status"] == "complete" and len(df) > 0 and set(df.status) == {"ok"}
     assert manifest["target"]["launch"]["flags"]["max_num_seqs"] == 4
     assert manifest["server"] == {"max_num_seqs": 4}
     # Chat prompts are calibrated with a chat-shaped /tokenize: template tokens included.
-    assert (df.prompt_tokens == df.target_prompt_tokens).all() and (df.n_chunks == df.output_tokens).all()
+    assert (df.prompt_tokens == df.target_prompt_tokens).all() and (
+        df.n_chunks == df.output_tokens
+    ).all()
     metrics = read_table(out / "metrics.parquet", METRICS)
     done = metrics[metrics.family == "vllm:request_success"].groupby("t").value.sum()
     # The scraper and the client agree on completions up to the last scrape (2 = in flight

@@ -31,7 +31,9 @@ def test_integral_sends_lags_and_cuts() -> None:
     assert first["inflight_s"] == pytest.approx(0.5 * 1 + 0.5 * 2 + 1.0 * 1)
     assert first["interval_s"] == pytest.approx(2.0) and first["in_flight"] == 1
     assert first["sent"] == 2 and first["send_lags_s"] == [pytest.approx(0.1)]
-    assert first["loop_lag_mean_s"] == pytest.approx(0.006) and first["loop_lag_max_s"] == pytest.approx(0.010)
+    assert first["loop_lag_mean_s"] == pytest.approx(0.006) and first[
+        "loop_lag_max_s"
+    ] == pytest.approx(0.010)
     assert first["loop_lag_ticks"] == 2
     assert first["cpu_s"] == pytest.approx(0.5) and first["cpu_frac"] == pytest.approx(0.25)
     # the next sample starts afresh, with the request still in flight

@@ -18,11 +18,16 @@ def _row(seq: int, **over) -> dict:
 def test_summary_counts_only_rows_written_and_says_why_the_rest_are_not(tmp_path):
     rec = Recorder(tmp_path)
     parts = tmp_path / "requests.parquet"
-    (parts / ".part-master-000001.parquet.tmp").symlink_to("/dev/full")  # the first write: disk full
+    (parts / ".part-master-000001.parquet.tmp").symlink_to(
+        "/dev/full"
+    )  # the first write: disk full
     rec.add_rows([_row(0), _row(1, http_status="two hundred"), _row(2)])
     rec.mark_done("w1", 4)  # the worker shipped one more than arrived
     rec.flush()  # disk full: the run goes on, the rows stay in memory
-    assert rec.records_entry()["rows"] == 0 and "No space left" in rec.records_entry()["write_errors"][0]
+    assert (
+        rec.records_entry()["rows"] == 0
+        and "No space left" in rec.records_entry()["write_errors"][0]
+    )
     rec.close()  # space again: written, but the row that cannot fit is set aside
     summary = rec.records_entry()
     assert read_table(parts, REQUESTS).seq.tolist() == [0, 2]
@@ -31,7 +36,9 @@ def test_summary_counts_only_rows_written_and_says_why_the_rest_are_not(tmp_path
     assert any("_rejected-master.jsonl" in e for e in summary["write_errors"]), summary
 
 
-def test_a_lone_row_reaches_disk_on_the_timer_while_the_run_goes_on(fault, load, tiny_profile, tmp_path):
+def test_a_lone_row_reaches_disk_on_the_timer_while_the_run_goes_on(
+    fault, load, tiny_profile, tmp_path
+):
     """Under Locust's gevent patching the writer's timer thread is a greenlet of the master.
 
     Two requests finish ms apart, the third hangs: the first row may flush as it arrives, the

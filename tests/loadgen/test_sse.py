@@ -93,14 +93,18 @@ def test_content_end_and_payloads_of_the_rest() -> None:
     assert quick_kind(USAGE[6:-2], TEXT_MARKER) is None
 
 
-def _reference(reads: list[tuple[float, bytes]], api: str) -> tuple[list[float], float | None, tuple]:
+def _reference(
+    reads: list[tuple[float, bytes]], api: str
+) -> tuple[list[float], float | None, tuple]:
     """Per-event JSON reading: every complete event of a read gets that read's time."""
     text, offsets, done, usage = b"", [], None, (None, None)
     for t, piece in reads:
         text = (text + piece).replace(b"\r\n", b"\n")
         *events, text = text.split(b"\n\n")
         for event in events:
-            lines = [ln[5:].removeprefix(b" ") for ln in event.split(b"\n") if ln.startswith(b"data:")]
+            lines = [
+                ln[5:].removeprefix(b" ") for ln in event.split(b"\n") if ln.startswith(b"data:")
+            ]
             if not lines or done is not None:
                 continue
             data = b"\n".join(lines)
@@ -109,7 +113,9 @@ def _reference(reads: list[tuple[float, bytes]], api: str) -> tuple[list[float],
                 continue
             obj = json.loads(data)
             choice = (obj.get("choices") or [{}])[0]
-            content = (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
+            content = (
+                (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
+            )
             if content:
                 offsets.append(t - 100.0)
             if obj.get("usage"):
@@ -123,7 +129,9 @@ def test_timings_equal_a_per_event_reading_for_any_cut_into_reads(api: str, crlf
     rng = random.Random(7)
     piece = _chat if api == "chat" else _text
     role = _event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-    spaced = json.dumps({"choices": [{"index": 0, "text": " s", "delta": {"content": " s"}}]}).encode()
+    spaced = json.dumps(
+        {"choices": [{"index": 0, "text": " s", "delta": {"content": " s"}}]}
+    ).encode()
     body = ((role if api == "chat" else b"") + piece(" a") + piece("") + b": ping\n\n" + piece(" b")
             + b"data: " + spaced + b"\n\n" + b'data: {"choices":[{"index":0,\ndata: "text":" m",'
             + b'"delta":{"content":" m"}}]}\n\n' + piece(" c") * 20 + USAGE + DONE)
@@ -143,7 +151,12 @@ def test_timings_equal_a_per_event_reading_for_any_cut_into_reads(api: str, crlf
 
 
 def test_content_then_an_error_in_one_read_stops_at_the_error() -> None:
-    reads = [(100.01, _text("a") + _text("b") + _event({"error": {"message": "engine died"}}) + _text("c"))]
+    reads = [
+        (
+            100.01,
+            _text("a") + _text("b") + _event({"error": {"message": "engine died"}}) + _text("c"),
+        )
+    ]
     transport = ScriptedTransport(200, reads)
     out = StreamingClient(transport, "completions", clock=transport.clock).send(b"{}")
     assert (out.status, out.error) == ("http_error", "engine died")

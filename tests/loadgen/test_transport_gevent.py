@@ -50,8 +50,28 @@ def test_statuses_and_kept_alive_connections_under_gevent(fault) -> None:
     assert all((r["chunks"], r["output_tokens"]) == (5, 5) for r in ok)
     # A finished stream keeps its connection for the next request; a failure drops it, and
     # the new connection (often on the same descriptor number) reads whole streams again.
-    assert [r["kept_before"] for r in rows] == [False, True, True, False, True, False, True, False, True]
-    assert [r["kept_after"] for r in rows] == [True, True, False, True, False, True, False, True, True]
+    assert [r["kept_before"] for r in rows] == [
+        False,
+        True,
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]
+    assert [r["kept_after"] for r in rows] == [
+        True,
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+        True,
+    ]
     assert all(r["same"] for r in rows)
 
 

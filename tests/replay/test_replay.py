@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from loadlab.spec.models import KneeSearch, LoadPlan, Workload
 from loadlab.errors import InputError
+from loadlab.replay.driver import ReplayOptions, TokenTimes, prompt_ids, quantile, run_replay
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import resolve
-from loadlab.replay.driver import ReplayOptions, TokenTimes, prompt_ids, quantile, run_replay
 from loadlab.sim.engine.types import EngineRequest
+from loadlab.spec.models import KneeSearch, LoadPlan, Workload
 from loadlab.spec.validate import plan_from_flags
 
 EPOCH = 1_800_000_000.0
@@ -31,8 +31,13 @@ def replay(tmp: Path, cfg: SimConfig | None = None, profile: str = "sharegpt", s
            metrics_interval_s: float = 1.0, **plan: object) -> tuple[pd.DataFrame, pd.DataFrame]:
     kw = {k: v for k, v in {"concurrency": [4, 12], "step_duration_s": 15.0, "warmup_s": 3.0,
                             **plan}.items() if v is not None}
-    summary = run_replay(cfg or small_cfg(), LoadPlan(**kw), Workload(profile=profile, seed=seed), tmp,
-                         ReplayOptions(start_epoch=EPOCH, metrics_interval_s=metrics_interval_s))
+    summary = run_replay(
+        cfg or small_cfg(),
+        LoadPlan(**kw),
+        Workload(profile=profile, seed=seed),
+        tmp,
+        ReplayOptions(start_epoch=EPOCH, metrics_interval_s=metrics_interval_s),
+    )
     requests = read_table(tmp / "requests.parquet", REQUESTS)
     metrics = read_table(tmp / "metrics.parquet", METRICS)
     assert summary.requests == len(requests) and summary.metrics_rows == len(metrics)
@@ -72,7 +77,10 @@ def test_closed_loop_records(tmp_path: Path) -> None:
 
 def test_seq_cap_shows_in_waiting_gauge(tmp_path: Path) -> None:
     _, metrics = replay(tmp_path)
-    running, waiting = gauge(metrics, "vllm:num_requests_running"), gauge(metrics, "vllm:num_requests_waiting")
+    running, waiting = (
+        gauge(metrics, "vllm:num_requests_running"),
+        gauge(metrics, "vllm:num_requests_waiting"),
+    )
     window = (waiting.index > EPOCH + 18) & (waiting.index < EPOCH + 30)
     assert running[window].max() == 8
     # c=12 against max_num_seqs=8: 4 wait (one more in the instant between a finish and admission)
@@ -96,7 +104,9 @@ def test_same_seed_same_records(tmp_path: Path) -> None:
 
 
 def test_open_loop_rate_steps(tmp_path: Path) -> None:
-    requests, _ = replay(tmp_path, concurrency=None, rate=[2.0, 6.0], step_duration_s=20.0, burstiness=0.5)
+    requests, _ = replay(
+        tmp_path, concurrency=None, rate=[2.0, 6.0], step_duration_s=20.0, burstiness=0.5
+    )
     counts = requests.groupby("step").size()
     for step, rate in enumerate((2.0, 6.0)):
         expected = rate * 20
@@ -175,7 +185,9 @@ def test_token_times_match_per_token_tracking_under_preemption() -> None:
     tracker, naive, done, preempted = TokenTimes(), {}, {}, 0
     engine = Engine(resolved, lambda batch: 0.01)
     for i in range(6):
-        engine.add_request(EngineRequest(f"r{i}", list(range(i * 1000, i * 1000 + 90)), 60, 60, 0.0))
+        engine.add_request(
+            EngineRequest(f"r{i}", list(range(i * 1000, i * 1000 + 90)), 60, 60, 0.0)
+        )
     now = 0.0
     while engine.has_unfinished_requests():
         out = engine.step(now)

@@ -6,13 +6,23 @@ import json
 
 from click.testing import CliRunner
 
-from loadlab.errors import InputError
 from loadlab.cli.sim import sim
+from loadlab.errors import InputError
 
 
 def test_reused_out_refused_then_overwritten_and_default_warmup_is_a_fifth(tmp_path):
     out = tmp_path / "run"
-    args = ["replay", "--concurrency", "2", "--step-duration", "5", "--max-num-seqs", "4", "--out", str(out)]
+    args = [
+        "replay",
+        "--concurrency",
+        "2",
+        "--step-duration",
+        "5",
+        "--max-num-seqs",
+        "4",
+        "--out",
+        str(out),
+    ]
     first = CliRunner().invoke(sim, args)
     assert first.exit_code == 0, first.output
     m1 = json.loads((out / "manifest.json").read_text())

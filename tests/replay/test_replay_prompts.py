@@ -7,20 +7,25 @@ import random
 import pytest
 
 from loadlab.errors import InputError
+from loadlab.replay.prompts import prompt_ids, prompt_runs, replay_request, run_block_hashes
 from loadlab.sim.engine.blocks import PRIVATE_HASH_BASE, prompt_block_hashes
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import resolve
-from loadlab.replay.prompts import prompt_ids, prompt_runs, replay_request, run_block_hashes
 from loadlab.sim.engine.types import EngineRequest
 
 
 def test_runs_are_maximal_and_spell_the_prompt() -> None:
     # group 0's ids continue the common ids, so the two parts merge into one run
-    assert prompt_runs(5, 100, 0, 60, 20) == [(0, 60), (prompt_runs(5, 1, None, 0, 0)[0][0] + 60, 40)]
+    assert prompt_runs(5, 100, 0, 60, 20) == [
+        (0, 60),
+        (prompt_runs(5, 1, None, 0, 0)[0][0] + 60, 40),
+    ]
     runs = prompt_runs(2, 100, 3, 60, 20)
     assert len(runs) == 3 and sum(n for _, n in runs) == 100
-    assert [i for first, n in runs for i in range(first, first + n)] == prompt_ids(2, 100, 3, 60, 20)
+    assert [i for first, n in runs for i in range(first, first + n)] == prompt_ids(
+        2, 100, 3, 60, 20
+    )
 
 
 def test_run_hashes_equal_exactly_where_token_hashes_do() -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.replay.driver import ReplayOptions, run_replay
 from loadlab.runstore import METRICS, REQUESTS, read_table
 from loadlab.sim.engine.config import SimConfig
-from loadlab.replay.driver import ReplayOptions, run_replay
+from loadlab.spec.models import LoadPlan, Workload
 from loadlab.workload import load_profile
 
 EPOCH = 1_800_000_000.0

@@ -30,11 +30,25 @@ def ab_sweep(tmp_path_factory) -> Path:
         run = replay(root / f"seqs-{cap}", max_num_seqs=cap, point=f"max_num_seqs={cap}")
         write_verdict(run, lower=lower, upper=upper, slo_level=lower or 32,
                       cause="seq_cap" if upper else "none")
-    return sweep(root, [
-        *({"name": f"max_num_seqs={c}", "dir": f"seqs-{c}", "flags": {"max_num_seqs": c}} for c in knees),
-        {"name": "max_num_seqs=64", "dir": "seqs-64", "status": "failed", "flags": {"max_num_seqs": 64},
-         "error": "server exited with code 1 before /health: CUDA out of memory"},
-    ], mode="ab", baseline="max_num_seqs=8", name="max_num_seqs A/B")
+    return sweep(
+        root,
+        [
+            *(
+                {"name": f"max_num_seqs={c}", "dir": f"seqs-{c}", "flags": {"max_num_seqs": c}}
+                for c in knees
+            ),
+            {
+                "name": "max_num_seqs=64",
+                "dir": "seqs-64",
+                "status": "failed",
+                "flags": {"max_num_seqs": 64},
+                "error": "server exited with code 1 before /health: CUDA out of memory",
+            },
+        ],
+        mode="ab",
+        baseline="max_num_seqs=8",
+        name="max_num_seqs A/B",
+    )
 
 
 @dataclass
@@ -75,7 +89,9 @@ def open_page(chromium, tmp_path) -> Iterator:
     def _open(path: Path) -> Opened:
         page = context.new_page()
         opened = Opened(page=page)
-        page.on("console", lambda m: opened.console_errors.append(m.text) if m.type == "error" else None)
+        page.on(
+            "console", lambda m: opened.console_errors.append(m.text) if m.type == "error" else None
+        )
         page.on("pageerror", lambda e: opened.console_errors.append(str(e)))
         page.on("request", lambda r: opened.requests.append(r.url))
         page.goto(path.resolve().as_uri())

@@ -41,7 +41,11 @@ def test_same_verdicts_pass_with_exit_0_and_json_on_stdout(ab_sweep, nightly):
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["regression"] is False and summary["exit_code"] == 0
-    assert [p["name"] for p in summary["points"]] == ["max_num_seqs=8", "max_num_seqs=16", "max_num_seqs=32"]
+    assert [p["name"] for p in summary["points"]] == [
+        "max_num_seqs=8",
+        "max_num_seqs=16",
+        "max_num_seqs=32",
+    ]
     assert summary["skipped_in_base"] == ["max_num_seqs=64"]   # failed in BASE: nothing to compare
     first = summary["points"][0]
     assert first["knee"]["base"] == first["knee"]["new"] == 16
@@ -53,7 +57,10 @@ def test_knee_drop_beyond_margin_exits_1_and_names_the_point(ab_sweep, nightly, 
     report = tmp_path / "gate.json"
     out = _compare(ab_sweep, nightly, "--json", report)
     assert out.returncode == 1
-    assert "max_num_seqs=16: regression" in out.stdout and "knee fell from (16, 32] to (8, 16]" in out.stdout
+    assert (
+        "max_num_seqs=16: regression" in out.stdout
+        and "knee fell from (16, 32] to (8, 16]" in out.stdout
+    )
     summary = json.loads(report.read_text())
     bad = [p for p in summary["points"] if p["status"] != "ok"]
     assert [p["name"] for p in bad] == ["max_num_seqs=16"]
@@ -76,7 +83,7 @@ def test_slo_level_drop_alone_is_a_regression(ab_sweep, nightly):
 
 
 def test_a_knee_where_there_was_none_is_a_regression(ab_sweep, nightly):
-    _edit(nightly / "seqs-32", knee={"found": True, "lower": 16, "upper": 32})   # was: none up to 32
+    _edit(nightly / "seqs-32", knee={"found": True, "lower": 16, "upper": 32})  # was: none up to 32
     assert compare(ab_sweep, nightly).points[2].status == "regression"
 
 
@@ -110,7 +117,9 @@ def test_bad_input_exits_2_with_a_one_line_message(ab_sweep, tmp_path, bad):
     assert str(target) in out.stderr
 
 
-@pytest.mark.parametrize("text,value", [("10%", 0.10), ("0.05", 0.05), ("0", 0.0), ("12.5%", 0.125), ("", None)])
+@pytest.mark.parametrize(
+    "text,value", [("10%", 0.10), ("0.05", 0.05), ("0", 0.0), ("12.5%", 0.125), ("", None)]
+)
 def test_margin_accepts_percent_or_fraction(text, value):
     if value is None:
         with pytest.raises(InputError, match="--margin"):

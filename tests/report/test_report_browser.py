@@ -18,7 +18,9 @@ def _check_renders(opened, screenshot: Path) -> None:
     page = opened.page
     assert opened.console_errors == []
     assert [u for u in opened.requests if not u.startswith("file://")] == []
-    drawn = page.eval_on_selector_all(".chart", "els => els.filter(e => e.querySelector('.main-svg')).length")
+    drawn = page.eval_on_selector_all(
+        ".chart", "els => els.filter(e => e.querySelector('.main-svg')).length"
+    )
     assert drawn == int(page.get_attribute("body", "data-charts")) > 0
     page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 50_000
@@ -52,7 +54,9 @@ def test_sweep_report_renders_every_section(ab_sweep, open_page, tmp_path):
 
 def test_single_run_report_leads_with_its_verdict(tmp_path, open_page):
     run = replay(tmp_path / "run", levels=(2, 4, 8, 16), max_num_seqs=4)
-    write_verdict(run, lower=4, upper=8, slo_level=4, knob="raise --max-num-seqs (the pool fits ~700)")
+    write_verdict(
+        run, lower=4, upper=8, slo_level=4, knob="raise --max-num-seqs (the pool fits ~700)"
+    )
     path = write_report(run)
     opened = open_page(path)
     _check_renders(opened, tmp_path / "run-report.png")

@@ -45,7 +45,9 @@ def test_a_point_without_its_folder_is_reported_not_fatal(ab_sweep, tmp_path):
     runs = load(root)
     lost = runs.point("max_num_seqs=16")
     assert lost.analysis is None and lost.problems == ["no run folder was written for this point"]
-    assert runs.point("max_num_seqs=64").problems == []   # failed before a folder: its error says why
+    assert (
+        runs.point("max_num_seqs=64").problems == []
+    )  # failed before a folder: its error says why
     assert _report(root).returncode == 0
 
 

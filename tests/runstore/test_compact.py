@@ -17,14 +17,21 @@ from loadlab.runstore import compaction as compact_module
 SCHEMA = pa.schema([("a", pa.int64()), ("s", pa.string()), ("x", pa.list_(pa.float64()))])
 
 
-def write_parts(table, rng: np.random.Generator, writers=("m", "w1", "w2"), parts=25, start=0) -> None:
+def write_parts(
+    table, rng: np.random.Generator, writers=("m", "w1", "w2"), parts=25, start=0
+) -> None:
     for w in writers:
         writer = PartWriter(table, SCHEMA, writer_id=w, flush_rows=10**9)
         writer._part = start
         for _ in range(parts):
             for _ in range(int(rng.integers(1, 20))):
-                writer.add({"a": int(rng.integers(0, 10**9)), "s": str(rng.choice(["ok", "err", None])),
-                            "x": rng.uniform(0, 1, int(rng.integers(0, 5))).tolist()})
+                writer.add(
+                    {
+                        "a": int(rng.integers(0, 10**9)),
+                        "s": str(rng.choice(["ok", "err", None])),
+                        "x": rng.uniform(0, 1, int(rng.integers(0, 5))).tolist(),
+                    }
+                )
             writer.flush()
 
 
@@ -152,7 +159,9 @@ def test_a_part_failing_while_copied_stops_compaction_with_nothing_changed(table
 @pytest.fixture
 def two_tables(tmp_path, monkeypatch):
     """A run folder whose requests and client tables hold SCHEMA parts (3 writers x 3 parts)."""
-    monkeypatch.setattr(compact_module, "TABLES", {"requests.parquet": SCHEMA, "client.parquet": SCHEMA})
+    monkeypatch.setattr(
+        compact_module, "TABLES", {"requests.parquet": SCHEMA, "client.parquet": SCHEMA}
+    )
     for seed, name in enumerate(("requests.parquet", "client.parquet")):
         write_parts(tmp_path / name, np.random.default_rng(seed), parts=3)
     return tmp_path
@@ -167,7 +176,9 @@ def test_compact_run_tells_progress_only_when_there_is_much_to_do(two_tables, mo
     before = read_table(two_tables / "client.parquet", SCHEMA)
     compact_run(two_tables, progress=lines.append)              # 2 + 18 new
     assert len(lines) == 2, lines
-    assert lines[0].startswith("compacting 20 part files (") and lines[0].endswith(f"in {two_tables}...")
+    assert lines[0].startswith("compacting 20 part files (") and lines[0].endswith(
+        f"in {two_tables}..."
+    )
     assert lines[1].startswith("compacted 20 part files into 2 in ")
     assert len(part_names(two_tables / "client.parquet")) == 1
     pd.testing.assert_frame_equal(read_table(two_tables / "client.parquet", SCHEMA), before)

@@ -22,10 +22,20 @@ def metrics_parts(table_dir, rng: np.random.Generator, writers: int = 3, parts: 
         writer = PartWriter(table_dir, METRICS, writer_id=f"w{w}", flush_rows=10**9)
         for _ in range(parts):
             n = int(rng.integers(1, 30))
-            writer.extend({"t": float(rng.uniform(0, 100)), "scrape_s": None, "endpoint": f"http://e{w}",
-                           "family": str(rng.choice(families)), "type": "gauge", "metric": "m",
-                           "labels": f'{{"engine":"{rng.integers(0, 3)}"}}', "value": float(rng.normal()),
-                           "source": "direct"} for _ in range(n))
+            writer.extend(
+                {
+                    "t": float(rng.uniform(0, 100)),
+                    "scrape_s": None,
+                    "endpoint": f"http://e{w}",
+                    "family": str(rng.choice(families)),
+                    "type": "gauge",
+                    "metric": "m",
+                    "labels": f'{{"engine":"{rng.integers(0, 3)}"}}',
+                    "value": float(rng.normal()),
+                    "source": "direct",
+                }
+                for _ in range(n)
+            )
             writer.flush()
 
 
@@ -53,7 +63,9 @@ def test_columns_rows_and_categoricals_match_a_pandas_filter(tmp_path, seed):
     expected = full.loc[full["family"].isin(wanted), ["t", "family", "labels", "value"]]
     assert list(got.columns) == ["t", "family", "labels", "value"]
     assert isinstance(got["family"].dtype, pd.CategoricalDtype)
-    assert got["family"].cat.categories.tolist() == wanted  # sorted; filtered-out names are not categories
+    assert (
+        got["family"].cat.categories.tolist() == wanted
+    )  # sorted; filtered-out names are not categories
     as_str = got.astype({"family": str, "labels": str})
     pd.testing.assert_frame_equal(as_str.reset_index(drop=True), expected.reset_index(drop=True),
                                   check_dtype=False)
@@ -80,6 +92,8 @@ def test_parts_from_before_a_column_was_added_read_as_nulls(tmp_path):
 
 
 def test_absent_table_reads_empty_with_the_columns_asked_for(tmp_path):
-    got = read_table(tmp_path / "none.parquet", METRICS, columns=["t", "family"], categorical=["family"])
+    got = read_table(
+        tmp_path / "none.parquet", METRICS, columns=["t", "family"], categorical=["family"]
+    )
     assert got.empty and list(got.columns) == ["t", "family"]
     assert isinstance(got["family"].dtype, pd.CategoricalDtype)

@@ -38,7 +38,9 @@ SMALL = pa.schema([("a", pa.int64()), ("b", pa.string())])
 
 
 def test_rows_flush_by_count_and_read_back_in_order(tmp_path):
-    w = PartWriter(tmp_path / "t.parquet", SMALL, writer_id="w1", flush_rows=3, flush_interval_s=3600)
+    w = PartWriter(
+        tmp_path / "t.parquet", SMALL, writer_id="w1", flush_rows=3, flush_interval_s=3600
+    )
     for i in range(7):
         w.add({"a": i, "b": str(i)})
     # two full parts on disk, one row still buffered
@@ -89,7 +91,9 @@ def test_killed_writer_loses_only_unflushed_rows(tmp_path):
 
 def test_concurrent_threads_lose_nothing(tmp_path):
     """Four adding threads and a timer flushing every millisecond: no row lost or doubled."""
-    w = PartWriter(tmp_path / "m.parquet", SMALL, writer_id="t", flush_rows=50, flush_interval_s=0.001)
+    w = PartWriter(
+        tmp_path / "m.parquet", SMALL, writer_id="t", flush_rows=50, flush_interval_s=0.001
+    )
 
     def work(base: int) -> None:
         for i in range(500):
@@ -183,7 +187,11 @@ def test_manifest_updates_merge_one_level(tmp_path):
     step = {"step": 0, "t_start": 1.0, "t_end": 2.0}
     update_manifest(tmp_path, target={"model": "m"}, steps=[step])
     m = read_manifest(tmp_path)
-    assert m == {"status": "running", "target": {"base_url": "http://x", "model": "m"}, "steps": [step]}
+    assert m == {
+        "status": "running",
+        "target": {"base_url": "http://x", "model": "m"},
+        "steps": [step],
+    }
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -193,16 +201,26 @@ def test_manifest_checked_on_write_and_typed_on_read(tmp_path):
     with pytest.raises(ValidationError):
         update_manifest(tmp_path, steps=[{"step": 0}])   # a window without its times
     assert not (tmp_path / "manifest.json").exists()
-    update_manifest(tmp_path, kind="run", status="complete", custom={"kept": True},
-                    steps=[{"step": 0, "t_start": 1.0, "t_end": 2.0, "concurrency": 4, "inflight_mean": 3.9}])
+    update_manifest(
+        tmp_path,
+        kind="run",
+        status="complete",
+        custom={"kept": True},
+        steps=[{"step": 0, "t_start": 1.0, "t_end": 2.0, "concurrency": 4, "inflight_mean": 3.9}],
+    )
     manifest = load_manifest(tmp_path)
     assert isinstance(manifest, RunManifest) and manifest.steps[0].inflight_mean == 3.9
     assert manifest.custom == {"kept": True} and manifest.steps[0].client_limited is None
     assert read_manifest(tmp_path)["steps"][0] == {"step": 0, "t_start": 1.0, "t_end": 2.0,
                                                    "concurrency": 4, "inflight_mean": 3.9}
     sweep = tmp_path / "sweep"
-    write_manifest(sweep, SweepManifest(sweep=SweepInfo(mode="ab", baseline="a"),
-                                        points=[PointRecord(name="a", dir="a", status="failed", error="died")]))
+    write_manifest(
+        sweep,
+        SweepManifest(
+            sweep=SweepInfo(mode="ab", baseline="a"),
+            points=[PointRecord(name="a", dir="a", status="failed", error="died")],
+        ),
+    )
     loaded = load_manifest(sweep)
     assert isinstance(loaded, SweepManifest) and loaded.points[0].error == "died"
 
@@ -223,7 +241,9 @@ def test_one_corrupt_part_is_skipped_with_a_warning_naming_it(tmp_path, damage):
         w.extend({"a": i, "b": "x"} for i in range(6))
     bad = table / "part-w-000002.parquet"
     data = bad.read_bytes()
-    bad.write_bytes({"truncated": data[: len(data) // 2], "empty": b"", "not parquet": b"a,b\n1,x\n"}[damage])
+    bad.write_bytes(
+        {"truncated": data[: len(data) // 2], "empty": b"", "not parquet": b"a,b\n1,x\n"}[damage]
+    )
     with pytest.warns(CorruptPartWarning, match="part-w-000002.parquet: unreadable part skipped"):
         df = read_table(table, SMALL)
     assert df["a"].tolist() == [0, 1, 4, 5]

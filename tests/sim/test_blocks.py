@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from sched_fixtures import unique_tokens
 
-from loadlab.sim.engine.blocks import PRIVATE_HASH_BASE, BlockPool, KVCacheManager, prompt_block_hashes
+from loadlab.sim.engine.blocks import (
+    PRIVATE_HASH_BASE,
+    BlockPool,
+    KVCacheManager,
+    prompt_block_hashes,
+)
 
 
 class FakeReq:

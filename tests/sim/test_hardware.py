@@ -8,7 +8,13 @@ import pytest
 
 from loadlab.errors import InputError
 from loadlab.sim.engine.config import SimConfig
-from loadlab.sim.engine.hardware import GPUS, MODELS, activation_reserve, kv_bytes_per_token, resolve
+from loadlab.sim.engine.hardware import (
+    GPUS,
+    MODELS,
+    activation_reserve,
+    kv_bytes_per_token,
+    resolve,
+)
 
 
 def test_kv_bytes_per_token_match_published_figures() -> None:
@@ -63,13 +69,21 @@ def test_tensor_parallel_divides_weights_and_kv() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "field", "fix_part"),
     [
-        (dict(model="qwen2.5-72b", gpu="h100"), "--tensor-parallel-size", "--tensor-parallel-size 4"),
+        (
+            dict(model="qwen2.5-72b", gpu="h100"),
+            "--tensor-parallel-size",
+            "--tensor-parallel-size 4",
+        ),
         (dict(gpu="b300"), "--gpu", "h100"),
         (dict(model="gpt-5"), "--model", "qwen2.5-7b"),
         (dict(block_size=0), "--block-size", "> 0"),
         (dict(num_gpu_blocks_override=10, max_model_len=4096), "--num-gpu-blocks-override", "144"),
         (dict(model="qwen2.5-72b", tensor_parallel_size=2), "--max-model-len", "--max-model-len"),
-        (dict(enable_chunked_prefill=False, max_model_len=16384), "--max-num-batched-tokens", "16384"),
+        (
+            dict(enable_chunked_prefill=False, max_model_len=16384),
+            "--max-num-batched-tokens",
+            "16384",
+        ),
         (dict(tensor_parallel_size=3), "--tensor-parallel-size", "divisor"),
         (dict(max_model_len=10**6), "--max-model-len", "131072"),
         (dict(gpu_memory_utilization=1.5), "--gpu-memory-utilization", "fraction"),

@@ -239,8 +239,12 @@ def test_metrics_parse_and_gauges_move_under_load():
 
         def watch():
             values = metrics(base)
-            seen["running"] = max(seen.get("running", 0), metric(values, "vllm:num_requests_running"))
-            seen["waiting"] = max(seen.get("waiting", 0), metric(values, "vllm:num_requests_waiting"))
+            seen["running"] = max(
+                seen.get("running", 0), metric(values, "vllm:num_requests_running")
+            )
+            seen["waiting"] = max(
+                seen.get("waiting", 0), metric(values, "vllm:num_requests_waiting")
+            )
             seen["kv"] = max(seen.get("kv", 0), metric(values, "vllm:kv_cache_usage_perc"))
             return seen["running"] == 8 and seen["waiting"] > 0
 

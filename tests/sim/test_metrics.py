@@ -9,8 +9,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadlab.collect.parse import ExpositionParser
-from loadlab.runstore.schema import canonical_labels
 from loadlab.errors import InputError
+from loadlab.runstore.schema import canonical_labels
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import ResolvedConfig, resolve
@@ -129,20 +129,35 @@ def test_values_follow_from_the_steps() -> None:
                    "vllm:time_to_first_token_seconds_count")
     assert ttft_n == 3
     # ITL observations are every token but the first; they add up to each decode time
-    itl_n = value(families, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_count")
-    itl_sum = value(families, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_sum")
+    itl_n = value(
+        families, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_count"
+    )
+    itl_sum = value(
+        families, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_sum"
+    )
     decode_sum = value(families, "vllm:request_decode_time_seconds",
                        "vllm:request_decode_time_seconds_sum")
     assert itl_n == 7 + 4 + 63
     assert itl_sum == pytest.approx(decode_sum)
-    assert value(families, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_bucket",
-                 le="0.01") == itl_n                                           # every step is 8 ms
+    assert (
+        value(
+            families,
+            "vllm:inter_token_latency_seconds",
+            "vllm:inter_token_latency_seconds_bucket",
+            le="0.01",
+        )
+        == itl_n
+    )                                           # every step is 8 ms
     by_source = sum(value(families, "vllm:prompt_tokens_by_source",
                           "vllm:prompt_tokens_by_source_total", source=s)
                     for s in ("local_compute", "local_cache_hit"))
     assert by_source == 170
-    e2e_sum = value(families, "vllm:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds_sum")
-    queue_sum = value(families, "vllm:request_queue_time_seconds", "vllm:request_queue_time_seconds_sum")
+    e2e_sum = value(
+        families, "vllm:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds_sum"
+    )
+    queue_sum = value(
+        families, "vllm:request_queue_time_seconds", "vllm:request_queue_time_seconds_sum"
+    )
     infer_sum = value(families, "vllm:request_inference_time_seconds",
                       "vllm:request_inference_time_seconds_sum")
     assert e2e_sum == pytest.approx(queue_sum + infer_sum)
@@ -157,12 +172,18 @@ def test_preemptions_and_prefix_hits_are_counted() -> None:
     assert value(families, "vllm:request_num_preemptions", "vllm:request_num_preemptions_sum") \
         == preemptions
     # ITL still adds up to decode time across preemption gaps (the slow path)
-    itl_sum = value(families, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_sum")
+    itl_sum = value(
+        families, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_sum"
+    )
     decode_sum = value(families, "vllm:request_decode_time_seconds",
                        "vllm:request_decode_time_seconds_sum")
     assert itl_sum == pytest.approx(decode_sum)
-    assert value(families, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_count") \
+    assert (
+        value(
+            families, "vllm:inter_token_latency_seconds", "vllm:inter_token_latency_seconds_count"
+        )
         == 6 * 59
+    )
 
 
 def test_samples_equal_parsed_render() -> None:

@@ -10,8 +10,13 @@ import pytest
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loadlab", "sim", "serve", *args], capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loadlab", "sim", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _one_line(res: subprocess.CompletedProcess, *needles: str) -> None:
@@ -25,8 +30,12 @@ def test_port_in_use() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        _one_line(_serve("--port", str(port)), "--host/--port", f"cannot listen on 127.0.0.1:{port}",
-                  "address already in use")
+        _one_line(
+            _serve("--port", str(port)),
+            "--host/--port",
+            f"cannot listen on 127.0.0.1:{port}",
+            "address already in use",
+        )
 
 
 @pytest.mark.parametrize("host,needle", [("999.1.1.1", "cannot listen on 999.1.1.1:0"),

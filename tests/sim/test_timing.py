@@ -54,7 +54,9 @@ def test_roofline_regimes(llama_h100: StepTimeModel) -> None:
 def test_faster_hardware_and_tp_are_faster() -> None:
     base = StepTimeModel(resolve(SimConfig(model="llama-3.1-8b", gpu="h100")))
     h200 = StepTimeModel(resolve(SimConfig(model="llama-3.1-8b", gpu="h200")))
-    tp2 = StepTimeModel(resolve(SimConfig(model="llama-3.1-8b", gpu="h100", tensor_parallel_size=2)))
+    tp2 = StepTimeModel(
+        resolve(SimConfig(model="llama-3.1-8b", gpu="h100", tensor_parallel_size=2))
+    )
     assert h200.step_time(decode(32, 1000)) < base.step_time(decode(32, 1000))
     assert tp2.step_time(prefill(4096)) < base.step_time(prefill(4096))
 

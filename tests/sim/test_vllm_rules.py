@@ -55,8 +55,15 @@ def test_free_queue_takes_unhashed_blocks_at_the_head_hashed_at_the_tail(caching
     pool = BlockPool(8, enable_caching=caching)  # blocks 1-7
     kv = KVCacheManager(pool, 16, 1024)
     toks = unique_tokens(40)
-    r = SimpleNamespace(key=0, num_tokens=40, num_computed=0, blocks=[], num_cached_blocks=0,
-                        num_registered=0, block_hashes=prompt_block_hashes(toks, 16) if caching else [])
+    r = SimpleNamespace(
+        key=0,
+        num_tokens=40,
+        num_computed=0,
+        blocks=[],
+        num_cached_blocks=0,
+        num_registered=0,
+        block_hashes=prompt_block_hashes(toks, 16) if caching else [],
+    )
     assert kv.allocate_slots(r, 40)  # blocks 1, 2 full, 3 partial
     kv.free(r)  # tail first: 3, 2, 1
     # caching: 3 (no hash) ahead of the fresh blocks, 2 and 1 behind them;

@@ -23,10 +23,10 @@ from realvllm import ISOLATION
 
 from loadlab.analyze.windows import counter_windows, gauge_windows, histogram_windows
 from loadlab.collect.scraper import Scraper
-from loadlab.runstore import read_table
-from loadlab.runstore.schema import METRICS, REQUESTS
 from loadlab.experiment.cpus import CpuSet, format_cpu_list, inherited_affinity
 from loadlab.experiment.launcher import LaunchedTarget
+from loadlab.runstore import read_table
+from loadlab.runstore.schema import METRICS, REQUESTS
 
 PROFILES = Path(__file__).parent / "profiles"
 
@@ -93,12 +93,15 @@ def run_steps(target: LaunchedTarget, run: Path, profile: str, levels: list[int]
     with inherited_affinity(client_cpus):
         scraper.start()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=step_s * len(levels) + 120,
-                              check=False)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=step_s * len(levels) + 120, check=False
+        )
     finally:
         scraper.stop()
     ok = (0, 3) if client_limited_ok else (0,)
-    assert proc.returncode in ok, f"loadlab run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode in ok, (
+        f"loadlab run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    )
     manifest = json.loads((load_dir / "manifest.json").read_text())
     steps = pd.DataFrame(manifest["steps"])
     steps["t_start"] = steps["t_start"] + steps["warmup_s"]

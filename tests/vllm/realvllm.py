@@ -65,8 +65,12 @@ ISOLATION = default_split()
 
 
 @contextmanager
-def tiny_vllm(run_dir: Path, startup_timeout_s: float = 300, server_cpus: CpuSet | None = ISOLATION.server_cpus,
-              **overrides: object) -> Iterator[LaunchedTarget]:
+def tiny_vllm(
+    run_dir: Path,
+    startup_timeout_s: float = 300,
+    server_cpus: CpuSet | None = ISOLATION.server_cpus,
+    **overrides: object,
+) -> Iterator[LaunchedTarget]:
     """``vllm serve`` of the tiny model with BASE_FLAGS + overrides, on ``server_cpus``."""
     argv = [str(tiny_model_dir()), *to_argv({**BASE_FLAGS, **overrides})]
     with launch_target("vllm", argv, run_dir, env=VLLM_ENV, startup_timeout_s=startup_timeout_s,

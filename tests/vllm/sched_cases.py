@@ -174,42 +174,74 @@ def _sum(trace: list[dict[str, Any]], key: str) -> int:
 # What each case must show in vLLM's own trace, so a case cannot silently stop testing
 # what its name says: name -> (what, predicate(trace, case)).
 EXERCISES = {
-    "seq_cap": ("running pinned at 3 with a queue and the pool mostly free",
-                lambda tr, c: max(r["num_running"] for r in tr) == 3
-                and max(r["num_waiting"] for r in tr) >= 3 and max(r["kv_usage"] for r in tr) < 0.5),
-    "kv_preemption": ("KV usage reaches 1 and requests are preempted",
-                      lambda tr, c: _sum(tr, "preempted") > 0 and max(r["kv_usage"] for r in tr) > 0.95),
-    "reserve_full_isl": ("the second long prompt waits until it fits whole; no preemption",
-                         lambda tr, c: _sum(tr, "preempted") == 0
-                         and _first_step(tr, "r1") > _finish_step(tr, "r0")),
-    "no_reserve_full_isl": ("the second long prompt is admitted chunk-first and preempted",
-                            lambda tr, c: _sum(tr, "preempted") > 0
-                            and _first_step(tr, "r1") < _finish_step(tr, "r0")),
-    "chunked_on_long": ("long prompts split into budget-sized chunks",
-                        lambda tr, c: max(sum(r["scheduled"].values()) for r in tr) == 64
-                        and _first_chunks(tr)["r0"] < _prompt_lens(c)["r0"]),
-    "chunked_off_long": ("every prompt scheduled whole; the head blocks the queue",
-                         lambda tr, c: _first_chunks(tr) == _prompt_lens(c)
-                         and any(r["num_waiting"] > 0 and sum(r["scheduled"].values()) < 200
-                                 for r in tr)),
-    "long_prefill_threshold": ("prompts capped at 32-token chunks while others compete",
-                               lambda tr, c: _first_chunks(tr)["r0"] == 32),
-    "stress": ("preemptions, prefix hits and a queue, all in one run",
-               lambda tr, c: _sum(tr, "preempted") > 0 and _sum(tr, "prefix_hits") > 0
-               and max(r["num_waiting"] for r in tr) > 0),
-    "stress_no_chunking": ("as stress, every prompt scheduled whole (less whole cached blocks)",
-                           lambda tr, c: _sum(tr, "prefix_hits") > 0
-                           and all((n - _first_chunks(tr)[r]) % 16 == 0
-                                   for r, n in _prompt_lens(c).items())),
-    "stress_small_pool": ("prefix hits under a small pool, chunked prefill off",
-                          lambda tr, c: _sum(tr, "prefix_hits") > 0
-                          and max(r["kv_usage"] for r in tr) > 0.9),
-    "stress_no_caching": ("as stress without prefix caching: no hits at all",
-                          lambda tr, c: _sum(tr, "prefix_hits") == 0
-                          and _sum(tr, "preempted") > 0),
-    "prefix_eviction": ("the shared prefix hits, is evicted, then misses",
-                        lambda tr, c: _sum(tr, "prefix_hits") >= 64
-                        and any(r["prefix_queries"] and not r["prefix_hits"] for r in tr[55:])),
+    "seq_cap": (
+        "running pinned at 3 with a queue and the pool mostly free",
+        lambda tr, c: (
+            max(r["num_running"] for r in tr) == 3
+            and max(r["num_waiting"] for r in tr) >= 3
+            and max(r["kv_usage"] for r in tr) < 0.5
+        ),
+    ),
+    "kv_preemption": (
+        "KV usage reaches 1 and requests are preempted",
+        lambda tr, c: _sum(tr, "preempted") > 0 and max(r["kv_usage"] for r in tr) > 0.95,
+    ),
+    "reserve_full_isl": (
+        "the second long prompt waits until it fits whole; no preemption",
+        lambda tr, c: _sum(tr, "preempted") == 0 and _first_step(tr, "r1") > _finish_step(tr, "r0"),
+    ),
+    "no_reserve_full_isl": (
+        "the second long prompt is admitted chunk-first and preempted",
+        lambda tr, c: _sum(tr, "preempted") > 0 and _first_step(tr, "r1") < _finish_step(tr, "r0"),
+    ),
+    "chunked_on_long": (
+        "long prompts split into budget-sized chunks",
+        lambda tr, c: (
+            max(sum(r["scheduled"].values()) for r in tr) == 64
+            and _first_chunks(tr)["r0"] < _prompt_lens(c)["r0"]
+        ),
+    ),
+    "chunked_off_long": (
+        "every prompt scheduled whole; the head blocks the queue",
+        lambda tr, c: (
+            _first_chunks(tr) == _prompt_lens(c)
+            and any(r["num_waiting"] > 0 and sum(r["scheduled"].values()) < 200 for r in tr)
+        ),
+    ),
+    "long_prefill_threshold": (
+        "prompts capped at 32-token chunks while others compete",
+        lambda tr, c: _first_chunks(tr)["r0"] == 32,
+    ),
+    "stress": (
+        "preemptions, prefix hits and a queue, all in one run",
+        lambda tr, c: (
+            _sum(tr, "preempted") > 0
+            and _sum(tr, "prefix_hits") > 0
+            and max(r["num_waiting"] for r in tr) > 0
+        ),
+    ),
+    "stress_no_chunking": (
+        "as stress, every prompt scheduled whole (less whole cached blocks)",
+        lambda tr, c: (
+            _sum(tr, "prefix_hits") > 0
+            and all((n - _first_chunks(tr)[r]) % 16 == 0 for r, n in _prompt_lens(c).items())
+        ),
+    ),
+    "stress_small_pool": (
+        "prefix hits under a small pool, chunked prefill off",
+        lambda tr, c: _sum(tr, "prefix_hits") > 0 and max(r["kv_usage"] for r in tr) > 0.9,
+    ),
+    "stress_no_caching": (
+        "as stress without prefix caching: no hits at all",
+        lambda tr, c: _sum(tr, "prefix_hits") == 0 and _sum(tr, "preempted") > 0,
+    ),
+    "prefix_eviction": (
+        "the shared prefix hits, is evicted, then misses",
+        lambda tr, c: (
+            _sum(tr, "prefix_hits") >= 64
+            and any(r["prefix_queries"] and not r["prefix_hits"] for r in tr[55:])
+        ),
+    ),
 }
 
 

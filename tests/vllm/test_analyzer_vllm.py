@@ -28,8 +28,8 @@ import pytest
 from realvllm import ISOLATION
 
 from loadlab.analyze.analysis import analyze_run
-from loadlab.runstore import read_manifest
 from loadlab.experiment.cpus import format_cpu_list
+from loadlab.runstore import read_manifest
 
 pytestmark = pytest.mark.vllm
 
@@ -49,11 +49,17 @@ def load_argv(target, out: Path, profile: str, levels: list[int], step_s: float,
         ["--client-cpus", format_cpu_list(ISOLATION.client_cpus)] if ISOLATION.client_cpus else [])
 
 
-def load(target, out: Path, profile: str, levels: list[int], step_s: float, warmup_s: float) -> Path:
+def load(
+    target, out: Path, profile: str, levels: list[int], step_s: float, warmup_s: float
+) -> Path:
     argv = load_argv(target, out, profile, levels, step_s, warmup_s)
-    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=step_s * len(levels) + 180)
+    proc = subprocess.run(
+        argv, check=False, capture_output=True, text=True, timeout=step_s * len(levels) + 180
+    )
     # exit 3: complete, but some step was client-limited (the load generator says so)
-    assert proc.returncode in (0, 3), f"loadlab run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode in (0, 3), (
+        f"loadlab run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    )
     return out
 
 

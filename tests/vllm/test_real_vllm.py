@@ -44,7 +44,9 @@ def step_load_a(vllm_server, tmp_path_factory):
 
 def test_seq_cap_step_load(step_load_a):
     res = step_load_a
-    assert (res.requests.status == "ok").all(), res.requests[res.requests.status != "ok"].error.head()
+    assert (res.requests.status == "ok").all(), res.requests[
+        res.requests.status != "ok"
+    ].error.head()
     running = res.gauge("vllm:num_requests_running")
     waiting = res.gauge("vllm:num_requests_waiting")
     kv = res.gauge("vllm:kv_cache_usage_perc")
@@ -157,12 +159,29 @@ def test_prefix_caching_off_counts_no_hits(vllm_server, tmp_path_factory, prefix
     # moved 3-6x between such runs (ITL 6.8 to 42 ms), far more than one step. Measured
     # here: on 2.1 steps (three runs), off 3.2-5.2.
     runs = (("on", prefix_on), ("off", res))
-    steps = {name: float(r.histogram("vllm:request_prefill_time_seconds")["mean"].iloc[0]
-                         / r.histogram("vllm:inter_token_latency_seconds")["mean"].iloc[0]) for name, r in runs}
-    ttft = {name: float(r.histogram("vllm:time_to_first_token_seconds")["mean"].iloc[0]) for name, r in runs}
+    steps = {
+        name: float(
+            r.histogram("vllm:request_prefill_time_seconds")["mean"].iloc[0]
+            / r.histogram("vllm:inter_token_latency_seconds")["mean"].iloc[0]
+        )
+        for name, r in runs
+    }
+    ttft = {
+        name: float(r.histogram("vllm:time_to_first_token_seconds")["mean"].iloc[0])
+        for name, r in runs
+    }
     client = {name: float(r.client_ttft().iloc[0]) for name, r in runs}
-    print("\nprefix caching on/off: prefill in decode steps", steps, "TTFT mean: server", ttft, "client", client)
+    print(
+        "\nprefix caching on/off: prefill in decode steps",
+        steps,
+        "TTFT mean: server",
+        ttft,
+        "client",
+        client,
+    )
     assert steps["on"] < steps["off"], steps
     # ... and the client sees each run's first token where vLLM does (see the seq-cap test).
     for name, server_s in ttft.items():
-        assert abs(client[name] - server_s) * 1000 <= TTFT_TOL_MS + TTFT_TOL_REL * server_s * 1000, (client, ttft)
+        assert (
+            abs(client[name] - server_s) * 1000 <= TTFT_TOL_MS + TTFT_TOL_REL * server_s * 1000
+        ), (client, ttft)

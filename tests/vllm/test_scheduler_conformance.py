@@ -36,8 +36,13 @@ def vllm_traces(require_vllm, tmp_path_factory) -> dict[str, list[dict[str, Any]
     """All cases through vLLM's scheduler in one process (its import costs ~10 s)."""
     path = tmp_path_factory.mktemp("sched") / "cases.json"
     path.write_text(json.dumps({"cases": {name: make() for name, make in CASES.items()}}))
-    proc = subprocess.run([str(require_vllm), str(TRACE_TOOL), str(path), "--model",
-                           str(tiny_model_dir())], capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [str(require_vllm), str(TRACE_TOOL), str(path), "--model", str(tiny_model_dir())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     traces: dict[str, list[dict[str, Any]]] = {name: [] for name in CASES}
     for line in proc.stdout.splitlines():

@@ -20,8 +20,8 @@ import yaml
 from loadrun import PROFILES
 from realvllm import BASE_FLAGS, VLLM_ENV, tiny_model_dir
 
-from loadlab.runstore.manifest import SweepManifest, load_manifest
 from loadlab.experiment.cpus import default_split, format_cpu_list
+from loadlab.runstore.manifest import SweepManifest, load_manifest
 
 pytestmark = pytest.mark.vllm
 
@@ -56,8 +56,13 @@ def test_prefix_caching_ab_sweep(require_vllm, tmp_path):
                                                             ("caching-on", "complete")]
     steps = {p.name: json.loads((out / p.dir / "analysis.json").read_text())["steps"][0]
              for p in manifest.points}
-    print("\nprefix caching A/B:", {name: {k: s.get(k) for k in ("prefix_hit_rate", "ttft_p50_ms", "n_ok")}
-                                   for name, s in steps.items()})
+    print(
+        "\nprefix caching A/B:",
+        {
+            name: {k: s.get(k) for k in ("prefix_hit_rate", "ttft_p50_ms", "n_ok")}
+            for name, s in steps.items()
+        },
+    )
     assert steps["caching-on"]["prefix_hit_rate"] > 0.5      # 256 of 320 prompt tokens shared
     assert not steps["caching-off"]["prefix_hit_rate"]       # 0 or no queries counted
     assert steps["caching-on"]["ttft_p50_ms"] < steps["caching-off"]["ttft_p50_ms"]

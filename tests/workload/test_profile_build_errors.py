@@ -17,9 +17,14 @@ def _build(capsys, *args: str) -> tuple[int, str]:
     return exc.value.code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("suffix,fmt", [(".csv.gz", ["--format", "azure"]), (".csv", ["--input-col", "a",
-                                                                                       "--output-col", "b"]),
-                                        (".jsonl", ["--input-col", "a", "--output-col", "b"])])
+@pytest.mark.parametrize(
+    "suffix,fmt",
+    [
+        (".csv.gz", ["--format", "azure"]),
+        (".csv", ["--input-col", "a", "--output-col", "b"]),
+        (".jsonl", ["--input-col", "a", "--output-col", "b"]),
+    ],
+)
 def test_binary_trace_is_one_line_exit_2(capsys, tmp_path, suffix, fmt) -> None:
     trace = tmp_path / f"trace{suffix}"
     trace.write_bytes(gzip.compress(AZURE.encode()))

@@ -99,10 +99,14 @@ def test_build_from_mooncake_jsonl_finds_sessions(
     assert pre.sessions is not None and pre.sessions.turns.v[0] == pre.sessions.turns.v[-1] == 6
     cells = [t for c in pre.sessions.classes for t in c.transitions]
     assert cells and all(t.extend_share == 1.0 and t.growth_tokens is not None for t in cells)
-    assert all(t.growth_tokens.v[0] == t.growth_tokens.v[-1] == 512 for t in cells if t.growth_tokens)
+    assert all(
+        t.growth_tokens.v[0] == t.growth_tokens.v[-1] == 512 for t in cells if t.growth_tokens
+    )
     code, shown, _ = run(["profile", "show", str(target)], capsys)
     assert code == 0 and "every request opens with the same 512 tokens" in shown
-    assert "turns per session: median 6" in shown and "extends the previous prompt 100%-100%" in shown
+    assert (
+        "turns per session: median 6" in shown and "extends the previous prompt 100%-100%" in shown
+    )
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])

@@ -119,5 +119,7 @@ def test_a_cell_without_its_transition_is_named(tmp_path: Path) -> None:
     data["prefix"]["sessions"]["classes"][-1]["transitions"].pop()
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(data))
-    with pytest.raises(InputError, match=r"edited\.yaml.*prefix\.sessions.*one transition per context"):
+    with pytest.raises(
+        InputError, match=r"edited\.yaml.*prefix\.sessions.*one transition per context"
+    ):
         load_profile(str(edited))

@@ -78,7 +78,7 @@ def _rows(traces: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_every_expected_profile_ships_and_names_its_source() -> None:
-    assert EXPECTED <= set(list_profiles())
+    assert set(list_profiles()) >= EXPECTED
     for name in EXPECTED:
         model = load_profile(name).model
         assert model.name == name
@@ -146,7 +146,9 @@ def test_mooncake_sessions_match_hash_ids(traces_dir: Path, name: str) -> None:
     whole prefix): a request's parent is the latest earlier one holding the last id of its
     leading run of seen ids, when that run goes beyond the common block(s)."""
     stem = name.split("-")[1]
-    rows = [json.loads(line) for line in (traces_dir / f"mooncake-fast25/{stem}_trace.jsonl").open()]
+    rows = [
+        json.loads(line) for line in (traces_dir / f"mooncake-fast25/{stem}_trace.jsonl").open()
+    ]
     rows.sort(key=lambda r: r["timestamp"])  # stable: ties keep file order
     pre = load_profile(name).model.prefix
     assert pre.kind == "sessions" and pre.block_tokens == 512 and pre.sessions is not None

@@ -40,7 +40,13 @@ reference's (tests/sim/test_fastpath.py).
 
 from __future__ import annotations
 
-from loadlab.sim.engine.scheduler import SchedulePlan, Scheduler, SchedulerConfig, SimRequest, StepResult
+from loadlab.sim.engine.scheduler import (
+    SchedulePlan,
+    Scheduler,
+    SchedulerConfig,
+    SimRequest,
+    StepResult,
+)
 
 
 class FastScheduler(Scheduler):

@@ -26,8 +26,11 @@ def sim_config(params: dict[str, Any]) -> SimConfig:
     for flag, low, strict in _LOWER_BOUNDS:
         value = values.get(flag.lstrip("-").replace("-", "_"))
         if value is not None and (value <= low if strict else value < low):
-            raise InputError(f"must be {'>' if strict else '>='} {low:g}, got {value:g}", field=flag,
-                             fix=f"pass a value {'above' if strict else 'of at least'} {low:g}")
+            raise InputError(
+                f"must be {'>' if strict else '>='} {low:g}, got {value:g}",
+                field=flag,
+                fix=f"pass a value {'above' if strict else 'of at least'} {low:g}",
+            )
     return SimConfig(**values)
 
 

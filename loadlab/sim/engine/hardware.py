@@ -203,9 +203,11 @@ def _tp_fix(cfg: SimConfig, gpu: GpuSpec, model: ModelSpec, max_model_len: int,
     for tp in (2, 4, 8):
         if tp <= cfg.tensor_parallel_size or model.num_heads % tp:
             continue
-        need = (model.weight_bytes / tp
-                + activation_reserve(model, tp, max_num_batched_tokens, max_num_seqs)
-                + (max_model_len + cfg.block_size) * kv_bytes_per_token(model, tp, cfg.kv_cache_dtype))
+        need = (
+            model.weight_bytes / tp
+            + activation_reserve(model, tp, max_num_batched_tokens, max_num_seqs)
+            + (max_model_len + cfg.block_size) * kv_bytes_per_token(model, tp, cfg.kv_cache_dtype)
+        )
         if need <= budget:
             return f"pass --tensor-parallel-size {tp}"
     return "choose a GPU with more memory (--gpu) or a smaller --model"
@@ -276,8 +278,9 @@ def resolve(cfg: SimConfig) -> ResolvedConfig:
             f"one request of max_model_len {max_model_len} tokens; it holds {fits}",
             field=flag,
             fix=f"lower --max-model-len to {fits} or less, or give the pool >= {need_blocks} blocks "
-                "(--num-gpu-blocks-override, higher --gpu-memory-utilization, "
-                "--kv-cache-dtype fp8, or more --tensor-parallel-size)")
+            "(--num-gpu-blocks-override, higher --gpu-memory-utilization, "
+            "--kv-cache-dtype fp8, or more --tensor-parallel-size)",
+        )
 
     return ResolvedConfig(
         max_num_seqs=max_num_seqs,

@@ -51,8 +51,8 @@ from typing import NamedTuple
 
 from prometheus_client.utils import floatToGoString
 
-from loadlab.runstore.schema import canonical_labels
 from loadlab.errors import InputError
+from loadlab.runstore.schema import canonical_labels
 from loadlab.sim.engine.hardware import ResolvedConfig
 from loadlab.sim.engine.types import EngineRequest, FinishedRequest, StepOutput
 
@@ -142,8 +142,10 @@ class EngineMetrics:
         self.running = 0
         self.waiting = 0
         self.kv_usage = 0.0
-        self.counters = {k: 0.0 for k in ("preemptions", "prompt_tokens", "generation_tokens",
-                                          "prefix_queries", "prefix_hits")}
+        self.counters = dict.fromkeys(
+            ("preemptions", "prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits"),
+            0.0,
+        )
         self.success = dict.fromkeys(FINISH_REASONS, 0.0)
         self.by_source = dict.fromkeys(PROMPT_SOURCES, 0.0)
         tokens = buckets_1_2_5(resolved.max_model_len)
@@ -156,8 +158,10 @@ class EngineMetrics:
             "iteration": _Hist(ITERATION_TOKEN_BUCKETS),
             "preempted": _Hist(tuple(range(11))),
         }
-        self._pending: dict[str, tuple[float, int]] = {}  # id -> (arrival, prompt_len) until first token
-        self._last_emit: dict[str, float] = {}             # id -> last token time, off the fast path
+        self._pending: dict[
+            str, tuple[float, int]
+        ] = {}  # id -> (arrival, prompt_len) until first token
+        self._last_emit: dict[str, float] = {}  # id -> last token time, off the fast path
         self._prev_emit: AbstractSet[str] = set()         # ids that emitted at _prev_t_end
         self._gone: set[str] = set()                      # finished or aborted since the last step
         self._prev_t_end = 0.0
@@ -202,7 +206,9 @@ class EngineMetrics:
         itl = self.hists["itl"]
         prev = self._prev_emit
         gone = self._gone
-        reused = bool(gone) and any(rid in emit for rid in gone)  # an id used again after it finished
+        reused = bool(gone) and any(
+            rid in emit for rid in gone
+        )  # an id used again after it finished
         if not self._last_emit and not reused:
             # Nobody is in a gap, so nobody resumes: emit = steady + first, and
             # len(prev) - n_steady ids stopped; when those are all finished or aborted
@@ -271,11 +277,25 @@ class EngineMetrics:
         yield ("vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled.",
                [("vllm:num_requests_waiting", base, self.waiting)])
         if v1:
-            yield ("vllm:num_requests_waiting_by_reason", "gauge", "Waiting requests by reason.",
-                   [("vllm:num_requests_waiting_by_reason", {**base, "reason": "capacity"}, self.waiting),
-                    ("vllm:num_requests_waiting_by_reason", {**base, "reason": "deferred"}, 0.0)])
-            yield ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-                   [("vllm:kv_cache_usage_perc", base, self.kv_usage)])
+            yield (
+                "vllm:num_requests_waiting_by_reason",
+                "gauge",
+                "Waiting requests by reason.",
+                [
+                    (
+                        "vllm:num_requests_waiting_by_reason",
+                        {**base, "reason": "capacity"},
+                        self.waiting,
+                    ),
+                    ("vllm:num_requests_waiting_by_reason", {**base, "reason": "deferred"}, 0.0),
+                ],
+            )
+            yield (
+                "vllm:kv_cache_usage_perc",
+                "gauge",
+                "KV-cache usage. 1 means 100 percent usage.",
+                [("vllm:kv_cache_usage_perc", base, self.kv_usage)],
+            )
         else:
             yield ("vllm:num_requests_swapped", "gauge", "Requests swapped to CPU.",
                    [("vllm:num_requests_swapped", base, 0.0)])
@@ -300,7 +320,9 @@ class EngineMetrics:
                [("vllm:request_success_total", {**base, "finished_reason": r}, v)
                 for r, v in self.success.items()])
         h = self.hists
-        itl_name = "vllm:inter_token_latency_seconds" if v1 else "vllm:time_per_output_token_seconds"
+        itl_name = (
+            "vllm:inter_token_latency_seconds" if v1 else "vllm:time_per_output_token_seconds"
+        )
         for family, key, text in HISTOGRAMS:
             if not v1 and key in V1_ONLY_HISTOGRAMS:
                 continue

@@ -83,7 +83,11 @@ class StepTimeModel:
         tokens = prefill + batch.num_decode_tokens
         pairs = tokens * batch.context_tokens / batch.num_requests if batch.num_requests else 0.0
         if batch.num_prefill_requests:
-            fresh = prefill * prefill / (2 * batch.num_prefill_requests) + batch.context_tokens - prefill
+            fresh = (
+                prefill * prefill / (2 * batch.num_prefill_requests)
+                + batch.context_tokens
+                - prefill
+            )
             pairs = max(pairs, fresh)
         compute = tokens * self._matmul_s_per_token + pairs * self._attn_s_per_pair
         memory = self._weights_s + batch.context_tokens * self._kv_s_per_token

@@ -21,8 +21,8 @@ class EngineRequest:
 
     request_id: str
     prompt_token_ids: Sequence[int]  # a list, or any sequence (replay: a range)
-    output_len: int                  # tokens it will generate before finishing (>= 1)
-    max_tokens: int                  # finish_reason "length" when output_len == max_tokens, else "stop"
+    output_len: int  # tokens it will generate before finishing (>= 1)
+    max_tokens: int  # finish_reason "length" when output_len == max_tokens, else "stop"
     arrival_time: float              # engine clock, seconds
     # Chained hashes of the prompt's full blocks, when the caller can compute them more
     # cheaply than the engine (replay: from runs of ids, loadlab.replay.prompts).
@@ -80,13 +80,15 @@ class StepOutput:
     preempted: list[str]             # victims this step (recompute; back at head of waiting)
     prefix_queries_tokens: int       # tokens looked up in the prefix cache this step
     prefix_hits_tokens: int
-    prompt_tokens_computed: int      # prompt_len - cached of requests whose first token came out (local_compute)
+    prompt_tokens_computed: (
+        int  # prompt_len - cached of requests whose first token came out (local_compute)
+    )
     iteration_tokens: int            # vllm:iteration_tokens_total observation for this step
     num_running: int                 # after the step
     num_waiting: int
-    kv_usage: float                  # 1 - free/(num_gpu_blocks - 1); cached-free blocks count as free
+    kv_usage: float  # 1 - free/(num_gpu_blocks - 1); cached-free blocks count as free
     admitted: list[str] = field(default_factory=list)  # ids moved waiting -> running this step
-    prompt_tokens_cached: int = 0    # prompt tokens served by the prefix cache (local_cache_hit),
+    prompt_tokens_cached: int = 0  # prompt tokens served by the prefix cache (local_cache_hit),
     #                                  counted with prompt_tokens_computed when the first token comes out
 
 

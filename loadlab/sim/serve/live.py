@@ -234,7 +234,11 @@ class LiveDriver:
             # No step may follow (the engine can go idle), so refresh the gauges here
             # rather than leave them at the last step's figures.
             engine, m = self.engine, self.metrics
-            m.running, m.waiting, m.kv_usage = engine.num_running, engine.num_waiting, engine.kv_usage
+            m.running, m.waiting, m.kv_usage = (
+                engine.num_running,
+                engine.num_waiting,
+                engine.kv_usage,
+            )
 
     @property
     def num_streams(self) -> int:

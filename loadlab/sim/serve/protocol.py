@@ -39,8 +39,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from loadlab.version import __version__
 from loadlab.sim.serve import tokenizer
+from loadlab.version import __version__
 
 DONE = b"data: [DONE]\n\n"
 
@@ -339,12 +339,16 @@ class StreamEncoder:
         if req.kind == "completion":
             self._open = self._head + '"choices":[{"index":0,"text":'
             nulls = ',"prompt_token_ids":null,"token_ids":null}]'
-            self._more = ',"logprobs":null,"finish_reason":null,"stop_reason":null' + nulls + "}\n\n"
+            self._more = (
+                ',"logprobs":null,"finish_reason":null,"stop_reason":null' + nulls + "}\n\n"
+            )
             self._last = ',"logprobs":null,"finish_reason":"%s","stop_reason":null' + nulls + end
         else:
             self._open = self._head + '"choices":[{"index":0,"delta":{"content":'
             self._more = '},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
-            self._last = '},"logprobs":null,"finish_reason":"%s","stop_reason":null,"token_ids":null}]' + end
+            self._last = (
+                '},"logprobs":null,"finish_reason":"%s","stop_reason":null,"token_ids":null}]' + end
+            )
 
     def role_chunk(self) -> str:
         """Chat only: the first event, sent with the first token."""

@@ -38,14 +38,14 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import HttpVersion11, web
 
-from loadlab.version import __version__
 from loadlab.errors import InputError
-from loadlab.sim.serve import protocol, tokenizer
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.hardware import ResolvedConfig, resolve
-from loadlab.sim.serve.live import LiveDriver, RequestStream
 from loadlab.sim.engine.metrics import EngineMetrics
+from loadlab.sim.serve import protocol, tokenizer
+from loadlab.sim.serve.live import LiveDriver, RequestStream
 from loadlab.sim.serve.protocol import GenerationRequest, ProtocolError
+from loadlab.version import __version__
 
 DRIVER = web.AppKey("driver", LiveDriver)
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -213,8 +213,13 @@ class SimServer:
 
     async def stats(self, request: web.Request) -> web.Response:
         p = self.driver.periods
-        return web.json_response({**dataclasses.asdict(p), "ratio": p.ratio if p.modelled_s else None,
-                                  "open_streams": self.driver.num_streams})
+        return web.json_response(
+            {
+                **dataclasses.asdict(p),
+                "ratio": p.ratio if p.modelled_s else None,
+                "open_streams": self.driver.num_streams,
+            }
+        )
 
     async def requests(self, request: web.Request) -> web.Response:
         return web.json_response(self.timeline.select(request.query.get("prefix", "")))
@@ -295,8 +300,11 @@ async def start(cfg: SimConfig, host: str, port: int,
         await site.start()
     except OSError as exc:  # address in use, not this machine's, or a name that does not resolve
         await runner.cleanup()
-        raise InputError(f"cannot listen on {host}:{port} ({exc.strerror or exc})", field="--host/--port",
-                         fix="give an address of this machine and a free port (--port 0 picks one)") from None
+        raise InputError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc})",
+            field="--host/--port",
+            fix="give an address of this machine and a free port (--port 0 picks one)",
+        ) from None
     bound = runner.addresses[0][1]
     shown = f"[{host}]" if ":" in host else host
     return runner, f"http://{shown}:{bound}"
