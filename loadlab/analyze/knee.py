@@ -200,7 +200,7 @@ def _detector_report(
         own = [("client_limited" if s == "client_limited" else "unjudged" if v is None
                 else "stalled" if v else "ok") for v, s in zip(col, states)]
         found, lower, upper, _ = bracket(levels, own)
-        report[name] = {"per_step": [v for v in col], "found": found, "lower": _plain(lower),
+        report[name] = {"per_step": list(col), "found": found, "lower": _plain(lower),
                         "upper": _plain(upper)}
     if hinge is not None and "hinge" in report:
         report["hinge"].update(psi=round(hinge.psi, 2), r2=round(hinge.r2, 3))

@@ -148,7 +148,7 @@ def truth(log: EngineLog, sc: Scenario, max_num_seqs: int, budget: int) -> Truth
         shares[level] = float((dur * (waiting >= 1)).sum() / (hi - lo))
     stalled = [shares[lv] >= STALLED_SHARE for lv in sc.levels]
     upper_i = next((i for i in range(len(stalled)) if all(stalled[i:])), None)
-    for k, level in enumerate(sc.levels):
+    for k in range(len(sc.levels)):
         if upper_i is None or k < upper_i:
             continue
         lo, hi = k * sc.step_s + sc.warmup_s, (k + 1) * sc.step_s
