@@ -24,7 +24,8 @@ from loadlab.analyze.analysis import analyze_run
 from loadlab.experiment.verdicts import step_judge
 from loadlab.replay.driver import run_replay
 from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.models import KneeSearch, LoadPlan, Workload
+from loadlab.spec.plan import KneeSearch, LoadPlan
+from loadlab.spec.scenario import Workload
 
 SEARCH = KneeSearch(start=4, max=128, resolution=4)
 STEP = {"step_duration_s": 30.0, "warmup_s": 6.0}

@@ -35,7 +35,8 @@ from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import resolve
 from loadlab.sim.engine.timing import StepTimeModel
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Workload
 from loadlab.workload import load_profile
 
 

@@ -100,7 +100,8 @@ from pathlib import Path
 
 import loadlab
 from loadlab.errors import LoadlabError
-from loadlab.spec.models import LoadgenSettings, LoadPlan, Target, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import LoadgenSettings, Target, Workload
 
 lines = []
 spec = loadlab.PointSpec(
@@ -166,7 +167,8 @@ def test_an_input_error_in_the_child_reaches_the_caller_whole(tmp_path):
         "from pathlib import Path\n"
         "import loadlab\n"
         "from loadlab.errors import InputError\n"
-        "from loadlab.spec.models import LoadPlan, Target, Workload\n"
+        "from loadlab.spec.plan import LoadPlan\n"
+        "from loadlab.spec.scenario import Target, Workload\n"
         "spec = loadlab.PointSpec(out=Path('p'), target=Target(url='http://127.0.0.1:9', model='m'),\n"
         "    workload=Workload(), plan=LoadPlan(concurrency=[1], step_duration_s=1.0))\n"
         "try:\n    loadlab.run_point(spec)\n"

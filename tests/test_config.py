@@ -8,7 +8,8 @@ import pytest
 
 from loadlab.errors import InputError
 from loadlab.experiment.scenarios import load_scenario
-from loadlab.spec.models import KneeSearch, LoadPlan, Scenario, parse_levels
+from loadlab.spec.plan import KneeSearch, LoadPlan, parse_levels
+from loadlab.spec.scenario import Scenario
 from loadlab.spec.validate import plan_from_flags
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"

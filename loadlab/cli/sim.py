@@ -29,7 +29,7 @@ from loadlab.sim.serve.flags import (
     option,
     with_options,
 )
-from loadlab.spec.models import Workload
+from loadlab.spec.scenario import Workload
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

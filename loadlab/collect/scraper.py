@@ -51,7 +51,7 @@ from loadlab.collect.sink import MetricsSink
 from loadlab.errors import InputError, StoreError
 from loadlab.runstore import SCRAPES, PartWriter, update_manifest
 from loadlab.runstore.layout import METRICS_TABLE, SCRAPES_TABLE
-from loadlab.spec.models import SCRAPE_INTERVAL_MIN_S
+from loadlab.spec.scenario import SCRAPE_INTERVAL_MIN_S
 
 MIN_INTERVAL_S = SCRAPE_INTERVAL_MIN_S
 DEFAULT_API_KEY_ENV = "LOADLAB_API_KEY"

@@ -9,7 +9,7 @@ removes that contention; it cannot help against a third party using the same CPU
 
 - :func:`parse_cpu_list`: taskset's list syntax, ``0``, ``0,2``, ``0-3``, ``0-3,6``
   (:mod:`loadlab.spec.cpulist`), errors naming the flag. The two sides' sets are a
-  :class:`loadlab.spec.models.Isolation` (which refuses overlapping sets).
+  :class:`loadlab.spec.scenario.Isolation` (which refuses overlapping sets).
 - :func:`check_available`: every CPU named must be one this process may run on
   (``os.sched_getaffinity(0)``).
 - :func:`inherited_affinity`: the calling thread runs on a set while a child is started,
@@ -42,7 +42,7 @@ import psutil
 from loadlab.errors import InputError
 from loadlab.spec import cpulist
 from loadlab.spec.cpulist import CpuSet, format_cpu_list
-from loadlab.spec.models import Isolation
+from loadlab.spec.scenario import Isolation
 
 
 def parse_cpu_list(text: str, flag: str) -> CpuSet:

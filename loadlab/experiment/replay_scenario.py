@@ -19,7 +19,7 @@ from loadlab.errors import InputError
 from loadlab.experiment.scenarios import load_scenario
 from loadlab.experiment.verdicts import step_judge
 from loadlab.experiment.whatif import run_whatif_point
-from loadlab.spec.models import Scenario
+from loadlab.spec.scenario import Scenario
 
 
 def replay_point(

@@ -1,6 +1,6 @@
 """One load run at a server, from plain values: what ``loadlab run`` does, callable from code.
 
-Load plan: a :class:`~loadlab.spec.models.LoadPlan` (built from flags by
+Load plan: a :class:`~loadlab.spec.plan.LoadPlan` (built from flags by
 :func:`loadlab.spec.validate.plan_from_flags`): closed-loop steps, an adaptive knee search
 over users (:mod:`loadlab.spec.knee_search`: each step judged by the analyzer before the
 next is chosen, so give ``collect=True`` for it to see the server's queue), open-loop
@@ -19,7 +19,7 @@ sends, a lagging event loop: :mod:`loadlab.loadgen.achieved`) the run is still c
 and written, and :func:`run_load` raises :class:`~loadlab.errors.ClientLimited` (exit 3)
 naming the steps and why.
 
-The values map onto the scenario models of :mod:`loadlab.spec.models` (their validation,
+The values map onto the scenario models of :mod:`loadlab.spec.scenario` (their validation,
 errors naming the flag) and run as one :func:`loadlab.experiment.point.run_point`, the
 sequence every sweep point runs. Bad input raises InputError (exit 2) before anything
 starts or is written. The API key is read from the variable named by ``api_key_env`` and
@@ -39,7 +39,8 @@ from typing import Any, Literal
 
 from loadlab.errors import ClientLimited, InputError
 from loadlab.runstore.claim import claim_run_dir
-from loadlab.spec.models import Isolation, LoadgenSettings, LoadPlan, Target, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Isolation, LoadgenSettings, Target, Workload
 from loadlab.spec.validate import validate
 
 # model field -> the flag it comes from, so validation errors name the flag

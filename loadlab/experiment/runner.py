@@ -47,7 +47,7 @@ from loadlab.runstore.manifest import (
     load_manifest,
     write_manifest,
 )
-from loadlab.spec.models import Point, Scenario
+from loadlab.spec.scenario import Point, Scenario
 
 NOT_RUN = "not run yet"
 STARTUP_GUESS_S = {"sim": 5.0, "vllm": 90.0, None: 0.0}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from loadlab.errors import InputError
 from loadlab.sim.serve.flags import accepted_flags
-from loadlab.spec.models import Scenario
+from loadlab.spec.scenario import Scenario
 from loadlab.spec.scenario_file import read_scenario, scenario_path
 from loadlab.workload import load_profile
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loadlab.runstore.analysis_model import Analysis, write_analysis_file
-from loadlab.spec.models import Slo
+from loadlab.spec.plan import Slo
 
 
 def slo_text(slo: Slo | None) -> str | None:

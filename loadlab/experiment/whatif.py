@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.models import Point, Scenario
+from loadlab.spec.scenario import Point, Scenario
 
 
 def sim_config(scenario: Scenario, point: Point) -> SimConfig:

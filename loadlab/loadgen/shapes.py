@@ -1,4 +1,4 @@
-"""How the live load generator walks a load plan (:class:`loadlab.spec.models.LoadPlan`).
+"""How the live load generator walks a load plan (:class:`loadlab.spec.plan.LoadPlan`).
 
 - closed loop: ``concurrency`` users per step, each sending its next request as soon
   as the previous one finished (:mod:`loadlab.loadgen.driver` starts them per step;
@@ -22,14 +22,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from loadlab.errors import InputError
-from loadlab.spec import models as config
-from loadlab.spec.models import LoadPlan, Step
+from loadlab.spec import plan as config
+from loadlab.spec.plan import LoadPlan, Step
 from loadlab.spec.validate import plan_from_flags
 from loadlab.workload.arrivals import step_schedule
 
 
 def parse_levels(text: str, flag: str, integer: bool = False) -> list[float]:
-    """``1,2,4`` -> [1, 2, 4] (:func:`loadlab.spec.models.parse_levels`); errors name the flag."""
+    """``1,2,4`` -> [1, 2, 4] (:func:`loadlab.spec.plan.parse_levels`); errors name the flag."""
     try:
         return config.parse_levels(text, integer)
     except ValueError as exc:

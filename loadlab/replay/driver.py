@@ -7,7 +7,7 @@ Once no event is left at the current time and the engine is idle with work queue
 next engine step starts; its StepOutput is applied (metrics, records, closed-loop
 re-sends) at its end time, so a sample taken mid-step sees the state before it.
 
-Plans: the load generator's own :class:`~loadlab.spec.models.LoadPlan`, closed or open loop:
+Plans: the load generator's own :class:`~loadlab.spec.plan.LoadPlan`, closed or open loop:
 
 - closed loop, ``concurrency``: step k keeps ``concurrency[k]`` users busy for
   ``step_duration_s`` seconds; a user sends its next request the moment the previous one
@@ -63,7 +63,8 @@ from loadlab.sim.engine.metrics import EngineMetrics
 from loadlab.sim.engine.timing import StepTimeModel
 from loadlab.sim.engine.types import StepOutput
 from loadlab.spec.knee_search import LevelWalk, SearchResult
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Workload
 from loadlab.version import __version__
 from loadlab.workload import load_profile
 from loadlab.workload.arrivals import RenewalSchedule, step_schedule

@@ -146,13 +146,13 @@ class RunManifest(_Open):
     target: TargetInfo | None = None
     server: dict[str, Any] = Field(default_factory=dict, description="scheduler/cache knobs as set "
                                    "(max_num_seqs, block_size, ...): /metrics never shows them")
-    plan: dict[str, Any] | None = Field(None, description="loadlab.spec.models.LoadPlan.describe()")
+    plan: dict[str, Any] | None = Field(None, description="loadlab.spec.plan.LoadPlan.describe()")
     workload: WorkloadInfo | None = None
     metrics: MetricsInfo | None = None
     steps: list[StepWindow] = Field(default_factory=list)
     client_limited_steps: list[int] = Field(default_factory=list)
     isolation: dict[str, list[int] | None] | None = Field(
-        None, description="the CPUs each side was pinned to: loadlab.spec.models.Isolation."
+        None, description="the CPUs each side was pinned to: loadlab.spec.scenario.Isolation."
         "manifest_entry() (runstore and spec are independent layers, so not that model)")
     records: dict[str, Any] | None = Field(None, description="rows written, by worker, missing")
     search: dict[str, Any] | None = Field(None, description="knee search: lower, upper, steps run")

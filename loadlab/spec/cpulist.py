@@ -1,7 +1,7 @@
 """CPU lists in taskset's syntax, read and written (pure; no system calls).
 
 ``0``, ``0,2``, ``0-3``, ``0-3,6``: numbers and low-high ranges, comma-separated. The
-scenario schema (:class:`loadlab.spec.models.Isolation`) and the ``--server-cpus`` /
+scenario schema (:class:`loadlab.spec.scenario.Isolation`) and the ``--server-cpus`` /
 ``--client-cpus`` flags read them here; :mod:`loadlab.experiment.cpus` checks them against
 the machine and pins processes.
 """

@@ -7,13 +7,13 @@ per-step judgement) and None when the source does not need one; StopIteration en
 run and carries a :class:`SearchResult`. The live driver
 (:mod:`loadlab.loadgen.driver`) and the virtual-time replay (:mod:`loadlab.replay.driver`)
 both walk a plan with one :class:`LevelWalk`: its :meth:`LevelWalk.steps` yields each
-step (:meth:`loadlab.spec.models.LoadPlan.step` of the next probe) and, when the consumer asks
+step (:meth:`loadlab.spec.plan.LoadPlan.step` of the next probe) and, when the consumer asks
 for the following one, first asks ``judge(k)`` whether step ``k`` stalled (a search only;
 the consumer puts step ``k``'s records on disk before it asks); the manifest records the
 result under ``search`` (:meth:`LevelWalk.manifest_entry`).
 
 Adaptive search over the grid ``g_0 < g_1 < ... < g_{n-1}`` of
-:meth:`loadlab.spec.models.KneeSearch.grid` (the levels a full linear scan would run):
+:meth:`loadlab.spec.plan.KneeSearch.grid` (the levels a full linear scan would run):
 
 1. Coarse pass: ``g_0``, then the grid level nearest ``start * factor**k`` for
    k = 1, 2, ... (each strictly above the last), and always ``g_{n-1}``; stop at the
@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loadlab.errors import InputError
-from loadlab.spec.models import KneeSearch, LoadPlan, Step
+from loadlab.spec.plan import KneeSearch, LoadPlan, Step
 
 LevelSource = Generator["Probe", "bool | None", "SearchResult"]
 

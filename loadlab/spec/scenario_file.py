@@ -15,7 +15,7 @@ import yaml
 
 from loadlab.errors import InputError
 from loadlab.spec.datafiles import data_dir
-from loadlab.spec.models import Scenario
+from loadlab.spec.scenario import Scenario
 from loadlab.spec.validate import validate
 
 SCENARIOS_DIR = data_dir("scenarios")

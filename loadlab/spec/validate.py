@@ -1,8 +1,8 @@
 """Plain data into config models; what does not fit becomes a one-line InputError.
 
-:func:`validate` runs a pydantic model of :mod:`loadlab.spec.models` over a dict (parsed
-YAML, or a CLI's flags) and turns the first validation error into an
-:class:`~loadlab.errors.InputError` (exit 2) naming
+:func:`validate` runs a model of :mod:`loadlab.spec.plan` or :mod:`~loadlab.spec.scenario`
+over a dict (parsed YAML, or a CLI's flags) and turns the first validation error into
+an :class:`~loadlab.errors.InputError` (exit 2) naming
 
 - the source: the file, or nothing for flags;
 - the field: pydantic's error location, dotted (``load.concurrency``, ``sweep.arms.on``),
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from loadlab.errors import InputError
-from loadlab.spec.models import KneeSearch, LoadPlan
+from loadlab.spec.plan import KneeSearch, LoadPlan
 
 M = TypeVar("M", bound=BaseModel)
 # LoadPlan fields -> the flags `loadlab run` and `loadlab sim replay` take for them

@@ -31,7 +31,8 @@ from loadlab.replay.driver import ReplayOptions, run_replay
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.hardware import resolve
 from loadlab.sim.engine.types import StepOutput
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Workload
 
 PROFILES = Path(__file__).parent / "profiles"
 STALLED_SHARE = 0.5

@@ -11,7 +11,8 @@ from loadlab.analyze.steps import measured_windows
 from loadlab.replay.driver import run_replay
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Workload
 
 RUNNING = "vllm:num_requests_running"
 

@@ -13,7 +13,8 @@ from loadlab.errors import InputError
 from loadlab.replay.driver import run_replay
 from loadlab.runstore import read_manifest, update_manifest
 from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Workload
 
 
 @pytest.fixture(scope="module")

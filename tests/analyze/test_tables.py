@@ -16,7 +16,8 @@ from loadlab.loadgen.client import Outcome, Timings
 from loadlab.replay.driver import run_replay
 from loadlab.runstore import METRICS, REQUESTS, PartWriter, compact_run, read_table
 from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Workload
 
 
 @pytest.fixture(scope="module")

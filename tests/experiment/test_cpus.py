@@ -20,7 +20,7 @@ from loadlab.experiment.cpus import (
     pin_tree,
     pinned_process,
 )
-from loadlab.spec.models import Isolation
+from loadlab.spec.scenario import Isolation
 from loadlab.spec.validate import validate
 
 ALLOWED = sorted(os.sched_getaffinity(0))

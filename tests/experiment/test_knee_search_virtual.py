@@ -7,7 +7,8 @@ from loadlab.experiment.verdicts import step_judge
 from loadlab.replay.driver import run_replay
 from loadlab.runstore import read_manifest, update_manifest
 from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.models import KneeSearch, LoadPlan, Workload
+from loadlab.spec.plan import KneeSearch, LoadPlan
+from loadlab.spec.scenario import Workload
 
 SEARCH = KneeSearch(start=4, max=128, resolution=4)     # a linear scan: 4, 8, ..., 128 (32 steps)
 STEP = {"step_duration_s": 20.0, "warmup_s": 5.0}

@@ -6,7 +6,7 @@ import pytest
 
 from loadlab.errors import InputError
 from loadlab.spec.knee_search import LevelWalk, SearchResult, coarse_indices, level_source
-from loadlab.spec.models import KneeSearch, LoadPlan
+from loadlab.spec.plan import KneeSearch, LoadPlan
 
 
 def drive(plan: LoadPlan, stalls_from: float | None) -> SearchResult:

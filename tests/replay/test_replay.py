@@ -15,7 +15,8 @@ from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import resolve
 from loadlab.sim.engine.types import EngineRequest
-from loadlab.spec.models import KneeSearch, LoadPlan, Workload
+from loadlab.spec.plan import KneeSearch, LoadPlan
+from loadlab.spec.scenario import Workload
 from loadlab.spec.validate import plan_from_flags
 
 EPOCH = 1_800_000_000.0

@@ -14,7 +14,8 @@ import pytest
 from loadlab.replay.driver import ReplayOptions, run_replay
 from loadlab.runstore import METRICS, REQUESTS, read_table
 from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Workload
 from loadlab.workload import load_profile
 
 EPOCH = 1_800_000_000.0

@@ -18,7 +18,8 @@ from loadlab.analyze.steps import step_table
 from loadlab.replay.driver import ReplayOptions, run_replay
 from loadlab.runstore import read_manifest, write_manifest
 from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Workload
 
 
 def replay(out: Path, *, levels: tuple[int, ...] = (2, 4, 8, 16, 32), point: str = "",

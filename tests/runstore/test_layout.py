@@ -9,7 +9,8 @@ from loadlab.runstore import layout
 from loadlab.runstore.claim import claim_run_dir
 from loadlab.runstore.compaction import TABLES
 from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.models import LoadPlan, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Workload
 
 
 def test_names_did_not_drift():

@@ -26,7 +26,8 @@ from loadlab.runstore.manifest import (
     write_manifest,
 )
 from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.models import Isolation, LoadPlan, Workload
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Isolation, Workload
 
 OLD_MANIFEST = {   # a point folder as an older loadlab wrote it: kind, no owner, extra keys
     "kind": "sweep-point", "point": "seqs-8", "status": "complete", "created": 1.7e9,
