@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
-from loadlab.replay.driver import run_replay
 from loadlab.runstore import layout
 from loadlab.runstore.claim import claim_run_dir
 from loadlab.runstore.compaction import TABLES
-from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.plan import LoadPlan
-from loadlab.spec.scenario import Workload
 
 
 def test_names_did_not_drift():
@@ -22,15 +16,6 @@ def test_names_did_not_drift():
     assert layout.server_log("vllm") == "vllm-server.log"
     assert set(layout.LOADGEN_TABLES) | set(layout.SCRAPER_TABLES) == set(layout.TABLES)
     assert set(TABLES) == set(layout.TABLES)    # compaction knows every table
-
-
-@pytest.fixture(scope="module")
-def replayed(tmp_path_factory):
-    out = tmp_path_factory.mktemp("replayed")
-    run_replay(SimConfig(max_num_seqs=4, model="llama-3.1-8b", gpu="h100"),
-               LoadPlan(concurrency=[2, 8], step_duration_s=6.0, warmup_s=1.0),
-               Workload(profile="azure-conv", seed=1), out)
-    return out
 
 
 def test_a_run_folder_holds_only_layout_names(replayed):

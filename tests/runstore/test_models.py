@@ -11,7 +11,6 @@ import pytest
 
 from loadlab.analyze.analysis import analyze_run
 from loadlab.errors import InputError
-from loadlab.replay.driver import run_replay
 from loadlab.report.inputs import load
 from loadlab.runstore.analysis_model import Analysis, read_analysis, write_analysis_file
 from loadlab.runstore.claim import owner_entry
@@ -25,9 +24,7 @@ from loadlab.runstore.manifest import (
     read_manifest,
     write_manifest,
 )
-from loadlab.sim.engine.config import SimConfig
-from loadlab.spec.plan import LoadPlan
-from loadlab.spec.scenario import Isolation, Workload
+from loadlab.spec.scenario import Isolation
 
 OLD_MANIFEST = {   # a point folder as an older loadlab wrote it: kind, no owner, extra keys
     "kind": "sweep-point", "point": "seqs-8", "status": "complete", "created": 1.7e9,
@@ -60,15 +57,6 @@ def test_run_manifest_round_trips(tmp_path):
     assert raw["isolation"] == {"server_cpus": [0, 1], "client_cpus": [2]}
     assert "seed" not in json.dumps(raw)        # defaults are not filled in on disk
     assert set(RUN_KINDS) == {"run", "sim-replay", "sweep-point"}
-
-
-@pytest.fixture(scope="module")
-def replayed(tmp_path_factory):
-    out = tmp_path_factory.mktemp("replayed")
-    run_replay(SimConfig(max_num_seqs=4, model="llama-3.1-8b", gpu="h100"),
-               LoadPlan(concurrency=[2, 8], step_duration_s=6.0, warmup_s=1.0),
-               Workload(profile="azure-conv", seed=1), out)
-    return out
 
 
 def test_analysis_round_trips_and_reads_as_attributes(replayed):
