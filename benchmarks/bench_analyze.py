@@ -182,7 +182,8 @@ def main() -> None:
         return
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     print(
-        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores"
+        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+        f"on {os.cpu_count()} cores"
     )
     print(f"{'layout':<10}{'stage':<22}{'wall s':>9}{'cpu s':>9}{'peak MB':>10}  note")
     for layout in [x.strip() for x in args.layouts.split(",") if x.strip()]:

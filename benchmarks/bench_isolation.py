@@ -16,12 +16,14 @@ prompts, 32-token outputs), ``--workers 0``, 15 s steps with 3 s of warm-up:
 
 Per step: the client's in-flight mean and event-loop lag mean (the run's manifest),
 ``running`` max (gauge), client TTFT p50 and mean and vLLM's TTFT histogram mean (over
-the same requests: ``LoadResult.counted_requests``), bursts (share of streams whose chunks all arrived within
-2 ms: held back by a starved API server and delivered whole), requests/s, and whether
+the same requests: ``LoadResult.counted_requests``), bursts (share of streams whose
+chunks all arrived within 2 ms: held back by a starved API server and delivered whole),
+requests/s, and whether
 loadlab marked the step client limited, with the machine's load average after each run.
 Printed as a table; written to isolation.json.
 
-Usage: ``flock /tmp/loadlab-vllm.lock python benchmarks/bench_isolation.py [--only isolated,isolated+nice] [--repeat 2]``
+Usage: ``flock /tmp/loadlab-vllm.lock python benchmarks/bench_isolation.py
+[--only isolated,isolated+nice] [--repeat 2]``
 """
 
 from __future__ import annotations

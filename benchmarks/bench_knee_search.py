@@ -37,11 +37,13 @@ def main() -> None:
     args = ap.parse_args()
     print(f"loadlab: {Path(loadlab.__file__).parent}")
     print(
-        f"grid {SEARCH.grid()[0]}..{SEARCH.grid()[-1]} by {SEARCH.resolution:g} ({len(SEARCH.grid())} levels), "
+        f"grid {SEARCH.grid()[0]}..{SEARCH.grid()[-1]} by {SEARCH.resolution:g} "
+        f"({len(SEARCH.grid())} levels), "
         f"{STEP['step_duration_s']:g} s steps"
     )
     print(
-        f"{'cap':>4}  {'scan knee':>10}  {'search':>10}  {'steps':>7}  {'virtual s':>11}  {'share':>5}  "
+        f"{'cap':>4}  {'scan knee':>10}  {'search':>10}  {'steps':>7}  "
+        f"{'virtual s':>11}  {'share':>5}  "
         f"{'wall s (scan / search)':>22}"
     )
     workload = Workload(profile="azure-conv", seed=1)
@@ -62,7 +64,8 @@ def main() -> None:
         found = search.search
         assert found is not None
         print(
-            f"{cap:>4}  {_bracket(knee.lower, knee.upper):>10}  {_bracket(found.lower, found.upper):>10}  "
+            f"{cap:>4}  {_bracket(knee.lower, knee.upper):>10}  "
+            f"{_bracket(found.lower, found.upper):>10}  "
             f"{search.steps:>3}/{scan.steps:<3}  {search.virtual_s:>5.0f}/{scan.virtual_s:<5.0f}  "
             f"{search.virtual_s / scan.virtual_s:>5.0%}  {t1 - t0:>10.1f} / {t2 - t1:<9.1f}"
         )

@@ -264,7 +264,8 @@ def rounds(
                     continue
                 results.append(fig)
                 print(
-                    f"  round {round_} level {level:4d} {name:10s} {fig.chunks_per_cpu_s:9.0f} chunks/cpu-s "
+                    f"  round {round_} level {level:4d} {name:10s} "
+                    f"{fig.chunks_per_cpu_s:9.0f} chunks/cpu-s "
                     f"{fig.cpu_cores:5.2f} cores, added p50 {fig.added_p50_ms:6.2f} ms, "
                     f"load {fig.load_avg:.1f}",
                     file=sys.stderr,
@@ -297,15 +298,18 @@ def report(title: str, results: list[Figures]) -> list[dict]:
         rows.append({"client": client, "level": level, "rounds": len(figs), **med})
     print(f"\n{title}\n")
     print(
-        "| client | streams | req/s | chunks/s | cores | req/CPU-s | chunks/CPU-s | in flight | added p50 ms "
-        "| added p99 ms | send p50 | read p50 | own p50 | server TTFT p50 | server cores | master ms/10k | load |"
+        "| client | streams | req/s | chunks/s | cores | req/CPU-s | chunks/CPU-s | in flight "
+        "| added p50 ms | added p99 ms | send p50 | read p50 | own p50 | server TTFT p50 "
+        "| server cores | master ms/10k | load |"
     )
     print("|" + "---|" * 17)
     for r in rows:
         print(
-            f"| {r['client']} | {r['level']} | {r['req_s']:.0f} | {r['chunks_s']:.0f} | {r['cpu_cores']:.2f} "
+            f"| {r['client']} | {r['level']} | {r['req_s']:.0f} | {r['chunks_s']:.0f} "
+            f"| {r['cpu_cores']:.2f} "
             f"| {r['req_per_cpu_s']:.0f} | {r['chunks_per_cpu_s']:.0f} | {r['inflight_mean']:.1f} "
-            f"| {r['added_p50_ms']:.2f} | {r['added_p99_ms']:.1f} | {r['send_p50_ms']:.2f} | {r['read_p50_ms']:.2f} "
+            f"| {r['added_p50_ms']:.2f} | {r['added_p99_ms']:.1f} | {r['send_p50_ms']:.2f} "
+            f"| {r['read_p50_ms']:.2f} "
             f"| {r['own_p50_ms']:.2f} | {r['server_ttft_p50_ms']:.2f} | {r['server_cores']:.2f} "
             f"| {r['master_ms_per_10k']:.0f} | {r['load_avg']:.1f} |".replace("nan", "n/a")
         )
@@ -415,9 +419,9 @@ def sim_main(args: argparse.Namespace, work: Path) -> list[Figures]:
             server.stop()
     cap = f" held to {args.client_cap:g} of a CPU" if args.client_cap else ""
     report(
-        f"simulator --time-scale {args.time_scale:g} on CPUs {sorted(args.server_cpus)}, clients on "
-        f"{sorted(args.client_cpus)}{cap} (medians of {args.repeat} rounds; added = client TTFT from its call "
-        f"- server first-token time, ms)",
+        f"simulator --time-scale {args.time_scale:g} on CPUs {sorted(args.server_cpus)}, "
+        f"clients on {sorted(args.client_cpus)}{cap} (medians of {args.repeat} rounds; "
+        f"added = client TTFT from its call - server first-token time, ms)",
         results,
     )
     return results
@@ -442,8 +446,8 @@ def vllm_main(args: argparse.Namespace, work: Path) -> list[Figures]:
         results = rounds(target.base_url, args, work, None, False, poller.mean_between)
         poller.stop.set()
     report(
-        "real vLLM (tiny model, --max-num-seqs 4; added = mean client TTFT from its call - vLLM's TTFT "
-        "histogram mean)",
+        "real vLLM (tiny model, --max-num-seqs 4; added = mean client TTFT from its call "
+        "- vLLM's TTFT histogram mean)",
         results,
     )
     return results

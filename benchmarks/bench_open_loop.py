@@ -86,7 +86,8 @@ def main() -> None:
         for rate in (float(r) for r in args.rates.split(",")):
             r = measure(url, rate, args.duration, args.warmup, Path(tmp) / f"rate-{rate:g}")
             print(
-                f"{r['rate']:7g} {r['n']:6d} {r['not_ok']:6d} {r['p50']:11.2f} {r['p99']:8.2f} {r['max']:8.2f} "
+                f"{r['rate']:7g} {r['n']:6d} {r['not_ok']:6d} {r['p50']:11.2f} {r['p99']:8.2f} "
+                f"{r['max']:8.2f} "
                 f"{r['achieved']:11.1f}"
             )
 

@@ -4,8 +4,8 @@ Closed loop at concurrency C (default 256) on Qwen2.5-7B / H100 defaults for SIM
 simulated seconds (default 600): every finished request is replaced at once by a new
 one (prompt 200-1200 tokens, output 32-480 tokens, seeded; 1 in 4 shares a 256-token
 system prompt). Prints simulated seconds per wall second ("x real time") and microseconds
-per step, for the reference scheduler and the decode fast path side by side. No observer: metrics and records cost extra and are
-measured by bench_sim_replay.py.
+per step, for the reference scheduler and the decode fast path side by side. No observer:
+metrics and records cost extra and are measured by bench_sim_replay.py.
 
     python benchmarks/bench_sim_engine.py [--concurrency 256] [--sim-seconds 600]
 """

@@ -136,16 +136,19 @@ def main() -> None:
     print(f"client tokens/s received      {counts['tokens'] / wall:10.0f}")
     print(f"busy steps measured           {stats['steps']:10d}")
     print(
-        f"modelled step period (mean)   {1e3 * stats['modelled_s'] / max(stats['steps'], 1):10.3f} ms"
+        f"modelled step period (mean)   "
+        f"{1e3 * stats['modelled_s'] / max(stats['steps'], 1):10.3f} ms"
     )
     print(
-        f"measured step period (mean)   {1e3 * stats['measured_s'] / max(stats['steps'], 1):10.3f} ms"
+        f"measured step period (mean)   "
+        f"{1e3 * stats['measured_s'] / max(stats['steps'], 1):10.3f} ms"
     )
     print(
         f"measured / modelled           {stats['ratio'] or float('nan'):10.4f}   (goal 0.95-1.05)"
     )
     print(
-        f"late steps (> 20 ms)          {stats['late_steps']:10d}   max lag {1e3 * stats['max_lag_s']:.1f} ms"
+        f"late steps (> 20 ms)          {stats['late_steps']:10d}   "
+        f"max lag {1e3 * stats['max_lag_s']:.1f} ms"
     )
     print(f"re-anchors (fell behind)      {stats['reanchors']:10d}")
     if server_pid:

@@ -138,17 +138,20 @@ def main() -> None:
           f"{summary.speed:.0f}x / {v / cpu:.0f}x real time (goal >= 200x)"
           f"{' [under cProfile]' if prof else ''}")
     print(
-        f"  engine steps {summary.engine_steps} ({cpu / summary.engine_steps * 1e6:.0f} CPU us per step), "
+        f"  engine steps {summary.engine_steps} "
+        f"({cpu / summary.engine_steps * 1e6:.0f} CPU us per step), "
         f"requests {summary.requests}, metrics rows {summary.metrics_rows}"
     )
     print(
-        f"bare engine, same loop: {bare_wall:.2f} wall s / {bare_cpu:.2f} CPU s = {v / bare_cpu:.0f}x "
+        f"bare engine, same loop: {bare_wall:.2f} wall s / {bare_cpu:.2f} CPU s "
+        f"= {v / bare_cpu:.0f}x "
         f"({bare_steps} steps, {bare_cpu / bare_steps * 1e6:.0f} CPU us per step); "
         f"replay adds {(cpu - bare_cpu) / cpu:.0%} of the replay's CPU time"
     )
     print(
         f"metrics page of {n_samples} samples: render() {render_ms:.2f} ms, prometheus_client "
-        f"generate_latest {client_ms:.2f} ms ({client_ms / render_ms:.1f}x), samples() {samples_ms:.2f} ms"
+        f"generate_latest {client_ms:.2f} ms ({client_ms / render_ms:.1f}x), "
+        f"samples() {samples_ms:.2f} ms"
     )
     if prof:
         total = sum(by_module(prof).values())

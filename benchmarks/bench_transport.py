@@ -29,8 +29,9 @@ import time
 
 PACE_S, EVENTS_PER_WRITE, WRITES = 0.001, 3, 32
 EVENT = (
-    b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
-    b'"text":" word","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}\n\n'
+    b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m",'
+    b'"choices":[{"index":0,"text":" word","logprobs":null,"finish_reason":null,'
+    b'"stop_reason":null}],"usage":null}\n\n'
 )
 END = (
     b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[],'
@@ -155,7 +156,8 @@ def main() -> None:
                 ).stdout.split()
                 per_request[checkout].append(float(out[0]))
                 print(
-                    f"round {round_} {checkout}: {out[0]} us CPU per request, {out[1]} reads per request",
+                    f"round {round_} {checkout}: {out[0]} us CPU per request, "
+                    f"{out[1]} reads per request",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -163,7 +165,8 @@ def main() -> None:
         server.kill()
         server.wait()
     print(
-        f"\n{args.users} users, {WRITES} writes of {EVENTS_PER_WRITE} events {PACE_S * 1e3:g} ms apart, "
+        f"\n{args.users} users, {WRITES} writes of {EVENTS_PER_WRITE} events "
+        f"{PACE_S * 1e3:g} ms apart, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     for checkout, values in per_request.items():

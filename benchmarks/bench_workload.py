@@ -35,7 +35,8 @@ def main() -> None:
     n = parser.parse_args().n
 
     print(
-        f"{'profile':24s} {'spec() us':>10s} {'numpy-per-seq us':>17s} {'ratio':>6s} {'load ms':>8s}"
+        f"{'profile':24s} {'spec() us':>10s} {'numpy-per-seq us':>17s} {'ratio':>6s} "
+        f"{'load ms':>8s}"
     )
     for name in list_profiles():
         t0 = time.process_time()
@@ -68,7 +69,8 @@ def main() -> None:
                 synth.prompt(spec)
             cpu = time.process_time() - start
             print(
-                f"{name + ', ' + label:42s} {cpu / len(specs) * 1e3:10.2f} {tokens / cpu / 1e6:11.2f} "
+                f"{name + ', ' + label:42s} {cpu / len(specs) * 1e3:10.2f} "
+                f"{tokens / cpu / 1e6:11.2f} "
                 f"{tokens / len(specs):12.0f}"
             )
 

@@ -288,7 +288,8 @@ def main() -> None:
         checks[name] = check(model, load, data[load.profile], loads[load.profile])
         for title, rows in checks[name].items():
             print(
-                f"simulator vs vLLM, {name}: {load.profile} ({load.prompt} in, {load.output} out), {title}:"
+                f"simulator vs vLLM, {name}: {load.profile} "
+                f"({load.prompt} in, {load.output} out), {title}:"
             )
             for row in rows:
                 print("  ", row)

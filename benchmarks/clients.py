@@ -134,8 +134,10 @@ def _profile(work: Path) -> Path:
         lengths:
           input: {{p: [0.0, 1.0], v: [{PROMPT_TOKENS}, {PROMPT_TOKENS}]}}
           output: {{p: [0.0, 1.0], v: [{OUTPUT_TOKENS}, {OUTPUT_TOKENS}]}}
-          input_summary: {{n: 1, mean: {PROMPT_TOKENS}, p10: 1, p25: 1, p50: 1, p75: 1, p90: 1, p99: 1, max: 1}}
-          output_summary: {{n: 1, mean: {OUTPUT_TOKENS}, p10: 1, p25: 1, p50: 1, p75: 1, p90: 1, p99: 1, max: 1}}
+          input_summary: {{n: 1, mean: {PROMPT_TOKENS}, p10: 1, p25: 1, p50: 1, p75: 1, p90: 1,
+                          p99: 1, max: 1}}
+          output_summary: {{n: 1, mean: {OUTPUT_TOKENS}, p10: 1, p25: 1, p50: 1, p75: 1, p90: 1,
+                           p99: 1, max: 1}}
         arrivals: {{process: none}}
         prefix: {{kind: none}}
         """)
@@ -144,7 +146,8 @@ def _profile(work: Path) -> Path:
 
 
 def run_loadlab(spec: RunSpec, workers: int = 1, checkout: Path | None = None) -> ClientRun:
-    """``loadlab run --workers N``; ``checkout``: run that checkout's loadlab instead (a baseline)."""
+    """``loadlab run --workers N``; ``checkout``: run that checkout's loadlab instead (a
+    baseline)."""
     from loadlab.loadgen.prepare import request_id
     from loadlab.runstore import REQUESTS, read_table
 

@@ -53,8 +53,10 @@ def main() -> None:
                 cause_ok += truth.cause == a["cause"]["name"]
                 total += 1
                 print(
-                    f"{name:18s} scrape {interval:4g} s seed {seed}: truth ({truth.lower}, {truth.upper}] "
-                    f"{truth.cause:17s} verdict ({k['lower']}, {k['upper']}] {a['cause']['name']:17s} "
+                    f"{name:18s} scrape {interval:4g} s seed {seed}: "
+                    f"truth ({truth.lower}, {truth.upper}] "
+                    f"{truth.cause:17s} verdict ({k['lower']}, {k['upper']}] "
+                    f"{a['cause']['name']:17s} "
                     f"{k['confidence']:6s} {'ok' if near else 'KNEE OFF'} analysis {wall:.1f} s",
                     flush=True,
                 )

@@ -74,8 +74,9 @@ def pytest_runtest_call(item: pytest.Item):
     yield
     if not already and _patched():
         pytest.fail(
-            f"{item.nodeid} gevent-monkey-patched the test process (it imported Locust in-process); "
-            "run that code in a subprocess (python -m loadlab run ...) so later tests keep real threads",
+            f"{item.nodeid} gevent-monkey-patched the test process "
+            "(it imported Locust in-process); run that code in a subprocess "
+            "(python -m loadlab run ...) so later tests keep real threads",
             pytrace=False,
         )
 
@@ -109,7 +110,8 @@ def uniform_profile(tmp_path_factory: pytest.TempPathFactory) -> ProfileWriter:
         path.write_text(f"""format_version: 1
 name: {name}
 description: uniform lengths for tests
-source: {{dataset: none, origin: tests/conftest.py, licence: none, citation: none, derivation: hand-written}}
+source: {{dataset: none, origin: tests/conftest.py, licence: none, citation: none,
+         derivation: hand-written}}
 lengths:
   input: {inp}
   output: {out}

@@ -107,7 +107,8 @@ lines = []
 spec = loadlab.PointSpec(
     out=Path(sys.argv[1]), target=Target(launch="sim"), workload=Workload(profile=sys.argv[2]),
     plan=LoadPlan(concurrency=[2], step_duration_s=float(sys.argv[3]), warmup_s=0.0),
-    loadgen=LoadgenSettings(drain_s=1.0, collect_interval_s=0.5), server_args=["--max-num-seqs", "2"],
+    loadgen=LoadgenSettings(drain_s=1.0, collect_interval_s=0.5),
+    server_args=["--max-num-seqs", "2"],
     progress=lines.append)
 try:
     manifest = loadlab.run_point(spec)
@@ -169,7 +170,8 @@ def test_an_input_error_in_the_child_reaches_the_caller_whole(tmp_path):
         "from loadlab.errors import InputError\n"
         "from loadlab.spec.plan import LoadPlan\n"
         "from loadlab.spec.scenario import Target, Workload\n"
-        "spec = loadlab.PointSpec(out=Path('p'), target=Target(url='http://127.0.0.1:9', model='m'),\n"
+        "spec = loadlab.PointSpec(out=Path('p'), "
+        "target=Target(url='http://127.0.0.1:9', model='m'),\n"
         "    workload=Workload(), plan=LoadPlan(concurrency=[1], step_duration_s=1.0))\n"
         "try:\n    loadlab.run_point(spec)\n"
         "except InputError as exc:\n    print(exc.exit_code, exc.field, bool(exc.fix))",

@@ -1,4 +1,5 @@
-"""Scenario and plan models: one level parser, one plan, scenario files checked before anything runs."""
+"""Scenario and plan models: one level parser, one plan, scenario files checked before
+anything runs."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 Runs INSIDE the vLLM venv (``.vllm-venv/bin/python tools/vllm_sched_trace.py CASE.json``);
 prints one JSON object per engine step on stdout (JSON lines). The file holds one case, or
-``{"cases": {name: case, ...}}`` to pay vLLM's ~10 s import once; each line carries "case". It is the reference that
-tests/vllm/test_scheduler_conformance.py holds loadlab's simulator against, step by step.
+``{"cases": {name: case, ...}}`` to pay vLLM's ~10 s import once; each line carries "case".
+It is the reference that tests/vllm/test_scheduler_conformance.py holds loadlab's simulator
+against, step by step.
 
 Case (JSON):
   {"scheduler": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",

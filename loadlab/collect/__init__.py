@@ -1,7 +1,8 @@
 """The collector: vLLM /metrics sampled beside a load, or read back from Prometheus.
 
 - :mod:`~loadlab.collect.catalog`: the one table of vLLM metric names (V1 and V0-era) and roles
-- :mod:`~loadlab.collect.parse`: exposition text -> METRICS rows (memoised prometheus_client parsing)
+- :mod:`~loadlab.collect.parse`: exposition text -> METRICS rows (memoised prometheus_client
+  parsing)
 - :mod:`~loadlab.collect.scraper`: :class:`Scraper`, background sampling into a run folder
 - :mod:`~loadlab.collect.prometheus`: the same rows read from a Prometheus server
 

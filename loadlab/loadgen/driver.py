@@ -6,12 +6,12 @@ Steps of :func:`run_load`:
    plan; workload; host; versions) and a :class:`~loadlab.loadgen.records.Recorder`;
    then ``on_open()`` (:mod:`loadlab.experiment.point` starts its ``/metrics`` scraper there:
    one started before the manifest is written would see its manifest keys replaced).
-2. Runners. ``workers == 0`` (and no remote workers): one process, Locust ``LocalRunner``, the worker side
-   wired in-process (handy for ``locust -f`` parity and debugging; recording shares
-   the event loop with timing). ``workers >= 1`` (default 1): a ``MasterRunner`` that
-   only records, plus ``workers`` local worker processes (``loadlab run --join``) and
-   ``remote_workers`` more that the user starts on other machines with
-   ``loadlab run --join MASTER_HOST:PORT`` (the master binds ``master_bind``).
+2. Runners. ``workers == 0`` (and no remote workers): one process, Locust ``LocalRunner``,
+   the worker side wired in-process (handy for ``locust -f`` parity and debugging;
+   recording shares the event loop with timing). ``workers >= 1`` (default 1): a
+   ``MasterRunner`` that only records, plus ``workers`` local worker processes
+   (``loadlab run --join``) and ``remote_workers`` more that the user starts on other
+   machines with ``loadlab run --join MASTER_HOST:PORT`` (the master binds ``master_bind``).
 3. Send every worker ``ll_config`` with its index; wait for ``ll_ready``.
 4. Closed loop: the steps of a :class:`~loadlab.spec.knee_search.LevelWalk` (the
    plan's levels, or a knee search's as it goes): per step, ``ll_step`` (the step itself)
@@ -365,7 +365,8 @@ def _progress_loop(runner: Any, recorder: Recorder, master: _Master, plan: LoadP
         lag = "-" if live.loop_lag_mean_s is None else f"{live.loop_lag_mean_s * 1000:.1f}ms"
         opts.progress(
             f"[{now - t_begin:6.1f}s] step {step.index + 1}{of} level={step.level} "
-            f"users={runner.user_count} ok={recorder.ok[step.index]} err={recorder.errors[step.index]} "
+            f"users={runner.user_count} ok={recorder.ok[step.index]} "
+            f"err={recorder.errors[step.index]} "
             f"{load} loop_lag={lag} ttft_p50={'-' if p50 is None else f'{p50 * 1000:.1f}ms'}"
             + (" CLIENT LIMITED" if limited_reasons(live, users) else "")
         )

@@ -86,7 +86,8 @@ class FailureWatch:
             span = row["t_done"] - self._no_conn_since
             if self._no_conn >= CONNECT_FAIL_MIN and span >= CONNECT_FAIL_S:
                 return (
-                    f"no connection to the target for {span:.0f} s ({self._no_conn} attempts in a row; "
+                    f"no connection to the target for {span:.0f} s "
+                    f"({self._no_conn} attempts in a row; "
                     f"last: {brief(row['error'])})"
                 )
             return None

@@ -91,7 +91,8 @@ def split_address(
 
 
 def api_key(env_var: str) -> str | None:
-    """The API key in ``env_var`` (None when unset or empty); InputError if it cannot be a header."""
+    """The API key in ``env_var`` (None when unset or empty); InputError if it cannot be a
+    header."""
     key = os.environ.get(env_var)
     if not key:
         return None
@@ -100,7 +101,8 @@ def api_key(env_var: str) -> str | None:
             f"the API key in ${env_var} holds control or non-ASCII characters "
             "(a line break from a file?)",
             field=env_var,
-            fix=f"set {env_var} to the key alone, e.g. export {env_var}=\"$(tr -d '\\r\\n' < keyfile)\"",
+            fix=f"set {env_var} to the key alone, "
+            f"e.g. export {env_var}=\"$(tr -d '\\r\\n' < keyfile)\"",
         )
     return key
 
@@ -143,7 +145,8 @@ def preflight(base_url: str, model: str | None, api_key_env: str) -> TargetInfo:
     served = [str(e["id"]) for e in entries]
     if model is not None and model not in served:
         raise InputError(
-            f"model {model!r} is not served by {base_url}; it serves: {', '.join(served) or 'none'}",
+            f"model {model!r} is not served by {base_url}; "
+            f"it serves: {', '.join(served) or 'none'}",
             field="--model",
             fix=f"use --model {served[0]}" if served else None,
         )

@@ -10,14 +10,15 @@ whichever worker sends it (workers take disjoint strides of the seq space:
 Bodies always carry ``stream``, ``stream_options.include_usage``, ``max_tokens`` =
 ``min_tokens`` = the target output length and ``ignore_eos``, so output lengths are
 controlled. With the server's ``max_model_len`` known, specs pass through
-:class:`loadlab.workload.fit.ContextFit` first, so no body exceeds the context (a 400). Prompt text is calibrated through the server's ``POST /tokenize`` when it
-has one (``calibrate=True``); target and server-reported counts both land in the
-record. When /tokenize is missing at start, or fails for a prompt mid-run (one of
-``CALIBRATION_ERRORS``: the server restarting, overloaded, answering without a count),
-prompts are sized by estimate instead and :class:`Calibration` says so and why; the
-run's manifest carries it (``workload.calibrated``, ``workload.calibration_reason``).
-:class:`Prefetcher` builds requests ahead of use in a background greenlet so a
-closed-loop user never pauses between requests to count tokens.
+:class:`loadlab.workload.fit.ContextFit` first, so no body exceeds the context (a 400).
+Prompt text is calibrated through the server's ``POST /tokenize`` when it has one
+(``calibrate=True``); target and server-reported counts both land in the record. When
+/tokenize is missing at start, or fails for a prompt mid-run (one of ``CALIBRATION_ERRORS``:
+the server restarting, overloaded, answering without a count), prompts are sized by estimate
+instead and :class:`Calibration` says so and why; the run's manifest carries it
+(``workload.calibrated``, ``workload.calibration_reason``). :class:`Prefetcher` builds
+requests ahead of use in a background greenlet so a closed-loop user never pauses between
+requests to count tokens.
 """
 
 from __future__ import annotations
@@ -222,7 +223,10 @@ class RequestFactory:
             cal = self.calibration
             cal.uncalibrated += 1
             if cal.reason is None:
-                cal.reason = f"/tokenize failed mid-run ({type(exc).__name__}: {exc}): some prompts estimated"
+                cal.reason = (
+                    f"/tokenize failed mid-run ({type(exc).__name__}: {exc}): "
+                    "some prompts estimated"
+                )
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": spec.output_tokens,

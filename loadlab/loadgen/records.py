@@ -94,7 +94,8 @@ class Recorder:
                 self.fit_counts[key] = self.fit_counts.get(key, 0) + n
 
     def missing(self) -> dict[str, int]:
-        """Rows short per finished worker: requests begun (else rows shipped) minus rows received."""
+        """Rows short per finished worker: requests begun (else rows shipped) minus rows
+        received."""
         with self._lock:
             expected = {
                 w: max(n, self.issued_by_worker.get(w, n)) for w, n in self.done_workers.items()
@@ -134,7 +135,8 @@ class Recorder:
                 self.calibration[report["worker"]] = report["calibration"]
 
     def workload_summary(self) -> dict[str, Any]:
-        """The manifest's workload keys ``calibrated``, ``calibration_reason``, ``uncalibrated_prompts``."""
+        """The manifest's workload keys ``calibrated``, ``calibration_reason``,
+        ``uncalibrated_prompts``."""
         from loadlab.loadgen.prepare import merge_calibrations
 
         with self._lock:

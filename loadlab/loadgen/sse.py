@@ -1,4 +1,5 @@
-"""Server-sent events of an OpenAI stream, read by read, with as little Python per event as possible.
+"""Server-sent events of an OpenAI stream, read by read, with as little Python per event as
+possible.
 
 The streaming client stamps every event of one socket read with that read's time, so
 events only need to be *counted* per read, not handled one by one. Steps per read:
@@ -84,7 +85,8 @@ def content_end(events: bytes, marker: bytes) -> int:
 
 
 def event_payloads(events: bytes) -> list[bytes]:
-    """The ``data`` payload of each event (multi-line data joined by LF); events without data dropped."""
+    """The ``data`` payload of each event (multi-line data joined by LF); events without
+    data dropped."""
     out = []
     for event in events.split(b"\n\n")[:-1]:
         if event.startswith(_DATA) and b"\n" not in event:   # the one-line event servers send

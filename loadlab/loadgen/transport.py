@@ -12,10 +12,10 @@ Why a raw socket client and not Locust's ``FastHttpUser`` (geventhttpclient's
 every per-chunk timestamp after the first would be wrong; ``HttpUser``
 (requests/urllib3) streams but costs several times more CPU per request, which on
 a 2-core box beside vLLM is exactly what distorts the measurement
-(benchmarks/bench_loadgen.py measures the CPU per request). :class:`SocketTransport` keeps geventhttpclient's C HTTP parser
-(llhttp: chunked encoding, keep-alive rules) and drives the socket itself: one
-``recv`` -> one ``feed`` -> the body bytes it produced are yielded at once. Under
-Locust the stdlib socket is gevent's (Locust monkey-patches on import), so a
+(benchmarks/bench_loadgen.py measures the CPU per request). :class:`SocketTransport` keeps
+geventhttpclient's C HTTP parser (llhttp: chunked encoding, keep-alive rules) and drives the
+socket itself: one ``recv`` -> one ``feed`` -> the body bytes it produced are yielded at
+once. Under Locust the stdlib socket is gevent's (Locust monkey-patches on import), so a
 blocked ``recv`` yields to other users; outside gevent it is an ordinary blocking
 socket.
 

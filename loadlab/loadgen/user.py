@@ -20,13 +20,13 @@ Protocol (message names; data JSON/msgpack-safe):
   ``ll_drain`` ({"deadline_s"}): stop starting requests, report when idle.
 - worker -> master: ``ll_hello`` ({"worker"}) once its handlers are installed (a Locust
   worker is counted by its master while it is still connecting, before it could handle
-  ``ll_config``: the master configures only workers that said hello), ``ll_ready`` ({"worker", "calibration"}; or ``ll_failed`` with the reason),
-  ``ll_rows`` / ``ll_client`` (record batches),
-  ``ll_stop`` ({"worker", "reason"}: a :mod:`~loadlab.loadgen.guards` rule tripped, stop the run),
-  ``ll_drained``, ``ll_done`` ({"worker", "rows", "issued", "fit", "calibration"}: rows shipped,
-  requests begun, requests fitted to the context, how prompts were sized) after Locust's
-  ``test_stop``; "calibration" is the worker's :class:`~loadlab.loadgen.prepare.Calibration`
-  as a dict.
+  ``ll_config``: the master configures only workers that said hello), ``ll_ready``
+  ({"worker", "calibration"}; or ``ll_failed`` with the reason), ``ll_rows`` / ``ll_client``
+  (record batches), ``ll_stop`` ({"worker", "reason"}: a :mod:`~loadlab.loadgen.guards` rule
+  tripped, stop the run), ``ll_drained``, ``ll_done`` ({"worker", "rows", "issued", "fit",
+  "calibration"}: rows shipped, requests begun, requests fitted to the context, how prompts
+  were sized) after Locust's ``test_stop``; "calibration" is the worker's
+  :class:`~loadlab.loadgen.prepare.Calibration` as a dict.
 
 :class:`Link` hides whether the other side is a message away (Locust runners) or
 in this process (a local run), so both paths run the same handlers.

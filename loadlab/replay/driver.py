@@ -20,18 +20,19 @@ Requests come from ``loadlab.workload.load_profile(workload.profile).sampler(wor
 request ``seq`` being the run's ``seq``-th send. Prompt token ids are built so the
 prefix cache sees real sharing: the profile's common tokens (ids 0..), then the prefix
 group's tokens, then ids unique to the request; their block hashes come precomputed from
-runs of ids (:mod:`loadlab.replay.prompts`, same hits as hashing the ids). Lengths that do not fit the model are
-clipped as a careful client would (prompt <= max_model_len - 1, prompt + output <=
-max_model_len); targets keep the drawn values. ``max_tokens`` = output length.
+runs of ids (:mod:`loadlab.replay.prompts`, same hits as hashing the ids). Lengths that do
+not fit the model are clipped as a careful client would (prompt <= max_model_len - 1,
+prompt + output <= max_model_len); targets keep the drawn values. ``max_tokens`` = output
+length.
 
 When the plan ends, requests still in flight are aborted (status "aborted"), as a load
 generator that stops. Output in ``out_dir``: requests.parquet (REQUESTS, worker
 "sim-replay", times = ``start_epoch`` + virtual seconds, written column-wise by
 :class:`~loadlab.replay.records.RequestRows`), metrics.parquet (METRICS,
 source "sim", every ``metrics_interval_s`` virtual seconds, the same samples the
-simulator's /metrics would serve, written column-wise by the collector's MetricsSink) and manifest.json (kind "sim-replay", steps, resolved
-server flags, vLLM's start-up lines, wall time and speed); each table compacted into
-one part once the run is complete.
+simulator's /metrics would serve, written column-wise by the collector's MetricsSink) and
+manifest.json (kind "sim-replay", steps, resolved server flags, vLLM's start-up lines, wall
+time and speed); each table compacted into one part once the run is complete.
 """
 
 from __future__ import annotations

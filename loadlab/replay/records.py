@@ -6,8 +6,9 @@ timeline. :class:`RequestRows` buffers rows and writes them as REQUESTS parts th
 from one flat float array and its offsets (``pa.ListArray.from_arrays``), not from a
 Python list per row, which was most of the cost of writing requests.parquet
 (``benchmarks/bench_sim_replay.py``), and it is written without dictionary encoding
-(a dictionary of per-token floats is costly and useless). Flushing: every ``flush_rows`` rows or when the
-oldest buffered row is ``flush_interval_s`` wall seconds old, and at :meth:`close`.
+(a dictionary of per-token floats is costly and useless). Flushing: every ``flush_rows``
+rows or when the oldest buffered row is ``flush_interval_s`` wall seconds old, and at
+:meth:`close`.
 """
 
 from __future__ import annotations

@@ -99,7 +99,8 @@ def compare_arms(base: Point, new: Point) -> ArmComparison:
 
 def bootstrap_change(a: np.ndarray, b: np.ndarray, stat: Callable[[np.ndarray], np.ndarray],
                      rng: np.random.Generator, resamples: int = RESAMPLES) -> tuple[float, float]:
-    """95% percentile interval of ``stat(b) / stat(a) - 1``; ``stat`` maps rows of samples to values."""
+    """95% percentile interval of ``stat(b) / stat(a) - 1``; ``stat`` maps rows of samples
+    to values."""
     if len(a) == 0 or len(b) == 0:
         return float("nan"), float("nan")
     ratio = _resampled(b, stat, rng, resamples) / _resampled(a, stat, rng, resamples) - 1.0

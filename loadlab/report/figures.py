@@ -208,7 +208,8 @@ def ab_deltas(arm: ArmComparison) -> go.Figure:
 
 
 def capacity(point: Point) -> go.Figure | None:
-    """Formula, practical range and vLLM's estimate against the measured knee (None if no figures)."""
+    """Formula, practical range and vLLM's estimate against the measured knee (None if no
+    figures)."""
     cap = point.section("capacity")
     knee = point.section("knee")
     closed = point.unit == "concurrency"        # a rate knee is not on the concurrency axis

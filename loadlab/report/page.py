@@ -58,7 +58,8 @@ class ArmView:
 
 
 def write_report(root: str | Path, out: str | Path | None = None) -> Path:
-    """Write the report of a run or sweep folder (default ``<root>/report.html``); return its path."""
+    """Write the report of a run or sweep folder (default ``<root>/report.html``); return
+    its path."""
     runset = load(root)
     path = Path(out) if out else runset.root / REPORT
     html = render(runset)

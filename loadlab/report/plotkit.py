@@ -135,7 +135,8 @@ def level_axes(canvas: Canvas, x: np.ndarray, title: str, cols: int) -> bool:
 
 
 def value_axis(canvas: Canvas, values: np.ndarray, col: int) -> bool:
-    """A y axis from 0, or log with 1-2-5 ticks when the values span a decade; returns whether log."""
+    """A y axis from 0, or log with 1-2-5 ticks when the values span a decade; returns
+    whether log."""
     values = values[np.isfinite(values) & (values > 0)]
     if len(values) == 0 or values.max() / values.min() < 10:
         canvas.yaxis(col, rangemode="tozero")

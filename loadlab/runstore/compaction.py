@@ -137,7 +137,8 @@ def compact_run(run_dir: str | Path, tables: Iterable[str] = tuple(TABLES),
             )
     if loud and progress is not None:
         progress(
-            f"compacted {len(parts):,} part files into {len(done)} in {time.perf_counter() - t0:.1f} s"
+            f"compacted {len(parts):,} part files into {len(done)} "
+            f"in {time.perf_counter() - t0:.1f} s"
         )
     return done
 
@@ -168,7 +169,8 @@ def _row_groups(parts: list[Path], schema: pa.Schema, limit: int) -> Iterator[pa
 
 
 def _readable(part: Path) -> bool:
-    """Whether a part's footer reads; one that does not stays as it is, outside the compacted part."""
+    """Whether a part's footer reads; one that does not stays as it is, outside the
+    compacted part."""
     try:
         pq.read_metadata(part)
     except (pa.ArrowException, OSError) as exc:

@@ -103,7 +103,8 @@ class PartWriter:
 
     # -- adding ----------------------------------------------------------------------
     def add(self, row: Mapping[str, Any]) -> None:
-        """Queue one row; flushes when ``flush_rows`` are buffered. Never raises for a failed write."""
+        """Queue one row; flushes when ``flush_rows`` are buffered. Never raises for a
+        failed write."""
         with self._lock:
             self._rows.append(row)
             pending = len(self._rows)
@@ -247,7 +248,8 @@ class PartWriter:
         )
 
     def write_table(self, table: pa.Table, *, dictionary_columns: list[str] | None = None) -> None:
-        """Write a table its owner built column-wise as one part, now (rows from add() stay buffered).
+        """Write a table its owner built column-wise as one part, now (rows from add() stay
+        buffered).
 
         For writers whose rows are cheaper to build as columns (from_pylist costs ~4 us a
         row, far more for list columns). The table must have this writer's schema.
@@ -321,10 +323,11 @@ def read_table(
     ``pc.field("family").isin([...])``; ``categorical``: string columns returned as
     pandas Categoricals, read straight from Parquet's dictionary pages (a long-format
     METRICS table repeats a few hundred strings millions of times: 10x less memory, and
-    comparisons and groupbys on codes; categories sorted, unused ones dropped). A part written before a column was added
-    reads as nulls in it. A part that cannot be read (truncated, empty, not Parquet) is
-    left out with a :class:`CorruptPartWarning` naming it: one damaged file must not hide
-    the rest of a run (found part by part, only when the one-pass scan fails).
+    comparisons and groupbys on codes; categories sorted, unused ones dropped). A part
+    written before a column was added reads as nulls in it. A part that cannot be read
+    (truncated, empty, not Parquet) is left out with a :class:`CorruptPartWarning` naming
+    it: one damaged file must not hide the rest of a run (found part by part, only when the
+    one-pass scan fails).
     """
     parts = live_parts(table_dir)
     read_schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type))

@@ -31,7 +31,8 @@ def scenario_path(name: str) -> Path:
 
 
 def read_scenario(path: str | Path) -> Scenario:
-    """Read a scenario file into its model, relative paths resolved; InputError if anything is off."""
+    """Read a scenario file into its model, relative paths resolved; InputError if anything
+    is off."""
     path = Path(path)
     try:
         text = path.read_text()

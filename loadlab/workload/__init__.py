@@ -62,6 +62,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
         raise InputError(
             f"unknown profile '{text}'",
             field="profile",
-            fix=f"use one of: {', '.join(list_profiles()) or '(none shipped)'}, or a path to a profile file",
+            fix=f"use one of: {', '.join(list_profiles()) or '(none shipped)'}, "
+            "or a path to a profile file",
         )
     return Profile(read_profile_file(shipped), str(shipped))

@@ -102,7 +102,8 @@ def poisson_schedule(rate: float, seed: int) -> RenewalSchedule:
 
 
 def gamma_schedule(rate: float, burstiness: float, seed: int) -> RenewalSchedule:
-    """Gamma-renewal arrivals at ``rate`` requests/s with shape ``burstiness`` (CV = 1/sqrt(shape))."""
+    """Gamma-renewal arrivals at ``rate`` requests/s with shape ``burstiness``
+    (CV = 1/sqrt(shape))."""
     return RenewalSchedule(rate, burstiness, seed)
 
 

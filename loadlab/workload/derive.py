@@ -9,10 +9,11 @@ Steps and defaults
    ``PAIR_THRESHOLD`` (0.3), keep ``PAIR_COUNT`` (1,500) rank pairs drawn without
    replacement (seeded), each rank quantised to a ``PAIR_GRID`` (1,000) grid.
 3. Arrivals: rate = (n - 1) / span; CV of inter-arrival gaps; gamma shape 1/CV^2,
-   or Poisson when |CV - 1| < 0.1 (shape capped at 10,000 for periodic traces); index of dispersion of counts in full 1 s and 60 s
-   bins; busiest minute / mean. Timestamps on a coarse grid (more than half the gaps
-   exactly 0) are first spread uniformly (seeded) inside each grid slot, the grid
-   being the median non-zero gap, since zero gaps describe the logger, not users.
+   or Poisson when |CV - 1| < 0.1 (shape capped at 10,000 for periodic traces); index of
+   dispersion of counts in full 1 s and 60 s bins; busiest minute / mean. Timestamps on a
+   coarse grid (more than half the gaps exactly 0) are first spread uniformly (seeded)
+   inside each grid slot, the grid being the median non-zero gap, since zero gaps describe
+   the logger, not users.
 4. Prefix (traces with prefix-block hash ids): sessions fitted by
    :mod:`loadlab.workload.session_fit`; tables from :mod:`loadlab.workload.tables`.
 """
@@ -147,7 +148,8 @@ def fit_arrivals(timestamps_s: np.ndarray | None) -> Arrivals:
     cv = float(gaps.std() / gaps.mean())
     per_minute = _counts_per(ts, 60.0)
     note = (
-        f"timestamps lie on a {grid:.3g} s grid; requests were spread uniformly inside each slot before fitting"
+        f"timestamps lie on a {grid:.3g} s grid; "
+        "requests were spread uniformly inside each slot before fitting"
         if grid
         else None
     )

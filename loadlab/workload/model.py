@@ -259,7 +259,8 @@ def parse_profile(data: Any, source: str | Path) -> ProfileModel:
     """Validate a decoded profile document; raise InputError naming the first bad field."""
     if not isinstance(data, dict):
         raise InputError(
-            "a profile must be a YAML mapping (name, description, source, lengths, arrivals, prefix)",
+            "a profile must be a YAML mapping "
+            "(name, description, source, lengths, arrivals, prefix)",
             source=source,
             fix="start from one of the files in profiles/ or run `loadlab profile build`",
         )

@@ -23,8 +23,8 @@ marker, opens the next turn's prompt.
 - Drawing: the words of a stream (a group's text, a request's suffix) come from SHAKE-128,
   an extendable-output hash, of (seed, nonce, stream, chunk): two bytes per word, taken
   modulo the list (65536 is not a multiple of its length: its first 65536 mod n words
-  are drawn 0.4% more often than the others). A shorter draw is a prefix of a longer one, so a request
-  draws only the words it needs; a numpy Generator per request cost ~15 us more, a
+  are drawn 0.4% more often than the others). A shorter draw is a prefix of a longer one, so
+  a request draws only the words it needs; a numpy Generator per request cost ~15 us more, a
   tenth of a load generator's core at 1,000 requests/s.
 
 Calibration. With a ``TokenCounter`` (the server's /tokenize for this request shape,
@@ -222,7 +222,8 @@ class PromptSynth:
                 max(0, self._words(target - self.overhead_tokens) - len(words) - 1))
 
     def prompt(self, spec: SpecLike) -> Prompt:
-        """Text for ``spec``: shared prefix, unique marker, suffix sized to ``spec.prompt_tokens``."""
+        """Text for ``spec``: shared prefix, unique marker, suffix sized to
+        ``spec.prompt_tokens``."""
         if self._measure:
             self._measure_rates()
         target = int(spec.prompt_tokens)

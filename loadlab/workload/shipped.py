@@ -44,26 +44,28 @@ SERVEGEN_ROW_S = 600
 
 AZURE_SRC = {
     "licence": "CC-BY-4.0",
-    "citation": "Patel et al., Splitwise: Efficient generative LLM inference using phase splitting, ISCA 2024",
+    "citation": "Patel et al., Splitwise: Efficient generative LLM inference using phase "
+    "splitting, ISCA 2024",
 }
 MOONCAKE_SRC = {
     "licence": "Apache-2.0 (repository licence; the trace files carry none of their own)",
-    "citation": "Qin et al., Mooncake: Trading More Storage for Less Computation - A KVCache-centric "
-    "Architecture for Serving LLM Chatbot, USENIX FAST 2025",
+    "citation": "Qin et al., Mooncake: Trading More Storage for Less Computation - "
+    "A KVCache-centric Architecture for Serving LLM Chatbot, USENIX FAST 2025",
 }
 ETALON_SRC = {
-    "licence": "Apache-2.0 (project-etalon/etalon); the underlying text datasets have their own terms",
-    "citation": "Agrawal et al., Taming Throughput-Latency Tradeoff in LLM Inference with Sarathi-Serve, "
-    "OSDI 2024 (processed traces shared by Sarathi-Serve / Vidur / Etalon)",
+    "licence": "Apache-2.0 (project-etalon/etalon); "
+    "the underlying text datasets have their own terms",
+    "citation": "Agrawal et al., Taming Throughput-Latency Tradeoff in LLM Inference with "
+    "Sarathi-Serve, OSDI 2024 (processed traces shared by Sarathi-Serve / Vidur / Etalon)",
 }
 SERVEGEN_SRC = {
     "licence": "Apache-2.0",
-    "citation": "Xiang et al., ServeGen: Workload Characterization and Generation of Large Language "
-    "Model Serving in Production, arXiv:2505.09999, 2025",
+    "citation": "Xiang et al., ServeGen: Workload Characterization and Generation of Large "
+    "Language Model Serving in Production, arXiv:2505.09999, 2025",
 }
 DERIVED = (
-    "inverse-CDF tables (numpy linear percentiles) of input/output tokens; arrival rate, gap CV and "
-    "dispersion fitted from the timestamps; see loadlab/workload/derive.py"
+    "inverse-CDF tables (numpy linear percentiles) of input/output tokens; arrival rate, "
+    "gap CV and dispersion fitted from the timestamps; see loadlab/workload/derive.py"
 )
 ETALON_COLS = Columns("num_prefill_tokens", "num_decode_tokens")
 
@@ -176,12 +178,14 @@ def shared_system_prompt(conv: ProfileModel, conv_trace: TraceData) -> ProfileMo
     base = fit_profile(
         shifted,
         "shared-system-prompt",
-        f"Every request starts with the same {SYSTEM_PROMPT_TOKENS}-token system prompt, followed by "
-        "an Azure-conv user turn; exercises prefix caching and blocks held by a hot prefix.",
+        f"Every request starts with the same {SYSTEM_PROMPT_TOKENS}-token system prompt, "
+        "followed by an Azure-conv user turn; exercises prefix caching and blocks held by a "
+        "hot prefix.",
         conv.source.model_copy(
             update={
-                "derivation": f"azure-conv tables with {SYSTEM_PROMPT_TOKENS} tokens added to every input "
-                "(the shared prefix is a synthetic assumption, not in the trace); " + DERIVED
+                "derivation": f"azure-conv tables with {SYSTEM_PROMPT_TOKENS} tokens added to "
+                "every input (the shared prefix is a synthetic assumption, not in the trace); "
+                + DERIVED
             }
         ),
     )
@@ -258,8 +262,9 @@ def deepseek_r1(traces: Path) -> ProfileModel:
         ),
     )
     derivation = (
-        "traffic-weighted pooling of per-client 6-hourly pmfs (weights: expected requests, rate x 600 s per "
-        "10-min row), step inverse-CDF tables; rate = mean aggregate; see loadlab/workload/shipped.py"
+        "traffic-weighted pooling of per-client 6-hourly pmfs (weights: expected requests, "
+        "rate x 600 s per 10-min row), step inverse-CDF tables; rate = mean aggregate; "
+        "see loadlab/workload/shipped.py"
     )
     ratio_values, ratio_weights = arrays["reason_ratio"]
     reasoning = float((ratio_values * ratio_weights).sum() / ratio_weights.sum())

@@ -161,7 +161,8 @@ def _jsonl_rows(path: Path, columns: Columns) -> Iterator[tuple[int, dict[str, A
                     "a line must be a JSON object",
                     source=path,
                     field=f"line {line_no}",
-                    fix='write one object per line, e.g. {"input_length": 812, "output_length": 97}',
+                    fix="write one object per line, "
+                    'e.g. {"input_length": 812, "output_length": 97}',
                 )
             if not checked:
                 _check_columns(path, columns, list(row))
@@ -174,7 +175,8 @@ def _check_columns(path: Path, columns: Columns, found: list[str]) -> None:
     missing = [c for c in wanted if c not in found]
     if missing:
         raise InputError(
-            f"column(s) {', '.join(missing)} not found; columns found: {', '.join(found) or '(none)'}",
+            f"column(s) {', '.join(missing)} not found; "
+            f"columns found: {', '.join(found) or '(none)'}",
             source=path,
             field=missing[0],
             fix="name the right columns with --input-col/--output-col/--time-col, or pick --format",

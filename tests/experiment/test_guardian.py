@@ -105,7 +105,8 @@ def test_killed_launcher_takes_the_servers_children_with_it(tmp_path, monkeypatc
     script = textwrap.dedent(f"""
         import time
         from loadlab.experiment.launcher import launch_target
-        with launch_target("vllm", ["m"], {str(tmp_path / "run")!r}, startup_timeout_s=60) as target:
+        with launch_target("vllm", ["m"], {str(tmp_path / "run")!r},
+                           startup_timeout_s=60) as target:
             print(target.pid, flush=True)
             time.sleep(600)
         """)

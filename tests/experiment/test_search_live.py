@@ -52,7 +52,8 @@ def test_live_search_brackets_the_sequence_cap(tmp_path, uniform_profile):
     assert isinstance(manifest, RunManifest) and manifest.status == "complete"
     search = manifest.search
     assert search is not None, "the manifest records the search"
-    # waiting = users - max_num_seqs: the last good level is the cap, the first stalled one step above
+    # waiting = users - max_num_seqs: the last good level is the cap, the first stalled one
+    # step above
     assert (search["lower"], search["upper"]) == (MAX_NUM_SEQS, MAX_NUM_SEQS + 2)
     levels = [level for level, _ in search["steps"]]
     assert levels == [2, 4, 8, 6], "coarse 2, 4, 8 (stalled), then bisection at 6"

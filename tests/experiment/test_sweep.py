@@ -1,4 +1,5 @@
-"""`loadlab sweep`: bad scenarios refused before anything starts; what-if sweeps on the simulator."""
+"""`loadlab sweep`: bad scenarios refused before anything starts; what-if sweeps on the
+simulator."""
 
 from __future__ import annotations
 

@@ -57,7 +57,10 @@ def make_app(
         if kind == "401":
             return web.json_response({"error": "Unauthorized"}, status=401)
         if kind == "html404":
-            page = "<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n<body>Not Found</body></html>"
+            page = (
+                "<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n"
+                "<body>Not Found</body></html>"
+            )
             return web.Response(text=page, status=404, content_type="text/html")
         if kind.isdigit():
             err = {"message": f"injected {kind}", "type": "BadRequestError", "code": int(kind)}

@@ -1,4 +1,5 @@
-"""Failures become records and the run goes on; bad input exits 2; Ctrl-C keeps what was measured."""
+"""Failures become records and the run goes on; bad input exits 2; Ctrl-C keeps what was
+measured."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def test_every_failure_is_a_record_and_the_run_goes_on(
     "content,needle",
     [
         (
-            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,10,5\n2023-11-16 18:15:47.0,abc,5\n",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,10,5\n"
+            "2023-11-16 18:15:47.0,abc,5\n",
             ["line 3", "ContextTokens"],
         ),
         ("TIMESTAMP,Context,GeneratedTokens\n2023-11-16 18:15:46.6,10,5\n", ["column"]),

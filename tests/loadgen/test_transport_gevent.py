@@ -28,7 +28,8 @@ rows = []
 for _ in range(n):
     before = transport._sock
     out = client.send(body)
-    rows.append({"status": out.status, "http": out.http_status, "chunks": len(out.timings.chunk_offsets_s),
+    rows.append({"status": out.status, "http": out.http_status,
+                 "chunks": len(out.timings.chunk_offsets_s),
                  "output_tokens": out.output_tokens, "kept_before": before is not None,
                  "kept_after": transport._sock is not None,
                  "same": before is None or transport._sock is None or before is transport._sock})

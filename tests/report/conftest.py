@@ -23,7 +23,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 
 @pytest.fixture(scope="session")
 def ab_sweep(tmp_path_factory) -> Path:
-    """max_num_seqs 8 (baseline) / 16 / 32 at 2..32 users, and a point whose server never came up."""
+    """max_num_seqs 8 (baseline) / 16 / 32 at 2..32 users, and a point whose server never
+    came up."""
     root = tmp_path_factory.mktemp("ab-sweep")
     knees = {8: (8, 16), 16: (16, 32), 32: (None, None)}
     for cap, (lower, upper) in knees.items():

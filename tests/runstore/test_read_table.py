@@ -1,4 +1,5 @@
-"""read_table reads many parts in one pass: same rows and order as part by part, fewer columns on request."""
+"""read_table reads many parts in one pass: same rows and order as part by part, fewer
+columns on request."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ error path. Each request is replayed against the simulator with the same flags; 
 status must match and the body must have the same structure: the same keys in the same
 order, the same JSON types, the same SSE event count, and equal values where values
 are not model- or tokenizer-specific (object, finish_reason, stop_reason, error type and
-code, completion token counts when ``ignore_eos`` fixes them). Error ``param``s of schema errors may be shorter than
-pydantic's location paths (``body`` for ``body.1``).
+code, completion token counts when ``ignore_eos`` fixes them). Error ``param``s of schema
+errors may be shorter than pydantic's location paths (``body`` for ``body.1``).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ What each test asserts is the scheduler picture of vLLM's V1 scheduler
 (vllm/v1/core/sched/scheduler.py): the sequence cap
 (running pinned at 4, the rest waiting, KV low, TTFT jumping while ITL stays flat), KV
 exhaustion (usage near 1, preemptions), prefix-cache counters that move only with caching
-on and a first token that needs fewer engine steps with it. Gauges are 0.5 s snapshots, so assertions
-on them leave room for a snapshot taken between a finish and the next admission.
+on and a first token that needs fewer engine steps with it. Gauges are 0.5 s snapshots, so
+assertions on them leave room for a snapshot taken between a finish and the next admission.
 Client-vs-server TTFT differences and the gauge-lag figures per step are printed (run with
 -s) and written to ``ttft_overhead.json`` and ``gauge_lag.json`` in the run folder. Server
 and client run on CPUs of their own (realvllm.ISOLATION), and every load asserts it was

@@ -14,7 +14,7 @@ TRACES = REPO.parent / "shared" / "traces"
 def traces_dir() -> Path:
     if not (TRACES / "README.md").is_file():
         pytest.skip(
-            f"public traces not found at {TRACES}: clone the project's shared/ folder beside the repository "
-            "to check the shipped profiles against their sources"
+            f"public traces not found at {TRACES}: clone the project's shared/ folder "
+            "beside the repository to check the shipped profiles against their sources"
         )
     return TRACES

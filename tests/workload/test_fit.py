@@ -38,7 +38,8 @@ def test_trace_rows_are_clipped(tmp_path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text(
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-        "2023-11-16 18:15:46.0,100,50\n2023-11-16 18:15:47.0,2000,50\n2023-11-16 18:15:48.0,900,300\n"
+        "2023-11-16 18:15:46.0,100,50\n2023-11-16 18:15:47.0,2000,50\n"
+        "2023-11-16 18:15:48.0,900,300\n"
     )
     fit = ContextFit(TraceSpecs(str(trace), 1.0), 1000)
     got = [fit.fitted(i) for i in range(3)]

@@ -8,7 +8,10 @@ import pytest
 
 from loadlab.cli import main
 
-AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,10,5\n2023-11-16 18:15:47.0,20,6\n"
+AZURE = (
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,10,5\n"
+    "2023-11-16 18:15:47.0,20,6\n"
+)
 
 
 def _build(capsys, *args: str) -> tuple[int, str]:

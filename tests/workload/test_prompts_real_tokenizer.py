@@ -43,7 +43,8 @@ SCRIPT = textwrap.dedent(
     turns = next(k for k, (x, y) in enumerate(zip(c, d)) if x != y)
     print(json.dumps({"exact": exact, "n": len(specs), "shared_ids": same,
                       "words_per_token": synth.words_per_token, "turn_shared_ids": turns,
-                      "turn_counts": [first.counted_tokens, second.counted_tokens, len(c), len(d)]}))
+                      "turn_counts": [first.counted_tokens, second.counted_tokens,
+                                      len(c), len(d)]}))
     """
 )
 

@@ -274,10 +274,11 @@ def resolve(cfg: SimConfig) -> ResolvedConfig:
         fits = max(0, (num_blocks - 1) * cfg.block_size)
         need_blocks = math.ceil(max_model_len / cfg.block_size) + 1
         raise InputError(
-            f"the KV pool ({num_blocks} blocks of {cfg.block_size} tokens, one reserved) cannot hold "
-            f"one request of max_model_len {max_model_len} tokens; it holds {fits}",
+            f"the KV pool ({num_blocks} blocks of {cfg.block_size} tokens, one reserved) "
+            f"cannot hold one request of max_model_len {max_model_len} tokens; it holds {fits}",
             field=flag,
-            fix=f"lower --max-model-len to {fits} or less, or give the pool >= {need_blocks} blocks "
+            fix=f"lower --max-model-len to {fits} or less, "
+            f"or give the pool >= {need_blocks} blocks "
             "(--num-gpu-blocks-override, higher --gpu-memory-utilization, "
             "--kv-cache-dtype fp8, or more --tensor-parallel-size)",
         )

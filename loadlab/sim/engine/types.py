@@ -89,7 +89,8 @@ class StepOutput:
     kv_usage: float  # 1 - free/(num_gpu_blocks - 1); cached-free blocks count as free
     admitted: list[str] = field(default_factory=list)  # ids moved waiting -> running this step
     prompt_tokens_cached: int = 0  # prompt tokens served by the prefix cache (local_cache_hit),
-    #                                  counted with prompt_tokens_computed when the first token comes out
+    #                                  counted with prompt_tokens_computed when the first token
+    #                                  comes out
 
 
 @dataclass(frozen=True)
