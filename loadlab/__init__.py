@@ -5,7 +5,8 @@ The Python API, for notebooks and scripts (the CLI calls the same functions)::
     import loadlab
     scenario = loadlab.load_scenario("demo")                 # a shipped name, or a file
     sweep = loadlab.run_sweep(scenario, out, what_if=True)   # every point, virtual time
-    analysis = loadlab.analyze_run(out / "baseline")         # knee, cause, knob
+    point = sweep.manifest.points[0].folder(out)             # one point's run folder
+    analysis = loadlab.analyze_run(point)                    # knee, cause, knob
     loadlab.write_report(out)                                # report.html
 
 Importing this package imports nothing but the version: each name below is imported on
