@@ -55,7 +55,7 @@ def run_demo(out: Path | None = None, quick: bool = False,
 def _cache_line(folder: Path) -> str:
     """Hit rate and first-level TTFT of a point, from its analysis.json."""
     try:
-        steps = [row.model_dump() for row in read_analysis(folder).steps]
+        steps = [row.model_dump(exclude_unset=True) for row in read_analysis(folder).steps]
     except InputError:
         return "no analysis"
     hits = [s["prefix_hit_rate"] for s in steps if s.get("prefix_hit_rate") is not None]

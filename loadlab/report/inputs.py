@@ -53,7 +53,7 @@ class Point:
     def steps(self) -> pd.DataFrame:
         """analysis.json ``steps[]`` as a frame (empty when there is no analysis); read once."""
         rows = self.analysis.steps if self.analysis else []
-        return pd.DataFrame([row.model_dump() for row in rows])
+        return pd.DataFrame([row.model_dump(exclude_unset=True) for row in rows])
 
     @property
     def unit(self) -> str:
