@@ -95,7 +95,10 @@ def test_starved_client_is_client_limited_not_a_knee(vllm_server, tmp_path_facto
         cpu = min(ISOLATION.client_cpus)  # the client's own core, away from the server's
         spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
         hog = subprocess.Popen([sys.executable, "-c", spin])
-        for thread in psutil.Process(proc.pid).threads():
+        # the load runs in the process that owns the run folder: `loadlab run`'s child
+        # (loadlab.experiment.child), not `loadlab run` itself
+        client = psutil.Process(read_manifest(out)["owner"]["pid"])
+        for thread in client.threads():
             os.sched_setaffinity(thread.id, {cpu})
             os.setpriority(os.PRIO_PROCESS, thread.id, 19)
         _, err = proc.communicate(timeout=600)
