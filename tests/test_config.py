@@ -164,6 +164,20 @@ sweep:
             "isolation.server_cpus",
             "low-high",
         ),
+        # bounds, before anything starts: a typo, not a load test
+        ("concurrency: [1, 2]", "concurrency: [1000000000]", "load.concurrency", "100,000 users"),
+        ("concurrency: [1, 2]", "concurrency: 1:1.0001:90000", "load.concurrency",
+         "fewer levels"),
+        ("concurrency: [1, 2]", "rate: [5, 1e9]", "load.rate", "100,000 requests/s"),
+        ("  concurrency: [1, 2]", "  concurrency: [1, 2]\n  step_duration_s: .inf",
+         "load.step_duration_s", "seconds per step"),
+        ("  concurrency: [1, 2]", "  concurrency: [1, 2]\n  step_duration_s: 1e308",
+         "load.step_duration_s", "seconds per step"),
+        ("  concurrency: [1, 2]", "  concurrency: [1, 2]\n  burstiness: .nan",
+         "load.burstiness", "gamma shape"),
+        # the name becomes part of the sweep folder's: it must stay one folder name
+        ("target:", "name: ../../escape\ntarget:", "name", "letters, digits"),
+        ("target:", "name: ..\ntarget:", "name", "letters, digits"),
     ],
 )
 def test_scenario_errors_name_file_field_and_fix(tmp_path, old, new, field, fix):
@@ -183,6 +197,22 @@ def test_scenario_file_missing_or_not_a_mapping(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(InputError, match="mapping"):
         load_scenario(tmp_path / "list.yaml")
+
+
+def test_a_scenario_not_in_utf8_is_named_by_file_and_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(GOOD.replace("target:", "# caf\xe9\ntarget:").encode("latin-1"))
+    with pytest.raises(InputError) as info:
+        load_scenario(path)
+    err = info.value
+    assert (err.source, err.field, err.fix) == (str(path), "line 1", "save the file as UTF-8")
+    assert "0xe9" in err.message
+
+
+def test_a_file_name_that_cannot_name_a_folder_gives_a_safe_default_name(tmp_path):
+    path = tmp_path / "my sweep (v2).yaml"
+    path.write_text(GOOD)
+    assert load_scenario(path).name == "my_sweep__v2_"
 
 
 def test_relative_profile_resolves_against_the_scenario(tmp_path):

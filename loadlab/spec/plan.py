@@ -37,6 +37,13 @@ from loadlab.spec.fields import Strict, bad
 
 WARMUP_SHARE = 0.2
 WARMUP_MAX_S = 10.0
+# Upper bounds, checked before anything starts: past them a plan is a typo, not a load
+# test (a user is a connection and a greenlet; a billion of them exhausts memory long
+# before the first step ends, and an infinite step never ends).
+MAX_USERS = 100_000
+MAX_RATE = 100_000.0   # requests/s
+MAX_LEVELS = 1_000
+MAX_STEP_S = 7 * 86_400.0   # a week
 LEVELS_FIX = (
     "write a list such as [1, 2, 4, 8], the text 1,2,4,8, or start:factor:max such as 1:2:64"
 )
@@ -60,6 +67,14 @@ def geometric_levels(start: float, factor: float, top: float, integer: bool) -> 
     return levels
 
 
+class OutOfBounds(ValueError):
+    """Levels that parse but exceed a bound; carries its own fix."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
 def parse_levels(value: Any, integer: bool = False) -> list[float]:
     """The one level parser: a list, ``"1,2,4"`` or ``"start:factor:max"``; ValueError if bad."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -69,8 +84,11 @@ def parse_levels(value: Any, integer: bool = False) -> list[float]:
             start, factor, top = (float(p) for p in value.split(":"))
         except ValueError:
             raise ValueError(f"expected start:factor:max, got {value!r}") from None
-        if start <= 0 or factor <= 1 or top < start:
+        if not start > 0 or not factor > 1 or not top >= start or not math.isfinite(top):
             raise ValueError(f"need start > 0, factor > 1, max >= start; got {value!r}")
+        if math.log(top / start) / math.log(factor) > MAX_LEVELS:
+            raise OutOfBounds(f"{value!r} makes more than {MAX_LEVELS} levels",
+                              "give fewer levels (a larger factor, or a knee search)")
         levels = geometric_levels(start, factor, top, integer)
     elif isinstance(value, str):
         try:
@@ -88,6 +106,14 @@ def parse_levels(value: Any, integer: bool = False) -> list[float]:
         raise ValueError(f"levels must be positive numbers, got {value!r}")
     if integer and any(v != int(v) for v in levels):
         raise ValueError(f"concurrency levels must be whole numbers, got {value!r}")
+    most, unit = (MAX_USERS, "users") if integer else (MAX_RATE, "requests/s")
+    if max(levels) > most:
+        shown = f"{int(max(levels)):,}" if integer else f"{max(levels):,g}"
+        raise OutOfBounds(f"{shown} {unit} is past the bound of {most:,.0f} {unit}",
+                          f"give levels of at most {most:,.0f} {unit}")
+    if len(levels) > MAX_LEVELS:
+        raise OutOfBounds(f"{len(levels)} levels, more than the {MAX_LEVELS} a plan takes",
+                          "give fewer levels (a larger factor, or a knee search)")
     return [int(v) for v in levels] if integer else levels
 
 
@@ -96,7 +122,7 @@ def _levels(integer: bool) -> BeforeValidator:
         try:
             return parse_levels(value, integer)
         except ValueError as exc:
-            raise bad(str(exc), LEVELS_FIX) from None
+            raise bad(str(exc), getattr(exc, "fix", LEVELS_FIX)) from None
 
     return BeforeValidator(check)
 
@@ -142,7 +168,7 @@ class KneeSearch(Strict):
     """Adaptive knee search over closed-loop users: the grid start, start+resolution, ..., max."""
 
     start: int = Field(gt=0, description="the fewest users tried (first of the grid)")
-    max: int = Field(gt=0, description="the most users tried (last of the grid)")
+    max: int = Field(gt=0, le=MAX_USERS, description="the most users tried (last of the grid)")
     resolution: int = Field(
         gt=0, description="grid spacing: the levels a full linear scan would run"
     )
@@ -150,6 +176,7 @@ class KneeSearch(Strict):
     settle_s: float | None = Field(
         None,
         ge=0,
+        le=MAX_STEP_S,
         description="extra seconds run and cut after a stalled "
         "step while its queue drains (default: the warm-up)",
     )
@@ -179,15 +206,22 @@ class LoadPlan(Strict):
         None, description="adaptive knee search: start, max, resolution"
     )
     burstiness: float = Field(
-        1.0, gt=0, description="gamma shape of open-loop gaps: 1 Poisson, <1 burstier"
+        1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="gamma shape of open-loop gaps: 1 Poisson, <1 burstier",
     )
     time_scale: float = Field(
-        1.0, gt=0, description="trace replay: recorded offsets x this (0.5: twice as fast)"
+        1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="trace replay: recorded offsets x this (0.5: twice as fast)",
     )
-    step_duration_s: float = Field(60.0, gt=0, description="seconds per step")
+    step_duration_s: float = Field(60.0, gt=0, le=MAX_STEP_S, description="seconds per step")
     warmup_s: float = Field(
         10.0,
         ge=0,
+        le=MAX_STEP_S,
         description="seconds cut from each step's start, shorter than "
         "a step (default a fifth of the step, at most 10 s)",
     )
@@ -195,7 +229,10 @@ class LoadPlan(Strict):
         10000, ge=1, description="open loop: requests one worker keeps in flight at most"
     )
     trace_duration_s: float | None = Field(
-        None, gt=0, description="trace replay: last arrival offset (filled in from the trace)"
+        None,
+        gt=0,
+        le=MAX_STEP_S,
+        description="trace replay: last arrival offset (filled in from the trace)",
     )
     slo: Slo | None = Field(
         None, description="latency objectives, e.g. {ttft_p99_s: 2.0, itl_p99_s: 0.1}"

@@ -226,10 +226,25 @@ class Point:
     flags: dict[str, Scalar]
 
 
+def _folder_name(name: str) -> str:
+    """A name that stays one folder name: no path separators, no ``..``."""
+    if not _SAFE_NAME.fullmatch(name) or set(name) == {"."}:
+        raise bad("name '{name}' cannot name a folder", "use letters, digits, '.', '_', '-'",
+                  name=name)
+    return name
+
+
+def folder_name(text: str) -> str:
+    """``text`` with every character a folder name cannot hold made ``_``."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text).strip(".") or "scenario"
+
+
 class Scenario(Strict):
     """A scenario file: what to run against what, and which configurations to compare."""
 
-    name: str = Field("scenario", description="the scenario's name (default: the file name)")
+    name: Annotated[str, AfterValidator(_folder_name)] = Field(
+        "scenario", description="the scenario's name, part of the sweep folder's name "
+        "(letters, digits, '.', '_', '-'; default: the file name)")
     description: str = Field("", description="what the scenario is for")
     target: Target = Field(description="url: a running server, or launch: sim|vllm")
     flags: Flags = Field(default_factory=dict, description="server flags by vLLM's names, "
@@ -295,4 +310,4 @@ def _join(a: str, b: str) -> str:
 def _text(value: Scalar) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
-    return re.sub(r"[^A-Za-z0-9._-]", "_", str(value))
+    return folder_name(str(value))

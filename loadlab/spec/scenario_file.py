@@ -15,7 +15,7 @@ import yaml
 
 from loadlab.errors import InputError
 from loadlab.spec.datafiles import data_dir
-from loadlab.spec.scenario import Scenario
+from loadlab.spec.scenario import Scenario, folder_name
 from loadlab.spec.validate import validate
 
 SCENARIOS_DIR = data_dir("scenarios")
@@ -35,7 +35,11 @@ def read_scenario(path: str | Path) -> Scenario:
     is off."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise InputError(f"byte {exc.object[exc.start]:#04x} is not UTF-8", source=path,
+                         field=f"line {line}", fix="save the file as UTF-8") from None
     except OSError as exc:
         shipped = ", ".join(sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml")))
         raise InputError(f"cannot read the scenario: {exc.strerror or exc}", source=path,
@@ -51,7 +55,7 @@ def read_scenario(path: str | Path) -> Scenario:
     if not isinstance(data, dict):
         raise InputError("a scenario is a mapping of keys (target, load, ...)", source=path,
                          fix="see scenarios/demo.yaml for the layout")
-    data.setdefault("name", path.stem)
+    data.setdefault("name", folder_name(path.stem))
     return _resolve_files(validate(Scenario, data, source=path), path)
 
 
