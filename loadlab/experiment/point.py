@@ -58,11 +58,11 @@ from loadlab.experiment.server_flags import parse_flags, to_argv
 from loadlab.experiment.verdicts import step_judge
 from loadlab.loadgen.preflight import preflight
 from loadlab.runstore import compact_run
+from loadlab.runstore.layout import SCRAPER_TABLES
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Isolation, LoadgenSettings, Point, Scenario, Target, Workload
 
 STDERR_LINE = partial(print, file=sys.stderr, flush=True)
-SCRAPER_TABLES = ("metrics.parquet", "scrapes.parquet")
 
 
 @dataclass

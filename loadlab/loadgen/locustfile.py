@@ -60,6 +60,7 @@ from loadlab.loadgen.shapes import Step, concurrency_steps, parse_levels, step_a
 from loadlab.loadgen.step_entries import StepEntries, step_window
 from loadlab.loadgen.user import STEP_MSG, LLMUser, locust_link, step_message, step_of
 from loadlab.runstore import compact_run, update_manifest, write_manifest
+from loadlab.runstore.layout import LOADGEN_TABLES
 
 __all__ = ["LLMUser"]
 _log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class RunFolder:
             return
         update_manifest(self.out, status="interrupted" if cut_short else "complete",
                         finished=time.time(), records=self.recorder.records_entry())
-        compact_run(self.out, tables=("requests.parquet", "client.parquet"), progress=_log.info)
+        compact_run(self.out, tables=LOADGEN_TABLES, progress=_log.info)
 
 
 if _STEPS:
