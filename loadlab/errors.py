@@ -13,6 +13,11 @@ Hierarchy (every class carries the process exit code the CLI uses):
     some steps the load generator did not apply the load it was asked for (too few
     requests in flight, sends late, its event loop lagging): those steps measured the
     client, not the server. The message names the steps and why.
+  - ``NoSuccess`` (exit 4): the run (or ``loadlab collect``) finished and everything is
+    written, but not one request (or scrape) succeeded: the server hung, cut every
+    stream, sent something that is not an OpenAI stream, or failed every /metrics
+    scrape. Such a folder measured nothing usable, so it must not read as a success.
+    The message says how many failed and the most common error.
   - ``RunInterrupted`` (exit 130): Ctrl-C or SIGTERM; raised after everything
     measured so far has been flushed to the run folder.
   - ``StoreError`` (exit 1): rows could not be written to a run-folder table (disk
@@ -81,6 +86,12 @@ class ClientLimited(LoadlabError):
     """The run is complete, but the client fell short of the asked load at some steps."""
 
     exit_code = 3
+
+
+class NoSuccess(LoadlabError):
+    """Everything is written, but no request (or scrape) succeeded: the target's fault."""
+
+    exit_code = 4
 
 
 class RunInterrupted(LoadlabError):

@@ -6,7 +6,9 @@ Two forms:
   samples until the duration is over, or until Ctrl-C / SIGTERM when no duration is
   given (so a run orchestrator can start it as a process and stop it), then
   flushes everything, compacts the metrics and scrapes it wrote into one part each
-  (:func:`loadlab.runstore.compact_run`) and prints what was collected.
+  (:func:`loadlab.runstore.compact_run`) and prints what was collected. When not one
+  scrape of any endpoint succeeded the folder is still written, and the command exits 4
+  (:class:`~loadlab.errors.NoSuccess`) saying so: it collected nothing.
 - ``loadlab collect --prometheus-url URL --start T --end T --out DIR``: copies the
   window's vLLM series out of a Prometheus server in the same format.
 """
@@ -26,7 +28,7 @@ from loadlab.cli.options import (
     out_option,
     target_option,
 )
-from loadlab.errors import InputError, StoreError
+from loadlab.errors import InputError, NoSuccess, StoreError
 
 
 def _seconds(text: str | None, name: str) -> float | None:
@@ -147,3 +149,8 @@ def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeou
                    + (f", last error: {st.last_error}" if st.last_error else ""))
     if scraper.write_errors:
         raise StoreError("; ".join(scraper.write_errors))
+    stats = scraper.stats().values()
+    if not any(st.ok for st in stats):
+        errors = [st.last_error for st in stats if st.last_error]
+        raise NoSuccess(f"no scrape succeeded: 0 of {sum(st.attempts for st in stats)} scrapes ok"
+                        + (f" (last error: {errors[-1]})" if errors else ""))

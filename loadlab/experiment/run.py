@@ -17,7 +17,10 @@ the server's process tree on its own (:mod:`loadlab.experiment.cpus`). Each step
 the load it achieved; when the client fell short at any step (too few in flight, late
 sends, a lagging event loop: :mod:`loadlab.loadgen.achieved`) the run is still complete
 and written, and :func:`run_load` raises :class:`~loadlab.errors.ClientLimited` (exit 3)
-naming the steps and why.
+naming the steps and why. A run in which not one request succeeded (the server hung, cut
+every stream, or sent something that is not an OpenAI stream, but never refused enough
+in a row to stop the run) is written too, and raises :class:`~loadlab.errors.NoSuccess`
+(exit 4) naming the most common error: such a folder measured nothing.
 
 The values map onto the scenario models of :mod:`loadlab.spec.scenario` (their validation,
 errors naming the flag) and run as one :func:`loadlab.experiment.point.run_point`, the
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from loadlab.errors import ClientLimited, InputError
+from loadlab.errors import ClientLimited, InputError, NoSuccess
 from loadlab.runstore.claim import claim_run_dir
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Isolation, LoadgenSettings, Target, Workload
@@ -194,7 +197,8 @@ def _target_fields(r: RunRequest) -> dict[str, Any]:
 
 def report_run(manifest: dict[str, Any], out: Path, *, say: Say = print,
                note: Say | None = None) -> None:
-    """The step summary, the outcome, notes; ClientLimited (exit 3) when the client fell short."""
+    """The step summary, the outcome, notes; NoSuccess (exit 4) when no request succeeded,
+    else ClientLimited (exit 3) when the client fell short."""
     from loadlab.experiment.point import STDERR_LINE
     from loadlab.loadgen.achieved import format_summary, limited_message
 
@@ -212,6 +216,30 @@ def report_run(manifest: dict[str, Any], out: Path, *, say: Say = print,
     if rec.get("unwritten"):
         note(f"warning: {rec['unwritten']} requests could not be written: "
              f"{'; '.join(rec['write_errors'])}")
+    if not rec.get("unwritten"):   # rows kept in memory may hold the successes
+        failed = no_success_message(out)
+        if failed:
+            raise NoSuccess(failed)
     limited = limited_message(manifest["steps"])
     if limited:
         raise ClientLimited(limited)
+
+
+def no_success_message(out: Path) -> str | None:
+    """One line when no request of the run folder ``out`` succeeded, naming its most common
+    error; None when one did."""
+    from loadlab.loadgen.guards import brief
+    from loadlab.runstore import REQUESTS, read_table
+    from loadlab.runstore.layout import REQUESTS_TABLE
+
+    rows = read_table(out / REQUESTS_TABLE, REQUESTS, columns=["status", "error"],
+                      categorical=["status", "error"])
+    if (rows.status == "ok").any():
+        return None
+    if rows.empty:
+        return "no request succeeded: none was recorded"
+    common = rows.groupby(["status", "error"], dropna=False, observed=True).size()
+    (status, error), count = common.idxmax(), int(common.max())
+    said = f": {brief(error)}" if isinstance(error, str) and error else ""
+    return (f"no request succeeded (0 of {len(rows)} ok); the most common error, "
+            f"{count} of them: {status}{said}")

@@ -21,7 +21,8 @@ Steps of :meth:`StreamingClient.send`:
 Status: ``ok``; ``http_error`` (non-200, or an error event; ``http_status`` keeps
 what HTTP said, ``error`` the server's message); ``timeout`` (the per-request
 deadline passed); ``aborted`` (cut short: the connection dropped mid-stream, or the
-run cancelled it); ``client_error`` (no connection, or a response we cannot parse).
+run cancelled it); ``client_error`` (no connection, or a response that is not an OpenAI
+stream: bad JSON, an event that is not a JSON object, a chunk of the wrong shape).
 Nothing here raises for a failed request: failures are records.
 """
 
@@ -54,6 +55,11 @@ from loadlab.loadgen.transport import (
 _decode = json.JSONDecoder().decode
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _ERROR_TEXT_MAX = 500
+
+
+class NotOpenAIStream(ValueError):
+    """The server sent an event an OpenAI stream never holds: the request's record says
+    what came, the run goes on."""
 
 
 @dataclass
@@ -199,7 +205,10 @@ class StreamingClient:
         except StreamClosed as exc:
             outcome.status = "aborted" if outcome.http_status else "client_error"
             outcome.error = str(exc)
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
+        except NotOpenAIStream as exc:
+            outcome.status, outcome.error = "client_error", f"not an OpenAI stream: {exc}"
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+            # AttributeError: a chunk whose parts have the wrong JSON type ("choices": ["x"])
             outcome.status, outcome.error = (
                 "client_error",
                 f"unparseable response: {exc!r}"[:_ERROR_TEXT_MAX],
@@ -274,10 +283,12 @@ class StreamingClient:
         return "more"
 
     def _handle(
-        self, obj: dict, chat: bool, now: float, timings: Timings, outcome: Outcome
+        self, obj: Any, chat: bool, now: float, timings: Timings, outcome: Outcome
     ) -> bool:
         """Apply one SSE JSON event; False stops reading (an error event)."""
         assert timings.t_sent is not None  # send() stamps it before any body is read
+        if type(obj) is not dict:
+            raise NotOpenAIStream(f"an event that is not a JSON object: {type(obj).__name__}")
         if "error" in obj:
             outcome.status = "http_error"
             outcome.error = _message_of(obj)

@@ -13,6 +13,9 @@ in arrival order) behaves as ``pattern[i % len(pattern)]``:
 - ``midstream``: two content chunks, then ``data: {"error": ...}``
 - ``hang``: sends headers, then nothing (the client's timeout must fire)
 - ``drop``: two content chunks, then closes the connection
+- ``notobject`` / ``badshape`` / ``badjson``: one content chunk, then an event that is not
+  an OpenAI chunk (valid JSON that is not an object: ``["x", 1]``; an object whose
+  ``choices`` holds a string; JSON cut short), then ``[DONE]``
 
 ``POST /tokenize`` call ``j`` behaves as ``--tokenize-pattern[j % len]``: ``ok`` (a count:
 whitespace words), a status code (vLLM's JSON error body), or ``drop`` (connection closed).
@@ -37,6 +40,14 @@ def _chunk(api: str, text: str) -> bytes:
     else:
         choice = {"index": 0, "text": text, "finish_reason": None}
     return b"data: " + json.dumps({"id": "x", "choices": [choice]}).encode() + b"\n\n"
+
+
+# What each not-an-OpenAI-stream pattern sends after its first content chunk.
+BAD_EVENTS = {
+    "notobject": b'data: ["x", 1]\n\n',
+    "badshape": b'data: {"choices": ["x"]}\n\n',
+    "badjson": b'data: {"choices": [\n\n',
+}
 
 
 def make_app(
@@ -81,6 +92,10 @@ def make_app(
             if i == 0:
                 state["first_token"][request.headers.get("X-Request-Id", "")] = time.time()
             await resp.write(_chunk(api, f" w{i}"))
+            if i == 0 and kind in BAD_EVENTS:
+                await resp.write(BAD_EVENTS[kind] + b"data: [DONE]\n\n")
+                await resp.write_eof()
+                return resp
             if kind in ("midstream", "drop") and i == 1:
                 if kind == "drop":
                     request.transport.close()
