@@ -80,6 +80,9 @@ def test_a_live_sweep_sends_the_key_and_writes_none(tmp_path: Path) -> None:
     point = json.loads((out / "run" / "manifest.json").read_text())
     assert "***" in point["target"]["launch"]["argv"]
     _assert_nowhere(key, out, proc)
+    # the manifest cannot give the key back: resuming without the scenario file is refused
+    again = _loadlab("sweep", "--resume", str(out), env={**os.environ, "LOADLAB_API_KEY": key})
+    assert again.returncode == 2 and b"resume with the scenario file" in again.stderr
 
 
 def test_a_report_of_an_older_folder_hides_its_key(tmp_path: Path) -> None:
