@@ -39,7 +39,9 @@ _SECRET_WORDS = frozenset(
 )
 _WORD = r"(?:key|apikey|token|secret|password|passwd|credentials?)"
 # ``--some-api-key VALUE`` / ``--hf_token=VALUE`` inside a line of text
-_FLAG_IN_TEXT = re.compile(rf"(--?(?:[A-Za-z0-9]+[-_])*{_WORD})(=|[ \t]+)(?!-)(\S+)", re.I)
+_FLAG_IN_TEXT = re.compile(
+    rf"((?<![\w-])--(?:[A-Za-z0-9]+[-_])*{_WORD})(=|[ \t]+)(?!-)(\S+)", re.I
+)
 
 
 def is_secret_name(name: str) -> bool:

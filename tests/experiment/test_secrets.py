@@ -112,3 +112,5 @@ def test_what_counts_as_secret(monkeypatch: pytest.MonkeyPatch) -> None:
         "error": "refused ***", "hf_token": "***", "n": 8}
     assert redact(["serve", "--api-key", "k", "--hf-token=t", "--max-num-seqs", "8"]) == [
         "serve", "--api-key", "***", "--hf-token=***", "--max-num-seqs", "8"]
+    assert redact("refused: --api-key abc --block-size 16; the kv-cache key 5") == (
+        "refused: --api-key *** --block-size 16; the kv-cache key 5")
