@@ -31,7 +31,8 @@ Steps:
    returns once the group is empty. ``LaunchedTarget.exit_reason()`` says whether (and
    how) the server ended while in use.
 
-The argv and flags are recorded with ``--api-key`` redacted (``manifest_entry``); the
+The argv and flags are recorded with secrets (``--api-key``, a key in the environment)
+redacted by :mod:`loadlab.spec.secrets` (``manifest_entry``); the server gets them as given. The
 analyzer needs ``max_num_seqs``, which vLLM's /metrics never exposes, so the flags are
 the manifest's source for it.
 """
@@ -54,9 +55,10 @@ import httpx
 
 from loadlab.errors import InputError, TargetError
 from loadlab.experiment.cpus import CpuSet, check_omp_bind, inherited_affinity, pin_tree
-from loadlab.experiment.server_flags import parse_flags, redact_argv, redacted_values
+from loadlab.experiment.server_flags import parse_flags
 from loadlab.runstore.layout import server_log
 from loadlab.spec.datafiles import checkout_root
+from loadlab.spec.secrets import redactor
 
 KINDS = ("sim", "vllm")
 DEFAULT_STARTUP_TIMEOUT_S = {"sim": 60.0, "vllm": 300.0}
@@ -324,14 +326,15 @@ def launch_target(
         if server_cpus is not None:
             pin_tree(proc.pid, server_cpus)
         api_key = parsed.values.get("api_key")
+        hide = redactor(argv)
         fallback = str(parsed.values.get("served_model_name")
                        or (parsed.positional[0] if parsed.positional else model or "sim"))
         yield LaunchedTarget(
             kind=kind,
             base_url=base_url,
             model=_served_model(base_url, api_key if isinstance(api_key, str) else None, fallback),
-            flags=redacted_values(parsed.values),
-            argv=redact_argv(argv),
+            flags=hide(parsed.values),
+            argv=hide(argv),
             pid=proc.pid,
             log_path=log_path,
             startup_s=time.monotonic() - t0,

@@ -27,6 +27,11 @@ Steps of :func:`run_sweep`:
 Progress goes to ``progress`` (stderr): point i of n, then the load generator's lines
 (step, level, requests, errors) prefixed with the point and the sweep's ETA, estimated
 from the plan and, once a point has finished, from the time points really took.
+
+Secrets (an ``api-key`` flag, the key in ``target.api_key_env``) reach the launched
+server as given, but the manifest, the progress lines and a point's recorded error hold
+``***`` instead (:mod:`loadlab.spec.secrets`). So a resumed sweep that launches servers
+needs the scenario file again when its recorded flags hide one.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from loadlab.runstore.manifest import (
     write_manifest,
 )
 from loadlab.spec.scenario import Point, Scenario
+from loadlab.spec.secrets import REDACTED, Redactor, redactor
 
 NOT_RUN = "not run yet"
 STARTUP_GUESS_S = {"sim": 5.0, "vllm": 90.0, None: 0.0}
@@ -105,12 +111,18 @@ def _fmt_s(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def secrets_of(scenario: Scenario) -> Redactor:
+    """What the sweep must not write: the scenario's secret flags, the keys in the environment."""
+    return redactor(scenario.model_dump(mode="json"), api_key_env=scenario.target.api_key_env)
+
+
 def new_manifest(scenario: Scenario, what_if: bool) -> SweepManifest:
+    hide = secrets_of(scenario)
     return SweepManifest(
-        status="running", created=time.time(), scenario=scenario.model_dump(mode="json"),
+        status="running", created=time.time(), scenario=hide(scenario.model_dump(mode="json")),
         sweep=SweepInfo(mode=scenario.sweep_mode, baseline=scenario.baseline),
-        points=[PointRecord(name=p.name, dir=p.name, status="skipped", error=NOT_RUN, flags=p.flags,
-                            what_if=what_if) for p in scenario.points()],
+        points=[PointRecord(name=p.name, dir=p.name, status="skipped", error=NOT_RUN,
+                            flags=hide(p.flags), what_if=what_if) for p in scenario.points()],
     )
 
 
@@ -122,8 +134,18 @@ def _resumed(out: Path, scenario: Scenario | None) -> tuple[Scenario, SweepManif
             "not a sweep folder", source=out, fix="give --resume the folder `loadlab sweep` wrote"
         )
     recorded = Scenario.model_validate(manifest.scenario)
+    if scenario is None and not any(p.what_if for p in manifest.points) and any(
+        REDACTED in p.flags.values() for p in recorded.points()
+    ):
+        raise InputError(
+            "the sweep's manifest keeps its server flags' secrets as ***",
+            source=out,
+            field="flags",
+            fix=f"resume with the scenario file: loadlab sweep SCENARIO --resume {out}",
+        )
     if scenario is not None:
-        mine = [(p.name, p.flags) for p in scenario.points()]
+        hide = secrets_of(scenario)
+        mine = [(p.name, hide(p.flags)) for p in scenario.points()]
         theirs = [(p.name, p.flags) for p in recorded.points()]
         if mine != theirs:
             raise InputError(
@@ -186,6 +208,11 @@ def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, re
         _fresh(out)
         manifest = new_manifest(scenario, what_if)
     _check_runnable(scenario, what_if)
+    hide = secrets_of(scenario)
+
+    def say(line: str) -> None:
+        progress(hide.text(line))
+
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out, manifest)
     points = {p.name: p for p in scenario.points()}
@@ -197,20 +224,20 @@ def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, re
         index = manifest.points.index(record) + 1
         clock.point_start = time.monotonic()
         tag = f"[point {index}/{len(manifest.points)} {record.name}]"
-        progress(f"{tag} {'what-if on the simulator' if what_if else 'starting'}; "
+        say(f"{tag} {'what-if on the simulator' if what_if else 'starting'}; "
                  f"sweep ETA {_fmt_s(clock.eta_s())}")
         _set_aside(record.folder(out))
         record.status, record.error = "running", None
         write_manifest(out, manifest)
 
         def point_progress(line: str, tag: str = tag) -> None:
-            progress(f"{tag} ETA {_fmt_s(clock.eta_s())} {line}")
+            say(f"{tag} ETA {_fmt_s(clock.eta_s())} {line}")
 
         try:
             _run_point(scenario, points[record.name], record.folder(out), what_if, point_progress)
             record.status = "complete"
             result.verdicts[record.name] = _verdict(record.folder(out), scenario, record)
-            progress(f"{tag} complete in {_fmt_s(time.monotonic() - clock.point_start)}: "
+            say(f"{tag} complete in {_fmt_s(time.monotonic() - clock.point_start)}: "
                      f"{result.verdicts[record.name]}")
         except (KeyboardInterrupt, RunInterrupted):
             record.status, record.error = (
@@ -219,11 +246,11 @@ def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, re
             )
             interrupted = True
         except LoadlabError as exc:
-            record.status, record.error = "failed", str(exc)
-            progress(f"{tag} failed: {str(exc).splitlines()[0]}; the sweep goes on")
+            record.status, record.error = "failed", hide.text(str(exc))
+            say(f"{tag} failed: {record.error.splitlines()[0]}; the sweep goes on")
         except Exception as exc:
-            record.status, record.error = "failed", f"{type(exc).__name__}: {exc}"
-            progress(f"{tag} failed: {record.error}; the sweep goes on")
+            record.status, record.error = "failed", hide.text(f"{type(exc).__name__}: {exc}")
+            say(f"{tag} failed: {record.error}; the sweep goes on")
         clock.spent.append(time.monotonic() - clock.point_start)
         clock.remaining -= 1
         write_manifest(out, manifest)

@@ -1,4 +1,4 @@
-"""Server flag lists in vLLM's own vocabulary: parse them, redact secrets, read knobs.
+"""Server flag lists in vLLM's own vocabulary: parse them, read knobs.
 
 A flag list is what a user would type after ``vllm serve MODEL`` (``--max-num-seqs 4``,
 ``--block-size=32``, ``--enable-prefix-caching``, ``--no-enable-chunked-prefill``).
@@ -9,8 +9,8 @@ The same list configures the built-in simulator. Parsing rules:
 2. A flag in ``BOOLEAN_FLAGS`` (or any flag followed by another flag / nothing) is True;
    ``--no-<name>`` sets ``name`` to False.
 3. Tokens before the first flag are positional (vLLM's MODEL).
-4. ``--api-key`` values never leave this module unredacted: ``redact_argv`` replaces them
-   with ``***`` for logs and manifests.
+
+What of a flag list is recorded or shown goes through :mod:`loadlab.spec.secrets` first.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadlab.errors import InputError
-
-REDACTED = "***"
-SECRET_FLAGS = frozenset({"--api-key"})
 
 # vLLM boolean switches loadlab users are likely to pass (each also has a --no- form).
 BOOLEAN_FLAGS = frozenset(
@@ -88,35 +85,6 @@ def parse_flags(flags: list[str]) -> ParsedFlags:
             parsed.values[key] = _coerce(flags[i + 1])
             i += 2
     return parsed
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """Copy of argv with every secret flag's value replaced by ``***``."""
-    out: list[str] = []
-    hide_next = False
-    for token in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        name, eq, _ = token.partition("=")
-        if name in SECRET_FLAGS:
-            if eq:
-                out.append(f"{name}={REDACTED}")
-            else:
-                out.append(token)
-                hide_next = True
-            continue
-        out.append(token)
-    return out
-
-
-def redacted_values(values: dict[str, Any]) -> dict[str, Any]:
-    """Flag values safe to write to a manifest."""
-    return {
-        key: (REDACTED if "--" + key.replace("_", "-") in SECRET_FLAGS else value)
-        for key, value in values.items()
-    }
 
 
 def to_argv(flags: dict[str, Any]) -> list[str]:

@@ -11,6 +11,9 @@ analysed first (:func:`loadlab.analyze.analysis.write_analysis`, no SLOs: run
 raises for one bad point of a sweep: the point carries ``problems`` and the
 report shows them, so a partial or half-broken sweep still reports. A folder that
 is neither a run nor a sweep is an :class:`~loadlab.errors.InputError`.
+
+Manifests, flags and errors are read through :func:`loadlab.spec.secrets.redact`: a
+folder written before loadlab redacted its secrets (or by hand) still shows ``***``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from loadlab.runstore.manifest import (
     load_manifest,
     read_manifest,
 )
+from loadlab.spec.secrets import redact
 
 
 @dataclass
@@ -95,7 +99,7 @@ def load(root: str | Path) -> RunSet:
     """Read a run folder or a sweep folder; InputError when it is neither."""
     root = Path(root)
     typed = load_manifest(root)
-    manifest = read_manifest(root)
+    manifest = redact(read_manifest(root))
     if isinstance(typed, SweepManifest):
         points = [_sweep_point(root, record) for record in typed.points]
         return RunSet(root=root, kind="sweep", manifest=manifest, points=points,
@@ -111,8 +115,9 @@ def load(root: str | Path) -> RunSet:
 
 def _sweep_point(root: Path, record: PointRecord) -> Point:
     run_dir = root / record.dir if record.dir else None
-    point = Point(name=record.name, status=record.status, run_dir=run_dir, error=record.error,
-                  flags=dict(record.flags), what_if=record.what_if)
+    point = Point(name=record.name, status=record.status, run_dir=run_dir,
+                  error=redact(record.error), flags=redact(dict(record.flags)),
+                  what_if=record.what_if)
     if run_dir is None or not (run_dir / MANIFEST).is_file():
         if point.status not in ("failed", "skipped"):
             point.problems.append("no run folder was written for this point")
@@ -135,7 +140,7 @@ def _run_point(root: Path, manifest: dict[str, Any]) -> Point:
 
 def _fill(point: Point, run_dir: Path, manifest: dict[str, Any]) -> None:
     """Manifest, status and analysis of a point that has a run folder."""
-    point.manifest = manifest
+    point.manifest = manifest = redact(manifest)
     own = manifest.get("status")
     if own and point.status in ("unknown", "complete", "running"):  # the folder knows better
         point.status = str(own)

@@ -13,7 +13,8 @@ import pytest
 
 from loadlab.errors import InputError, TargetError
 from loadlab.experiment.launcher import launch_target
-from loadlab.experiment.server_flags import parse_flags, redact_argv
+from loadlab.experiment.server_flags import parse_flags
+from loadlab.spec.secrets import redact
 
 HERE = Path(__file__).parent
 
@@ -112,7 +113,7 @@ def test_parse_flags_and_redaction():
     assert parsed.positional == ["/models/x"]
     assert parsed.values == {"max_num_seqs": 8, "gpu_memory_utilization": 0.5,
                              "enable_chunked_prefill": True, "served_model_name": "tiny"}
-    assert redact_argv(["vllm", "--api-key", "k", "--api-key=k2", "--port", "1"]) == [
+    assert redact(["vllm", "--api-key", "k", "--api-key=k2", "--port", "1"]) == [
         "vllm", "--api-key", "***", "--api-key=***", "--port", "1"]
     with pytest.raises(InputError):
         parse_flags(["--max-num-seqs", "4", "stray", "value"])
