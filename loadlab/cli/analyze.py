@@ -7,9 +7,13 @@ prints it, with a deprecation line.
 Before analysing: a manifest that is not JSON, or that does not fit its model (a step
 window without its numbers, say), is an input error (exit 2, one line naming the file
 and field: :func:`loadlab.runstore.manifest.load_manifest`); a part file
-that cannot be read is one too (naming the file); a run whose manifest still says
-``running`` while its writer is gone gets a warning line (it was cut off, the figures
-cover what was recorded).
+that cannot be read is one too (naming the file: :func:`loadlab.runstore.read_table`);
+a run whose manifest still says ``running`` while its writer is gone gets a warning
+line (it was cut off, the figures cover what was recorded).
+
+A run folder that cannot be written (read-only, an archive) is still analysed: the
+verdict is printed, one line on stderr says analysis.json was not written there, and
+``--json FILE`` keeps the analysis elsewhere.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ import click
 from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.display import format_details, format_step_table
 from loadlab.cli.options import deprecated, json_option, write_json
-from loadlab.errors import InputError
-from loadlab.runstore.analysis_model import write_analysis_file
+from loadlab.runstore.analysis_model import Analysis, write_analysis_file
 from loadlab.runstore.claim import unfinished_note
+from loadlab.runstore.layout import ANALYSIS
 from loadlab.runstore.manifest import load_manifest
 
 
@@ -39,19 +43,12 @@ def analyze(run_dir: Path | None, json_out: str | None, slo: str | None) -> None
     waiting and KV usage, warm-up cut), the knee with its confidence, the stall's cause
     with its evidence and knob, and the capacity check. Writes RUN_DIR/analysis.json.
     """
-    import pyarrow as pa
-
     run_dir, json_out = _old_json_form(run_dir, json_out)
     note = unfinished_note(load_manifest(run_dir))
     if note:
         click.echo(f"warning: {note}", err=True)
-    try:
-        analysis = analyze_run(run_dir, slo=slo)
-    except pa.ArrowException as exc:
-        raise InputError(f"a table part cannot be read ({exc})", source=run_dir,
-                         fix="move the damaged part file out of its table folder and rerun"
-                         ) from None
-    path = write_analysis_file(run_dir, analysis)
+    analysis = analyze_run(run_dir, slo=slo)
+    path = _keep(run_dir, analysis)
     data = analysis.as_json()
     if json_out:
         write_json(json.dumps(data, indent=2), json_out)
@@ -61,7 +58,22 @@ def analyze(run_dir: Path | None, json_out: str | None, slo: str | None) -> None
     click.echo("")
     click.echo(format_details(data))
     click.echo(f"\n{analysis.verdict}")
-    click.echo(f"(written to {path})")
+    if path:
+        click.echo(f"(written to {path})")
+
+
+def _keep(run_dir: Path, analysis: Analysis) -> Path | None:
+    """analysis.json written into the run folder; None, with one line, where it cannot be.
+
+    Tried rather than checked beforehand: permission bits do not bind root, and a read-only
+    mount or an immutable folder only shows when a file is written.
+    """
+    try:
+        return write_analysis_file(run_dir, analysis)
+    except OSError as exc:
+        click.echo(f"note: {run_dir} is not writable ({exc.strerror or exc}): {ANALYSIS} not "
+                   "written there (--json FILE keeps it elsewhere)", err=True)
+        return None
 
 
 def _old_json_form(run_dir: Path | None, json_out: str | None) -> tuple[Path, str | None]:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
-from loadlab.cli.options import json_option, out_option
+from loadlab.cli.options import json_option, out_option, write_json
 
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@out_option("Where to write the HTML file.  [default: RUN_DIR/report.html]", file=True)
+@out_option("Where to write the HTML file (needed when RUN_DIR is read-only).  "
+            "[default: RUN_DIR/report.html]", file=True)
 def report(run_dir: Path, out: Path | None) -> None:
     """Write the HTML report of RUN_DIR (a run folder or a sweep folder) and print its path.
 
@@ -36,14 +38,16 @@ def compare(base: Path, new: Path, margin: str, json_out: str | None) -> None:
     Per point: the knee (its upper bound, or the highest level tried when none was found)
     and the SLO-limited level (when BASE set SLOs). Exit codes: 0 no regression; 1 the knee
     or the SLO-limited level of some point dropped by more than --margin (or the point is
-    missing or failed in NEW); 2 bad input (no run folder, no analysis, mismatched load).
+    missing or failed in NEW); 2 bad input (no run folder, a damaged part or analysis,
+    mismatched load). Nothing is written into BASE or NEW: a run without analysis.json is
+    analysed in memory.
     """
     from loadlab.report.compare import compare as run_compare
-    from loadlab.report.compare import format_text, parse_margin, write_json
+    from loadlab.report.compare import format_text, parse_margin
 
     result = run_compare(base, new, parse_margin(margin))
     if json_out != "-":
         click.echo(format_text(result))
     if json_out:
-        write_json(result, json_out)
+        write_json(json.dumps(result.to_json(), indent=2), json_out)
     raise click.exceptions.Exit(result.exit_code)

@@ -16,16 +16,16 @@ Per point, two figures are compared:
 A figure *regresses* when NEW's value is below BASE's by more than the margin
 (default 10%): ``new < base * (1 - margin)``. A point BASE analysed that is
 missing from NEW, or failed there, regresses too (nothing shows it held). A point
-that ran but whose analysis.json is missing or unreadable is bad input.
+that ran but cannot be judged (analysis.json or a part file damaged) is bad input.
 
 Exit codes: 0 no regression; 1 at least one regression; 2 bad input (not a run
-or sweep folder, an analysis missing or unreadable, a bad --margin, load units
-that differ, no point in common).
+or sweep folder, an analysis or a part file unreadable, a bad --margin, load units
+that differ, no point in common). Nothing is written into either folder: a point
+without analysis.json is analysed in memory (:func:`loadlab.report.inputs.analysis_of`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -223,13 +223,4 @@ def _figure(base: float | None, new: float | None, base_text: str, new_text: str
 
 def _change(change: float | None) -> str:
     return f" ({change:+.0%})" if change is not None else ""
-
-
-def write_json(c: Comparison, target: str) -> None:
-    """The JSON summary to a file, or to stdout for ``-``."""
-    text = json.dumps(c.to_json(), indent=2)
-    if target == "-":
-        print(text)
-    else:
-        Path(target).write_text(text + "\n")
 

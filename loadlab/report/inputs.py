@@ -6,11 +6,14 @@ with a status ("complete" | "failed" | "skipped" | "running"), an error, the vLL
 flags of the point and a relative folder holding a normal run folder.
 
 Each point's verdict comes from its ``analysis.json``; a run folder without one is
-analysed first (:func:`loadlab.analyze.analysis.write_analysis`, no SLOs: run
-``loadlab analyze RUN --slo ...`` beforehand to judge them). Nothing here
-raises for one bad point of a sweep: the point carries ``problems`` and the
-report shows them, so a partial or half-broken sweep still reports. A folder that
-is neither a run nor a sweep is an :class:`~loadlab.errors.InputError`.
+analysed in memory (:func:`loadlab.analyze.analysis.analyze_run`, no SLOs: run
+``loadlab analyze RUN --slo ...`` beforehand to judge them). Nothing is written into
+the folders read, so a read-only run (an archive, a mounted share) reads as well as
+a writable one. Nothing here raises for one bad point of a sweep: the point carries
+``problems`` and the report shows them, so a partial or half-broken sweep still
+reports. A single run that cannot be judged (a damaged part file, an unreadable
+analysis.json) and a folder that is neither a run nor a sweep are an
+:class:`~loadlab.errors.InputError`: there is nothing else to show.
 
 Manifests, flags and errors are read through :func:`loadlab.spec.secrets.redact`: a
 folder written before loadlab redacted its secrets (or by hand) still shows ``***``.
@@ -124,7 +127,7 @@ def _sweep_point(root: Path, record: PointRecord) -> Point:
         return point
     try:
         _fill(point, run_dir, read_manifest(run_dir))
-    except InputError as exc:
+    except LoadlabError as exc:      # this point cannot be judged: say why, show the others
         point.problems.append(str(exc))
     return point
 
@@ -145,16 +148,13 @@ def _fill(point: Point, run_dir: Path, manifest: dict[str, Any]) -> None:
     if own and point.status in ("unknown", "complete", "running"):  # the folder knows better
         point.status = str(own)
     point.error = point.error or manifest.get("error") or manifest.get("stop_reason")
-    try:
-        point.analysis = analysis_of(run_dir)
-    except LoadlabError as exc:      # the analyzer could not judge this folder: say why
-        point.problems.append(str(exc))
+    point.analysis = analysis_of(run_dir)
 
 
 def analysis_of(run_dir: Path) -> Analysis:
-    """The run folder's analysis.json, written by the analyzer first when missing."""
-    if not (run_dir / ANALYSIS).is_file():
-        from loadlab.analyze.analysis import write_analysis
+    """The run folder's analysis.json, or the analyzer's verdict in memory when it has none."""
+    if (run_dir / ANALYSIS).is_file():
+        return read_analysis(run_dir)
+    from loadlab.analyze.analysis import analyze_run
 
-        write_analysis(run_dir)
-    return read_analysis(run_dir)
+    return analyze_run(run_dir)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import plotly.graph_objects as go
 import yaml
 from plotly.offline import get_plotlyjs
 
+from loadlab.errors import InputError
 from loadlab.report import figures, summary, tables
 from loadlab.report.ab import ArmComparison, compare_arms
 from loadlab.report.inputs import Point, RunSet, load
@@ -59,14 +61,22 @@ class ArmView:
 
 def write_report(root: str | Path, out: str | Path | None = None) -> Path:
     """Write the report of a run or sweep folder (default ``<root>/report.html``); return
-    its path."""
+    its path. A place that cannot be written (a read-only run folder, a full disk) is an
+    InputError naming it: the user chooses another with ``--out``."""
     runset = load(root)
     path = Path(out) if out else runset.root / REPORT
     html = render(runset)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(html, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        with suppress(OSError):      # half a file (a full disk) is not left behind
+            tmp.unlink(missing_ok=True)
+        fix = "give --out a file in a writable folder" if out else "give --out FILE"
+        raise InputError(f"cannot write the report here ({exc.strerror or exc})", source=path,
+                         fix=fix) from None
     return path
 
 

@@ -32,8 +32,7 @@ import logging
 import os
 import threading
 import uuid
-import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from loadlab.errors import StoreError
+from loadlab.errors import InputError, StoreError
 from loadlab.runstore.compaction import live_parts
 
 log = logging.getLogger(__name__)
@@ -300,10 +299,6 @@ class PartWriter:
         self.close()
 
 
-class CorruptPartWarning(UserWarning):
-    """A part file of a table could not be read and was left out."""
-
-
 def read_table(
     table_dir: str | Path,
     schema: pa.Schema,
@@ -325,9 +320,10 @@ def read_table(
     METRICS table repeats a few hundred strings millions of times: 10x less memory, and
     comparisons and groupbys on codes; categories sorted, unused ones dropped). A part
     written before a column was added reads as nulls in it. A part that cannot be read
-    (truncated, empty, not Parquet) is left out with a :class:`CorruptPartWarning` naming
-    it: one damaged file must not hide the rest of a run (found part by part, only when the
-    one-pass scan fails).
+    (truncated, empty, not Parquet) is an :class:`~loadlab.errors.InputError` (exit 2)
+    naming it, found part by part only when the one-pass scan fails: a verdict computed
+    without its rows would pass for the run's, so the reader stops and says which file to
+    move out of the table (its rows are then knowingly lost) or restore.
     """
     parts = live_parts(table_dir)
     read_schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type))
@@ -345,20 +341,30 @@ def read_table(
 
     try:
         table = scan(parts)
-    except UNREADABLE:
-        tables = []
-        for part in parts:
-            try:
-                tables.append(scan([part]))
-            except UNREADABLE as exc:
-                warnings.warn(
-                    f"{part}: unreadable part skipped ({exc})", CorruptPartWarning, stacklevel=2
-                )
-        table = pa.concat_tables(tables) if tables else read_schema.empty_table().select(names)
+    except UNREADABLE as exc:
+        raise _damaged(table_dir, parts, scan, exc) from None
     frame = table.to_pandas(self_destruct=True)
     for name in set(categorical) & set(names):
         frame[name] = _sorted_categories(frame[name].array)
     return frame
+
+
+def _damaged(table_dir: str | Path, parts: list[Path], scan: Callable[[list[Path]], Any],
+             error: Exception) -> InputError:
+    """The InputError naming the first part that cannot be read on its own."""
+    for part in parts:
+        try:
+            scan([part])
+        except UNREADABLE as exc:
+            return _unreadable(table_dir, part, exc)
+    return _unreadable(table_dir, Path(table_dir), error)  # only together: name the table
+
+
+def _unreadable(table_dir: str | Path, path: Path, error: Exception) -> InputError:
+    why = " ".join(str(error).split())  # Arrow's messages span lines; the error is one line
+    return InputError(f"unreadable Parquet ({why})", source=path,
+                      fix=f"restore it, or move it out of {table_dir} and rerun "
+                      "(its rows are then left out)")
 
 
 def _sorted_categories(values: pd.Categorical) -> pd.Categorical:

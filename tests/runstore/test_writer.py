@@ -32,7 +32,6 @@ from loadlab.runstore.manifest import (
     SweepManifest,
     load_manifest,
 )
-from loadlab.runstore.writer import CorruptPartWarning
 
 SMALL = pa.schema([("a", pa.int64()), ("b", pa.string())])
 
@@ -235,7 +234,7 @@ def test_broken_manifest_is_an_input_error_naming_the_file(tmp_path, text):
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty", "not parquet"])
-def test_one_corrupt_part_is_skipped_with_a_warning_naming_it(tmp_path, damage):
+def test_one_corrupt_part_is_an_input_error_naming_it_and_the_fix(tmp_path, damage):
     table = tmp_path / "c.parquet"
     with PartWriter(table, SMALL, writer_id="w", flush_rows=2, flush_interval_s=math.inf) as w:
         w.extend({"a": i, "b": "x"} for i in range(6))
@@ -244,6 +243,12 @@ def test_one_corrupt_part_is_skipped_with_a_warning_naming_it(tmp_path, damage):
     bad.write_bytes(
         {"truncated": data[: len(data) // 2], "empty": b"", "not parquet": b"a,b\n1,x\n"}[damage]
     )
-    with pytest.warns(CorruptPartWarning, match="part-w-000002.parquet: unreadable part skipped"):
-        df = read_table(table, SMALL)
-    assert df["a"].tolist() == [0, 1, 4, 5]
+    with pytest.raises(InputError) as info:
+        read_table(table, SMALL)
+    text = str(info.value)
+    assert text.startswith(f"{bad}: unreadable Parquet (") and "\n" not in text
+    assert info.value.fix == (
+        f"restore it, or move it out of {table} and rerun (its rows are then left out)"
+    )
+    bad.rename(tmp_path / bad.name)                 # the fix: the other parts read
+    assert read_table(table, SMALL)["a"].tolist() == [0, 1, 4, 5]
