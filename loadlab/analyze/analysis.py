@@ -27,7 +27,7 @@ from loadlab.analyze.knee import Knee, find_knee
 from loadlab.analyze.slo import evaluate, parse_slo
 from loadlab.analyze.steps import RunData, build_step_table, load_run
 from loadlab.collect import catalog
-from loadlab.runstore.analysis_model import SCHEMA, Analysis, write_analysis_file
+from loadlab.runstore.analysis_model import SCHEMA, Analysis
 from loadlab.runstore.layout import MANIFEST, METRICS_TABLE, REQUESTS_TABLE
 
 STALE_WARN = 0.2
@@ -67,11 +67,6 @@ def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> A
     }
     out["verdict"] = verdict_line(out)
     return Analysis.model_validate(out)
-
-
-def write_analysis(run_dir: str | Path, slo: str | None = None) -> Path:
-    """Write ``<run_dir>/analysis.json`` (atomically) and return its path."""
-    return write_analysis_file(run_dir, analyze_run(run_dir, slo=slo))
 
 
 def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any],

@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from groundtruth import SCENARIOS, Scenario, run_scenario
 
-from loadlab.analyze.analysis import analyze_run, write_analysis
+from loadlab.analyze.analysis import analyze_run
 from loadlab.errors import InputError
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table, write_manifest
+from loadlab.runstore.analysis_model import write_analysis_file
 from loadlab.sim.engine.config import SimConfig
 
 
@@ -44,7 +45,7 @@ def rewrite(run_dir, table: str, schema: pa.Schema, frame) -> None:
 
 def test_analysis_json_keeps_the_contract(seq_cap):
     run, truth = seq_cap
-    path = write_analysis(run, slo="ttft_p99_ms=500")
+    path = write_analysis_file(run, analyze_run(run, slo="ttft_p99_ms=500"))
     data = json.loads(path.read_text())
     assert data["schema"] == 1
     assert set(data) >= {"steps", "knee", "slo", "cause", "capacity", "warnings", "verdict"}

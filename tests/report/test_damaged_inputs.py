@@ -24,8 +24,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from loadlab.analyze.analysis import write_analysis
+from loadlab.analyze.analysis import analyze_run
 from loadlab.replay.driver import run_replay
+from loadlab.runstore.analysis_model import write_analysis_file
 from loadlab.sim.engine.config import SimConfig
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Workload
@@ -43,7 +44,7 @@ def base(tmp_path_factory) -> Path:
     run_replay(SimConfig(max_num_seqs=4, model="llama-3.1-8b", gpu="h100"),
                LoadPlan(concurrency=[2, 8], step_duration_s=6.0, warmup_s=1.0),
                Workload(profile="azure-conv", seed=1), out)
-    write_analysis(out)
+    write_analysis_file(out, analyze_run(out))
     return out
 
 
