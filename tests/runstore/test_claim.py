@@ -84,3 +84,25 @@ def test_two_writers_of_one_table_never_share_a_part_name(tmp_path):
             writer.extend({"seq": 10 * n + i, "status": "ok"} for i in range(3))
     assert len(list(table.glob("part-*.parquet"))) == 4
     assert sorted(read_table(table, REQUESTS).seq) == [0, 1, 2, 10, 11, 12]
+
+
+def test_a_sweep_and_a_replay_into_a_held_folder_are_refused_before_they_write(tmp_path):
+    from click.testing import CliRunner
+
+    from loadlab.cli.sim import sim
+    from loadlab.experiment.runner import run_sweep
+    from loadlab.experiment.scenarios import load_scenario, scenario_path
+
+    run = tmp_path / "held"
+    holder = _holding(run)
+    try:
+        with pytest.raises(InputError, match=f"--out: is being written by .*pid {holder.pid} "):
+            run_sweep(load_scenario(scenario_path("demo")), run, what_if=True)
+        replay = CliRunner().invoke(sim, ["replay", "--concurrency", "2", "--step-duration", "5",
+                                          "--out", str(run)])
+        assert isinstance(replay.exception, InputError)
+        assert f"is being written by another run (pid {holder.pid} " in str(replay.exception)
+        assert sorted(p.name for p in run.iterdir()) == [CLAIM]
+    finally:
+        holder.kill()
+        holder.wait()
