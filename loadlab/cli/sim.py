@@ -110,7 +110,7 @@ def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: 
     plan = plan_from_flags(concurrency=concurrency, rate=rate, step_duration_s=step_duration,
                            warmup_s=warmup, burstiness=burstiness)
     workload = validate(Workload, {"profile": profile, "seed": cfg.seed}, names={"seed": "--seed"})
-    claim_run_dir(out, overwrite)
+    claim = claim_run_dir(out, overwrite)
     shown = [-1]
 
     def progress(virtual_s: float, total_s: float | None) -> None:
@@ -120,8 +120,9 @@ def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: 
             click.echo(f"replay: {virtual_s:,.0f} / {total_s:,.0f} virtual s", err=True)
 
     opts = ReplayOptions(metrics_interval_s=interval_s)
-    summary = run_replay(cfg, plan, workload, out, opts, progress,
-                         notice=lambda line: click.echo(f"replay: {line}", err=True))
+    with claim:
+        summary = run_replay(cfg, plan, workload, out, opts, progress,
+                             notice=lambda line: click.echo(f"replay: {line}", err=True))
     click.echo(f"replay: {summary.requests} requests ({summary.completed} completed, "
                f"{summary.aborted} aborted at the end), {summary.engine_steps} engine steps, "
                f"{summary.virtual_s:,.0f} virtual s in {summary.wall_s:.1f} s "

@@ -23,6 +23,9 @@ The boundary, parent side (:func:`run_in_child`):
   keeps its file, field and fix; RunInterrupted is still exit 130, ClientLimited 3).
   A child that ends without answering (killed) is a LoadlabError naming its exit status.
 - The parent's Python path comes first on the child's, so both run the same loadlab.
+- The child inherits the run folder claims the parent holds
+  (:func:`loadlab.runstore.claim.held_claim_fds`): the folder stays locked until the
+  child has flushed and ended, even when the parent was killed first.
 - The parent waits on the client's CPUs (``isolation.client_cpus``): it relays the
   child's lines, client work that stays off the server's CPUs. It pins itself after the
   child has started, which pins itself in turn once its server is up.
@@ -50,6 +53,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from loadlab.errors import LoadlabError
 from loadlab.experiment.cpus import pinned_process
+from loadlab.runstore.claim import held_claim_fds
 
 if TYPE_CHECKING:
     from loadlab.experiment.point import PointSpec
@@ -68,7 +72,8 @@ def run_in_child(spec: PointSpec) -> dict[str, Any]:
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "loadlab.experiment.child", str(write_fd), str(os.getpid())],
-            stdin=subprocess.PIPE, pass_fds=(write_fd,), env=_child_env(), **OWN_GROUP)
+            stdin=subprocess.PIPE, pass_fds=(write_fd, *held_claim_fds()), env=_child_env(),
+            **OWN_GROUP)
     except BaseException:
         os.close(read_fd)
         raise

@@ -155,8 +155,8 @@ def run_load(request: RunRequest, plan: LoadPlan, *, say: Say = print,
         from loadlab.workload import load_profile
 
         load_profile(spec.workload.profile)  # fail fast, exit 2, before any process starts
-    spec.out = claim_run_dir(spec.out, request.overwrite)
-    manifest = run_point(spec)
+    with claim_run_dir(spec.out, request.overwrite):   # held until the point has ended
+        manifest = run_point(spec)
     report_run(manifest, spec.out, say=say, note=note)
     return manifest
 

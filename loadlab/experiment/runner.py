@@ -5,7 +5,9 @@ Steps of :func:`run_sweep`:
 1. The folder: a new one (``reports/sweep-<name>-<time>`` by default; a folder that
    already holds a sweep is refused unless resumed), or, with ``resume``, the folder of
    an earlier run of the same scenario (same points, same flags; anything else is an
-   InputError naming the difference).
+   InputError naming the difference). It is held for the whole sweep
+   (:func:`loadlab.runstore.claim.lock_run_dir`): a second sweep or resume into it is
+   refused (exit 2) naming the one running.
 2. The sweep manifest (:class:`~loadlab.runstore.manifest.SweepManifest`) lists every
    point from the start, ``skipped`` with "not run yet" until its turn, so the folder
    can be read (and reported) at any moment.
@@ -44,6 +46,7 @@ from pathlib import Path
 from loadlab.errors import InputError, LoadlabError, RunInterrupted
 from loadlab.experiment.point import STDERR_LINE
 from loadlab.experiment.verdicts import analyze_point, step_judge
+from loadlab.runstore.claim import lock_run_dir
 from loadlab.runstore.layout import MANIFEST
 from loadlab.runstore.manifest import (
     PointRecord,
@@ -199,22 +202,36 @@ def _set_aside(folder: Path) -> None:
 def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, resume: bool = False,
               progress: Callable[[str], None] = STDERR_LINE) -> SweepResult:
     """Run every point of ``scenario`` into ``out`` (see the module docstring)."""
+    given = scenario
+    scenario, manifest, what_if = _start(out, given, what_if, resume)   # refused: no trace
+    _check_runnable(scenario, what_if)
+    with lock_run_dir(out, "--resume" if resume else "--out"):
+        # Again under the lock: another sweep may have written the folder since.
+        scenario, manifest, what_if = _start(out, given, what_if, resume)
+        write_manifest(out, manifest)
+        return _run_points(scenario, manifest, out, what_if, progress)
+
+
+def _start(out: Path, scenario: Scenario | None, what_if: bool,
+           resume: bool) -> tuple[Scenario, SweepManifest, bool]:
+    """The scenario, the manifest to start from and whether the points are what-ifs."""
     if resume:
         scenario, manifest = _resumed(out, scenario)
-        what_if = any(p.what_if for p in manifest.points)
         manifest.status, manifest.finished = "running", None
-    else:
-        assert scenario is not None
-        _fresh(out)
-        manifest = new_manifest(scenario, what_if)
-    _check_runnable(scenario, what_if)
+        return scenario, manifest, any(p.what_if for p in manifest.points)
+    assert scenario is not None
+    _fresh(out)
+    return scenario, new_manifest(scenario, what_if), what_if
+
+
+def _run_points(scenario: Scenario, manifest: SweepManifest, out: Path, what_if: bool,
+                progress: Callable[[str], None]) -> SweepResult:
+    """Steps 3 to 5 of the module docstring, the folder held."""
     hide = secrets_of(scenario)
 
     def say(line: str) -> None:
         progress(hide.text(line))
 
-    out.mkdir(parents=True, exist_ok=True)
-    write_manifest(out, manifest)
     points = {p.name: p for p in scenario.points()}
     todo = [r for r in manifest.points if r.status != "complete"]
     clock = _Clock(planned_point_s(scenario, what_if), len(todo))
@@ -225,7 +242,7 @@ def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, re
         clock.point_start = time.monotonic()
         tag = f"[point {index}/{len(manifest.points)} {record.name}]"
         say(f"{tag} {'what-if on the simulator' if what_if else 'starting'}; "
-                 f"sweep ETA {_fmt_s(clock.eta_s())}")
+            f"sweep ETA {_fmt_s(clock.eta_s())}")
         _set_aside(record.folder(out))
         record.status, record.error = "running", None
         write_manifest(out, manifest)
@@ -238,7 +255,7 @@ def run_sweep(scenario: Scenario | None, out: Path, *, what_if: bool = False, re
             record.status = "complete"
             result.verdicts[record.name] = _verdict(record.folder(out), scenario, record)
             say(f"{tag} complete in {_fmt_s(time.monotonic() - clock.point_start)}: "
-                     f"{result.verdicts[record.name]}")
+                f"{result.verdicts[record.name]}")
         except (KeyboardInterrupt, RunInterrupted):
             record.status, record.error = (
                 "interrupted",

@@ -14,9 +14,10 @@ A run folder (one point)::
     client.parquet/      the load generator's own CPU and lag (schema.CLIENT), part files
     <kind>-server.log    stdout and stderr of a server loadlab launched (sim | vllm)
     report.html          ``loadlab report`` of the folder
+    .claim               locked by the run writing the folder, who it is (runstore.claim)
 
-A sweep folder holds ``manifest.json`` (kind "sweep"), ``report.html`` and one run folder
-per point, named by the manifest's ``points[].dir``.
+A sweep folder holds ``manifest.json`` (kind "sweep"), ``report.html``, ``.claim`` and one
+run folder per point, named by the manifest's ``points[].dir``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 MANIFEST = "manifest.json"
 ANALYSIS = "analysis.json"
 REPORT = "report.html"
+CLAIM = ".claim"
 
 REQUESTS_TABLE = "requests.parquet"
 METRICS_TABLE = "metrics.parquet"

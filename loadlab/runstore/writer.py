@@ -1,8 +1,12 @@
 """Append-only Parquet tables made of whole part files.
 
 A part is written to ``.<name>.tmp`` and renamed into place, so a reader never sees
-a half-written file. Rows stay in memory until the part holding them is on disk, so a
-failed write loses nothing and ``rows_written`` counts only rows a reader can see.
+a half-written file. Its name, ``part-<writer>-<pid>x<nonce>-<n>.parquet``, is this
+writer's alone: the pid and a random nonce mean two writers (two processes, or two
+writers in one process) given the same ``writer_id`` can never replace each other's
+parts, and ``n`` keeps one writer's parts in the order it wrote them. Rows stay in
+memory until the part holding them is on disk, so a failed write loses nothing and
+``rows_written`` counts only rows a reader can see.
 
 When rows are written:
 
@@ -64,8 +68,8 @@ UNREADABLE = (OSError, pa.ArrowException)  # what reading a damaged part file ra
 class PartWriter:
     """Buffer rows (dicts) and write them as Parquet parts of one table directory.
 
-    ``writer_id`` goes into part names so several processes can share a table
-    (Locust workers, collectors); it must be unique per process.
+    ``writer_id`` goes into part names to tell the writers of a table apart (Locust
+    workers, collectors); uniqueness comes from the pid and nonce beside it.
     Thread-safe: Locust greenlets and collector threads may add concurrently.
     Subclasses with their own buffer (whole scrapes, columns) override
     :meth:`_snapshot`, :meth:`_forget`, :meth:`_pending_rows` and :meth:`_to_table` and
@@ -85,6 +89,7 @@ class PartWriter:
         self.table_dir.mkdir(parents=True, exist_ok=True)
         self.schema = schema
         self.writer_id = writer_id or uuid.uuid4().hex[:8]
+        self._stamp = f"{self.writer_id}-{os.getpid()}x{uuid.uuid4().hex[:8]}"
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
         self._rows: list[Mapping[str, Any]] = []
@@ -266,10 +271,14 @@ class PartWriter:
         except WRITE_ERRORS as exc:
             raise StoreError(f"cannot write {self.table_dir}: {exc}") from exc
 
+    def part_name(self, number: int) -> str:
+        """The file name of this writer's ``number``-th part (from 1)."""
+        return f"part-{self._stamp}-{number:06d}.parquet"
+
     def _write_part(self, table: pa.Table, use_dictionary: bool | list[str] = True) -> None:
         with self._lock:
             self._part += 1
-            name = f"part-{self.writer_id}-{self._part:06d}.parquet"
+            name = self.part_name(self._part)
         tmp = self.table_dir / f".{name}.tmp"
         try:
             pq.write_table(table, tmp, use_dictionary=use_dictionary)

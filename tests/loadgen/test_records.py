@@ -18,9 +18,7 @@ def _row(seq: int, **over) -> dict:
 def test_summary_counts_only_rows_written_and_says_why_the_rest_are_not(tmp_path):
     rec = Recorder(tmp_path)
     parts = tmp_path / "requests.parquet"
-    (parts / ".part-master-000001.parquet.tmp").symlink_to(
-        "/dev/full"
-    )  # the first write: disk full
+    (parts / f".{rec.requests.part_name(1)}.tmp").symlink_to("/dev/full")  # the first write
     rec.add_rows([_row(0), _row(1, http_status="two hundred"), _row(2)])
     rec.mark_done("w1", 4)  # the worker shipped one more than arrived
     rec.flush()  # disk full: the run goes on, the rows stay in memory

@@ -14,6 +14,7 @@ def test_names_did_not_drift():
     assert layout.TABLES == ("requests.parquet", "metrics.parquet", "scrapes.parquet",
                              "client.parquet")
     assert layout.server_log("vllm") == "vllm-server.log"
+    assert layout.CLAIM == ".claim"    # hidden: readers listing a folder skip it
     assert set(layout.LOADGEN_TABLES) | set(layout.SCRAPER_TABLES) == set(layout.TABLES)
     assert set(TABLES) == set(layout.TABLES)    # compaction knows every table
 
@@ -30,5 +31,5 @@ def test_overwrite_clears_exactly_the_layout_files(tmp_path):
         (run / name).write_text("{}")
     (run / layout.REQUESTS_TABLE).mkdir()
     (run / "notes.txt").write_text("mine")
-    claim_run_dir(run, overwrite=True)
-    assert [p.name for p in run.iterdir()] == ["notes.txt"]
+    with claim_run_dir(run, overwrite=True):
+        assert sorted(p.name for p in run.iterdir()) == [layout.CLAIM, "notes.txt"]

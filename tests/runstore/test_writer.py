@@ -76,14 +76,16 @@ def test_killed_writer_loses_only_unflushed_rows(tmp_path):
         writer.pq.write_table = dying
         s = pa.schema([("a", pa.int64()), ("b", pa.string())])
         w = writer.PartWriter({str(table)!r}, s, writer_id="x", flush_rows=5, flush_interval_s=3600)
+        print(*(w.part_name(n) for n in (1, 2, 3)), flush=True)
         for i in range(17):
             w.add({{"a": i, "b": "x"}})
         """
     )
-    proc = subprocess.run([sys.executable, "-c", code], check=False)
+    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                          text=True)
     assert proc.returncode == -9
-    assert sorted(os.listdir(table)) == [".part-x-000003.parquet.tmp", "part-x-000001.parquet",
-                                         "part-x-000002.parquet"]
+    first, second, third = proc.stdout.split()
+    assert sorted(os.listdir(table)) == [f".{third}.tmp", first, second]
     assert read_table(table, SMALL)["a"].tolist() == list(range(10))
     assert pd.read_parquet(table)["a"].tolist() == list(range(10))  # plain readers skip it too
 
@@ -135,7 +137,7 @@ def test_disk_full_keeps_rows_buffered_until_a_write_succeeds(tmp_path, caplog):
     table = tmp_path / "full.parquet"
     w = PartWriter(table, SMALL, writer_id="w", flush_rows=3, flush_interval_s=math.inf)
     for part in (1, 2):
-        (table / f".part-w-{part:06d}.parquet.tmp").symlink_to("/dev/full")
+        (table / f".{w.part_name(part)}.tmp").symlink_to("/dev/full")
     for i in range(3):
         w.add({"a": i, "b": "x"})  # the third add's flush fails: logged, the row kept, no raise
     assert "No space left" in caplog.text and "No space left" in w.error
@@ -148,7 +150,7 @@ def test_disk_full_keeps_rows_buffered_until_a_write_succeeds(tmp_path, caplog):
     w.flush()  # space again
     assert (w.rows_written, w.rows_pending, w.error) == (5, 0, None)
     assert read_table(table, SMALL)["a"].tolist() == list(range(5))
-    assert sorted(os.listdir(table)) == ["part-w-000003.parquet"]
+    assert sorted(os.listdir(table)) == [w.part_name(3)]
 
 
 def test_missing_folder_fails_the_write_and_the_retry_writes_everything(tmp_path):
@@ -238,7 +240,7 @@ def test_one_corrupt_part_is_an_input_error_naming_it_and_the_fix(tmp_path, dama
     table = tmp_path / "c.parquet"
     with PartWriter(table, SMALL, writer_id="w", flush_rows=2, flush_interval_s=math.inf) as w:
         w.extend({"a": i, "b": "x"} for i in range(6))
-    bad = table / "part-w-000002.parquet"
+    bad = table / w.part_name(2)
     data = bad.read_bytes()
     bad.write_bytes(
         {"truncated": data[: len(data) // 2], "empty": b"", "not parquet": b"a,b\n1,x\n"}[damage]
