@@ -31,7 +31,8 @@ The boundary, parent side (:func:`run_in_child`):
   child has started, which pins itself in turn once its server is up.
 
 Child side (:func:`main`): it asks the kernel for SIGTERM should the parent die
-(``PR_SET_PDEATHSIG``, Linux), so a killed notebook leaves no load running; SIGTERM
+(``PR_SET_PDEATHSIG``, Linux, :mod:`loadlab.lifeline`), and its Locust workers ask for
+SIGKILL should it die, so a killed notebook leaves no load running; SIGTERM
 before the load starts ends it like Ctrl-C (the launcher still stops its server); once
 the load runs, the driver turns both signals into a flushed, interrupted run.
 """
@@ -53,12 +54,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 from loadlab.errors import LoadlabError
 from loadlab.experiment.cpus import pinned_process
+from loadlab.lifeline import end_with_parent
 from loadlab.runstore.claim import held_claim_fds
 
 if TYPE_CHECKING:
     from loadlab.experiment.point import PointSpec
 
-PR_SET_PDEATHSIG = 1
 # The child's own process group, in the caller's session: a new session would also be a
 # new scheduler autogroup, whose CPU share ``nice`` cannot lower.
 OWN_GROUP: dict[str, Any] = ({"process_group": 0} if sys.version_info >= (3, 11)
@@ -147,7 +148,7 @@ def _forwarding_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
 def main() -> None:
     """``python -m loadlab.experiment.child FD PARENT_PID``: the spec on stdin, answers on FD."""
     answer_fd, parent = int(sys.argv[1]), int(sys.argv[2])
-    _end_with_parent(parent)
+    end_with_parent(parent)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with os.fdopen(answer_fd, "wb") as answers:
         def send(kind: str, value: Any) -> None:
@@ -173,19 +174,6 @@ def _picklable(exc: BaseException) -> BaseException:
     except Exception:
         return LoadlabError(f"{type(exc).__name__}: {exc}")
     return exc
-
-
-def _end_with_parent(parent: int) -> None:
-    """SIGTERM to this process when the parent dies (Linux); exit now if it already has."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):   # not Linux: the parent's signals still reach us
-        return
-    if os.getppid() != parent:
-        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner
 
 from loadlab.errors import RunInterrupted, TargetError
+from loadlab.lifeline import PARENT_ENV
 from loadlab.loadgen.achieved import limited_reasons
 from loadlab.loadgen.context import RunSettings
 from loadlab.loadgen.preflight import split_address
@@ -419,9 +420,11 @@ def _free_port(host: str) -> int:
 
 
 def _spawn_workers(n: int, host: str, port: int) -> list[subprocess.Popen]:
-    """Local worker processes in their own session, so a terminal Ctrl-C reaches only the master."""
+    """Local worker processes in their own session, so a terminal Ctrl-C reaches only the master;
+    each is killed by the kernel should this process die (:mod:`loadlab.lifeline`)."""
     argv = [sys.executable, "-m", "loadlab", "run", "--join", f"{host}:{port}"]
-    return [subprocess.Popen(argv, start_new_session=True) for _ in range(n)]
+    env = {**os.environ, PARENT_ENV: str(os.getpid())}
+    return [subprocess.Popen(argv, start_new_session=True, env=env) for _ in range(n)]
 
 
 def _reap(procs: list[subprocess.Popen]) -> None:
