@@ -39,6 +39,7 @@ the load runs, the driver turns both signals into a flushed, interrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -150,21 +151,34 @@ def main() -> None:
     answer_fd, parent = int(sys.argv[1]), int(sys.argv[2])
     end_with_parent(parent)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with os.fdopen(answer_fd, "wb") as answers:
-        def send(kind: str, value: Any) -> None:
+    answers = os.fdopen(answer_fd, "wb")
+    caller_gone = False
+
+    def send(kind: str, value: Any) -> None:
+        # A caller that died (SIGKILL) closed the pipe: nobody is left to tell, and a
+        # progress line failing must not cut short the run's own flush and clean-up.
+        nonlocal caller_gone
+        if caller_gone:
+            return
+        try:
             pickle.dump((kind, value), answers)
             answers.flush()
+        except BrokenPipeError:
+            caller_gone = True
 
-        try:
-            spec = pickle.load(sys.stdin.buffer)
-            from loadlab.experiment.point import run_here
+    try:
+        spec = pickle.load(sys.stdin.buffer)
+        from loadlab.experiment.point import run_here
 
-            spec.progress = lambda line: send("progress", line)
-            send("result", run_here(spec))
-        except BaseException as exc:
-            if not isinstance(exc, (LoadlabError, KeyboardInterrupt)):
-                traceback.print_exc()
-            send("error", _picklable(exc))
+        spec.progress = lambda line: send("progress", line)
+        send("result", run_here(spec))
+    except BaseException as exc:
+        if not isinstance(exc, (LoadlabError, KeyboardInterrupt)):
+            traceback.print_exc()
+        send("error", _picklable(exc))
+    finally:
+        with contextlib.suppress(BrokenPipeError):   # what the dead caller never read
+            answers.close()
 
 
 def _picklable(exc: BaseException) -> BaseException:
