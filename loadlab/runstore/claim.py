@@ -72,17 +72,25 @@ class RunClaim:
     """A run folder this process holds: its ``.claim`` file, open and locked, until
     :meth:`release` (or the end of a ``with`` block, or of the process)."""
 
-    def __init__(self, run_dir: Path, fd: int) -> None:
+    def __init__(self, run_dir: Path, fd: int, made: bool) -> None:
         self.run_dir = run_dir
         self.fd: int | None = fd
+        self.made = made   # the claim made the folder
         _HELD.add(fd)
 
     def release(self) -> None:
-        """Close the lock file; the folder is free once no child holds it either."""
-        if self.fd is not None:
-            _HELD.discard(self.fd)
-            os.close(self.fd)
-            self.fd = None
+        """Close the lock file; the folder is free once no child holds it either. A run
+        refused before it wrote anything (bad key, closed port) leaves no trace: the lock
+        file goes, and the folder too when the claim made it."""
+        if self.fd is None:
+            return
+        if [p.name for p in self.run_dir.iterdir()] == [CLAIM]:
+            (self.run_dir / CLAIM).unlink()   # unlinked while still locked: no run holds it
+            if self.made:
+                self.run_dir.rmdir()
+        _HELD.discard(self.fd)
+        os.close(self.fd)
+        self.fd = None
 
     def __enter__(self) -> RunClaim:
         return self
@@ -103,6 +111,7 @@ def lock_run_dir(run_dir: str | Path, flag: str = "--out") -> RunClaim:
     """Hold ``run_dir`` (made if missing) for this process; InputError naming the holder
     when another run holds it. Checks nothing else (see :func:`claim_run_dir`)."""
     run_dir = Path(run_dir)
+    made = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / CLAIM
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -121,7 +130,7 @@ def lock_run_dir(run_dir: str | Path, flag: str = "--out") -> RunClaim:
     me = {"pid": os.getpid(), "hostname": socket.gethostname(), "since": time.time()}
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(me).encode(), 0)
-    return RunClaim(run_dir, fd)
+    return RunClaim(run_dir, fd, made)
 
 
 def _holder(fd: int) -> str:
