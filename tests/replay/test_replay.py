@@ -93,6 +93,23 @@ def test_seq_cap_shows_in_waiting_gauge(tmp_path: Path) -> None:
     assert (metrics.source == "sim").all()
 
 
+def test_refusals_are_sampled_in_virtual_time(tmp_path: Path) -> None:
+    _, metrics = replay(tmp_path)
+    steps = gauge(metrics, "loadlab:scheduler_steps_total")
+    refused = metrics[metrics.metric == "loadlab:scheduler_refused_steps_total"]
+    by_reason = {reason: rows.set_index("t").value
+                 for reason, rows in refused.groupby(refused.labels.str.extract(
+                     r'"reason":"(\w+)"')[0])}
+    assert set(by_reason) == {"preempted", "token_budget", "seq_cap", "kv_blocks", "other"}
+    assert len(steps) == 31 and steps.is_monotonic_increasing and steps.iloc[-1] > 100
+    seq_cap = by_reason["seq_cap"]
+    # c=4 under max_num_seqs=8 leaves nobody waiting; c=12 does, behind the cap
+    assert seq_cap[seq_cap.index < EPOCH + 15].max() == 0
+    assert seq_cap.iloc[-1] > 0.5 * (steps.iloc[-1] - steps[EPOCH + 16])
+    assert by_reason["kv_blocks"].iloc[-1] == by_reason["preempted"].iloc[-1] == 0
+    assert gauge(metrics, "loadlab:scheduler_head_running").iloc[-1] == 8
+
+
 def test_same_seed_same_records(tmp_path: Path) -> None:
     a, ma = replay(tmp_path / "a", seed=3)
     b, mb = replay(tmp_path / "b", seed=3)
