@@ -13,6 +13,10 @@ in arrival order) behaves as ``pattern[i % len(pattern)]``:
 - ``midstream``: two content chunks, then ``data: {"error": ...}``
 - ``hang``: sends headers, then nothing (the client's timeout must fire)
 - ``drop``: two content chunks, then closes the connection
+- ``html200``: a 200 HTML page (``text/html``), as a proxy's login or error page sends
+- ``nodone``: two content chunks, then the response ends cleanly (chunked terminator)
+  without ``[DONE]``
+- ``reset``: two content chunks, then a TCP RST (``SO_LINGER`` 0), not a clean close
 - ``notobject`` / ``badshape`` / ``badjson``: one content chunk, then an event that is not
   an OpenAI chunk (valid JSON that is not an object: ``["x", 1]``; an object whose
   ``choices`` holds a string; JSON cut short), then ``[DONE]``
@@ -29,6 +33,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
+import struct
 import time
 
 from aiohttp import web
@@ -73,6 +79,9 @@ def make_app(
                 "<body>Not Found</body></html>"
             )
             return web.Response(text=page, status=404, content_type="text/html")
+        if kind == "html200":
+            return web.Response(text="<!DOCTYPE html>\n<html><body>Sign in</body></html>",
+                                content_type="text/html")
         if kind.isdigit():
             err = {"message": f"injected {kind}", "type": "BadRequestError", "code": int(kind)}
             return web.json_response({"error": err}, status=int(kind))
@@ -96,9 +105,17 @@ def make_app(
                 await resp.write(BAD_EVENTS[kind] + b"data: [DONE]\n\n")
                 await resp.write_eof()
                 return resp
-            if kind in ("midstream", "drop") and i == 1:
+            if kind in ("midstream", "drop", "nodone", "reset") and i == 1:
                 if kind == "drop":
                     request.transport.close()
+                    return resp
+                if kind == "nodone":
+                    await resp.write_eof()
+                    return resp
+                if kind == "reset":
+                    sock = request.transport.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    request.transport.abort()
                     return resp
                 await resp.write(
                     b'data: {"error": {"message": "injected mid-stream failure", "code": 500}}\n\n'
