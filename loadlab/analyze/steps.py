@@ -6,7 +6,8 @@ measured window (binned by ``t_sent``, else ``t_issued`` for a request that neve
 got on the wire), their TTFT/ITL/E2E percentiles, and throughput from the output
 tokens of requests that *finished* in it; the load generator's own figures for
 the step (``client_limited``, ``achieved_ratio``, send and loop lag) are copied
-from the manifest when it has them. Server side (metrics.parquet, direct or
+from the manifest when it has them; failed requests are counted by the side that failed
+(:mod:`loadlab.analyze.failures`). Server side (metrics.parquet, direct or
 Prometheus, V1 or V0 names): gauge means, p95 and maxima of running, waiting and
 KV usage, the waiting queue's occupancy P(waiting >= 1), counter increases
 (preemptions, prefix-cache hits, prompt and generated tokens per second), and
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.failures import step_counts, with_failures
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
 from loadlab.analyze.tables import METRIC_COLUMNS, chunk_span_s, read_metrics, read_requests
 from loadlab.analyze.windows import (
@@ -90,7 +92,7 @@ def load_run(run_dir: str | Path) -> RunData:
     return RunData(
         run_dir,
         manifest,
-        read_requests(run_dir),
+        with_failures(read_requests(run_dir)),
         read_metrics(run_dir, columns=METRIC_COLUMNS),
         read_table(run_dir / SCRAPES_TABLE, SCRAPES),
     )
@@ -236,6 +238,7 @@ def _client_stats(sent: pd.DataFrame, done: pd.DataFrame, w: Any) -> dict[str, f
         "prompt_tokens_mean": _mean(ok.prompt_tokens),
         "output_tokens_mean": _mean(ok.output_tokens),
         "burst_share": burst_share(ok),
+        **step_counts(sent),
     }
 
 

@@ -36,7 +36,8 @@ from loadlab.runstore.layout import METRICS_TABLE, REQUESTS_TABLE
 # string per row, for joining with server logs). ``t_issued`` once the schema has it.
 ANALYZED = ("step", "concurrency", "target_rate", "status", "error", "t_issued", "t_sent", "t_done",
             "send_lag_s", "ttft_s", "e2e_s", "itl_mean_s", "itl_p50_s", "itl_p99_s", "n_chunks",
-            "prompt_tokens", "output_tokens", "target_prompt_tokens", "target_output_tokens")
+            "prompt_tokens", "output_tokens", "target_prompt_tokens", "target_output_tokens",
+            "http_status", "failure")
 REQUEST_COLUMNS = [name for name in REQUESTS.names if name in ANALYZED]
 # The metric columns the analyzer reads (``scrape_s``, ``type`` and ``source`` it never
 # uses: leaving them out saves a third of reading an hour's ~2,900 metrics parts).
