@@ -27,6 +27,7 @@ from loadlab.analyze.failures import failure_warnings, unblame_client
 from loadlab.analyze.knee import Knee, find_knee
 from loadlab.analyze.slo import evaluate, parse_slo
 from loadlab.analyze.steps import RunData, build_step_table, load_run
+from loadlab.analyze.warnings import reset_warnings, scrape_warnings
 from loadlab.collect import catalog
 from loadlab.runstore.analysis_model import SCHEMA, Analysis
 from loadlab.runstore.layout import MANIFEST, METRICS_TABLE, REQUESTS_TABLE
@@ -106,10 +107,13 @@ def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:
     w += failure_warnings(table)
     if m.get("kind") == "sweep":
         w.append("this is a sweep folder: analyse each point's folder")
-    if run.metrics.empty:
+    scraped = scrape_warnings(run.scrapes, not run.metrics.empty)
+    w += run.notes + scraped
+    if run.metrics.empty and not scraped:
         w.append(f"no server metrics ({METRICS_TABLE}): client-only verdict, cause unknown; "
                  "rerun with --collect")
-    else:
+    elif not run.metrics.empty:
+        w += reset_warnings(table)
         gen = catalog.engine_generation(run.metrics["family"].unique())
         if gen == "v0" or any(catalog.BY_FAMILY.get(f) and catalog.BY_FAMILY[f].era == "renamed"
                               for f in run.metrics["family"].unique()):

@@ -26,7 +26,7 @@ This module computes; :mod:`loadlab.analyze.display` renders. It names no cause.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ import pandas as pd
 from loadlab.analyze.failures import step_counts, with_failures
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
 from loadlab.analyze.tables import METRIC_COLUMNS, chunk_span_s, read_metrics, read_requests
+from loadlab.analyze.warnings import drop_nan
 from loadlab.analyze.windows import (
     counter_windows,
     coverage_windows,
@@ -65,6 +66,7 @@ class RunData:
     requests: pd.DataFrame
     metrics: pd.DataFrame
     scrapes: pd.DataFrame
+    notes: list[str] = field(default_factory=list)   # what reading left out, for warnings
 
     @property
     def closed_loop(self) -> bool:
@@ -89,12 +91,14 @@ def load_run(run_dir: str | Path) -> RunData:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("steps", []), list):
         raise InputError("manifest.json has no list of steps", source=path, field="steps",
                          fix="restore it from the run, or re-run the load")
+    metrics, notes = drop_nan(read_metrics(run_dir, columns=METRIC_COLUMNS))
     return RunData(
         run_dir,
         manifest,
         with_failures(read_requests(run_dir)),
-        read_metrics(run_dir, columns=METRIC_COLUMNS),
+        metrics,
         read_table(run_dir / SCRAPES_TABLE, SCRAPES),
+        notes,
     )
 
 
@@ -165,6 +169,7 @@ def _server_columns(table: pd.DataFrame, metrics: pd.DataFrame, requests: pd.Dat
         table["prefix_hit_rate"] = np.where(queries > 0, hits / queries, np.nan)
     table["prompt_tok_rate"] = _counter(metrics, "prompt_tokens", span, "rate_per_s")
     table["gen_tok_rate"] = _counter(metrics, "generation_tokens", span, "rate_per_s")
+    table["counter_resets"] = _counter(metrics, "generation_tokens", span, "resets")
     table["cached_tok_rate"] = _counter(metrics, "prompt_tokens_cached", span, "rate_per_s")
     length = (span["t_end"] - span["t_start"]).to_numpy(dtype=float)
     hist = {role: _histogram(metrics, role, span) for role in ("ttft", "queue_time", "itl")}

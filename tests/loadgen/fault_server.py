@@ -24,7 +24,10 @@ in arrival order) behaves as ``pattern[i % len(pattern)]``:
 ``POST /tokenize`` call ``j`` behaves as ``--tokenize-pattern[j % len]``: ``ok`` (a count:
 whitespace words), a status code (vLLM's JSON error body), or ``drop`` (connection closed).
 ``GET /v1/models`` lists ``--model`` (default ``m``) with ``--max-model-len``, unprotected.
-``GET /metrics`` exposes ``vllm:request_success_total`` (completed ``ok`` streams) and
+``GET /metrics`` exposes ``vllm:request_success_total`` (completed ``ok`` streams); scrape
+``k`` behaves as ``--metrics-pattern[k % len]``: ``ok``, ``500`` (an error page), ``hang``
+(no answer), ``nan`` (the waiting gauge reads ``NaN``, running 2), ``restart`` (the token
+counter starts again from a small value: a restarted server). ``GET /metrics`` and
 ``GET /debug/first_token`` the server-side first-token unix time per request id.
 """
 
@@ -63,8 +66,9 @@ def make_app(
     model: str = "m",
     max_model_len: int = 100_000,
     tokenize_pattern: list[str] | None = None,
+    metrics_pattern: list[str] | None = None,
 ) -> web.Application:
-    state = {"n": 0, "success": 0, "first_token": {}, "tokenize": 0}
+    state = {"n": 0, "success": 0, "first_token": {}, "tokenize": 0, "scrapes": 0}
 
     async def generate(request: web.Request) -> web.StreamResponse:
         kind = pattern[state["n"] % len(pattern)]
@@ -135,7 +139,21 @@ def make_app(
         return resp
 
     async def metrics(_: web.Request) -> web.Response:
-        text = f'vllm:request_success_total{{finished_reason="length"}} {state["success"]}\n'
+        kinds = metrics_pattern or ["ok"]
+        k = state["scrapes"]
+        kind = kinds[k % len(kinds)]
+        state["scrapes"] += 1
+        if kind == "500":
+            return web.Response(text="<html>Internal Server Error</html>", status=500)
+        if kind == "hang":
+            await asyncio.sleep(3600)
+        tokens = 1000.0 * (k + 1) if kind != "restart" else 5.0
+        waiting = "NaN" if kind == "nan" else "0"
+        text = (f'vllm:num_requests_running{{model_name="m"}} 2\n'
+                f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
+                "# TYPE vllm:generation_tokens_total counter\n"
+                f'vllm:generation_tokens_total{{model_name="m"}} {tokens}\n'
+                f'vllm:request_success_total{{finished_reason="length"}} {state["success"]}\n')
         return web.Response(text=text)
 
     async def first_token(_: web.Request) -> web.Response:
@@ -170,7 +188,8 @@ def make_app(
 
 async def _main(args: argparse.Namespace) -> None:
     app = make_app(args.pattern.split(","), args.ttft_ms / 1000, args.itl_ms / 1000, args.model,
-                   args.max_model_len, args.tokenize_pattern.split(","))
+                   args.max_model_len, args.tokenize_pattern.split(","),
+                   args.metrics_pattern.split(","))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -188,4 +207,5 @@ if __name__ == "__main__":
     parser.add_argument("--model", default="m")
     parser.add_argument("--max-model-len", type=int, default=100_000)
     parser.add_argument("--tokenize-pattern", default="ok")
+    parser.add_argument("--metrics-pattern", default="ok")
     asyncio.run(_main(parser.parse_args()))
