@@ -35,6 +35,7 @@ import pandas as pd
 
 from loadlab.analyze.failures import step_counts, with_failures
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
+from loadlab.analyze.schema_check import check_requests
 from loadlab.analyze.tables import METRIC_COLUMNS, chunk_span_s, read_metrics, read_requests
 from loadlab.analyze.warnings import drop_nan
 from loadlab.analyze.windows import (
@@ -91,14 +92,15 @@ def load_run(run_dir: str | Path) -> RunData:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("steps", []), list):
         raise InputError("manifest.json has no list of steps", source=path, field="steps",
                          fix="restore it from the run, or re-run the load")
+    parts = check_requests(run_dir, manifest)
     metrics, notes = drop_nan(read_metrics(run_dir, columns=METRIC_COLUMNS))
     return RunData(
         run_dir,
         manifest,
-        with_failures(read_requests(run_dir)),
+        with_failures(read_requests(run_dir, skip=parts.skip)),
         metrics,
         read_table(run_dir / SCRAPES_TABLE, SCRAPES),
-        notes,
+        parts.warnings + notes,
     )
 
 

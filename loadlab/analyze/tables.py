@@ -20,7 +20,7 @@ when asked (:data:`METRIC_COLUMNS`, as :func:`loadlab.analyze.steps.load_run` do
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -49,10 +49,11 @@ def _strings(schema: pa.Schema, names: Iterable[str]) -> list[str]:
     return [f.name for f in schema if f.name in wanted and pa.types.is_string(f.type)]
 
 
-def read_requests(run_dir: str | Path) -> pd.DataFrame:
-    """requests.parquet, the columns the analyzer reads (:data:`REQUEST_COLUMNS`)."""
+def read_requests(run_dir: str | Path, skip: Collection[str] = ()) -> pd.DataFrame:
+    """requests.parquet, the columns the analyzer reads (:data:`REQUEST_COLUMNS`), without
+    the parts named in ``skip``."""
     return read_table(Path(run_dir) / REQUESTS_TABLE, REQUESTS, columns=REQUEST_COLUMNS,
-                      categorical=_strings(REQUESTS, REQUEST_COLUMNS))
+                      categorical=_strings(REQUESTS, REQUEST_COLUMNS), skip=skip)
 
 
 def read_metrics(run_dir: str | Path, families: Iterable[str] | None = None,
