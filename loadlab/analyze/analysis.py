@@ -23,9 +23,11 @@ import pandas as pd
 from loadlab.analyze import cause as causes
 from loadlab.analyze.capacity import capacity, pool_config, token_fill
 from loadlab.analyze.display import verdict_line
+from loadlab.analyze.failures import failure_warnings, unblame_client
 from loadlab.analyze.knee import Knee, find_knee
 from loadlab.analyze.slo import evaluate, parse_slo
 from loadlab.analyze.steps import RunData, build_step_table, load_run
+from loadlab.analyze.warnings import reset_warnings, scrape_warnings
 from loadlab.collect import catalog
 from loadlab.runstore.analysis_model import SCHEMA, Analysis
 from loadlab.runstore.layout import MANIFEST, METRICS_TABLE, REQUESTS_TABLE
@@ -38,6 +40,7 @@ def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> A
     """The analysis of ``run_dir`` (see the module docstring)."""
     run = load_run(run_dir)
     table = build_step_table(run)
+    unblame_client(table, run.manifest.get("server") or {})
     targets = parse_slo(slo)
     warnings = _warnings(run, table)
     knee = find_knee(run, table, seed=seed)
@@ -101,12 +104,16 @@ def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:
         w.append(f"no request succeeded ({len(req)} failed: "
                  f"{', '.join(f'{k} {v}' for k, v in req['status'].value_counts().items())}): "
                  "latency figures and the knee are unavailable")
+    w += failure_warnings(table)
     if m.get("kind") == "sweep":
         w.append("this is a sweep folder: analyse each point's folder")
-    if run.metrics.empty:
+    scraped = scrape_warnings(run.scrapes, not run.metrics.empty)
+    w += run.notes + scraped
+    if run.metrics.empty and not scraped:
         w.append(f"no server metrics ({METRICS_TABLE}): client-only verdict, cause unknown; "
                  "rerun with --collect")
-    else:
+    elif not run.metrics.empty:
+        w += reset_warnings(table)
         gen = catalog.engine_generation(run.metrics["family"].unique())
         if gen == "v0" or any(catalog.BY_FAMILY.get(f) and catalog.BY_FAMILY[f].era == "renamed"
                               for f in run.metrics["family"].unique()):

@@ -23,8 +23,13 @@ stalled steps that show the signature (0..1):
 - ``frontend_starved`` (every step with server figures): client TTFT mean exceeds the
   server's own by max(50 ms, the server's figure) and >= 20% of streams came whole.
 - ``client_limited``: a client-limited step at or below the knee (1.0).
+- ``server_errors`` (every step): the share of steps in which at least
+  ``SERVER_FAILURE_SHARE`` of the requests failed server-side
+  (:mod:`loadlab.analyze.failures`).
 
-Choice: client_limited when the knee was precluded by the client; unknown without
+Choice: server_errors when it scores >= 0.5, or at all with no knee found or a knee
+precluded by the client (a server that fails its requests is never a client's
+shortfall); client_limited when the knee was precluded by the client; unknown without
 server metrics; with no knee, frontend_starved if it scores >= 0.5, else none; with a
 knee, the best server cause scoring >= 0.5, else frontend_starved, else unknown.
 """
@@ -39,6 +44,7 @@ import pandas as pd
 
 from loadlab.analyze.capacity import as_int
 from loadlab.analyze.detectors import column
+from loadlab.analyze.failures import server_errors, server_errors_knob
 
 KV_FULL = 0.9
 CALIBER = 0.5
@@ -134,11 +140,13 @@ def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
     candidates.append(Candidate(
         "client_limited", 1.0 if verdict.client_before else 0.5 * bool(limited),
         [{"what": "client-limited step", "value": 1, "step": s} for s in limited]))
+    candidates.append(Candidate("server_errors", *server_errors(table)))
     name = choose(candidates, verdict.knee_found, verdict.client_before, verdict.server_metrics)
     chosen = next((c for c in candidates if c.name == name), None)
     ranked = sorted(candidates, key=lambda c: -c.score)
     return {"name": name, "evidence": chosen.evidence if chosen else [],
-            "knob": knob(name, sig, capacity), "facts": facts(sig, verdict.closed_loop),
+            "knob": server_errors_knob(table) if name == "server_errors"
+            else knob(name, sig, capacity), "facts": facts(sig, verdict.closed_loop),
             "ranked": [{"name": c.name, "score": round(c.score, 3)} for c in ranked],
             "notes": sig.notes}
 
@@ -276,6 +284,9 @@ def choose(candidates: list[Candidate], knee_found: bool, client_before: bool,
            server_metrics: bool) -> str:
     """The named cause (see the module docstring's last paragraph)."""
     scores = {c.name: c.score for c in candidates}
+    failing = scores.get("server_errors", 0.0)
+    if failing >= MIN_SCORE or (failing > 0 and (client_before or not knee_found)):
+        return "server_errors"
     if client_before:
         return "client_limited"
     if not server_metrics:
@@ -328,6 +339,7 @@ def knob(name: str, sig: Signals | None, capacity: dict[str, Any]) -> str:
                             "client to separate cores), or --api-server-count > 1",
         "client_limited": "give the load generator more CPU (--workers, separate cores from "
                           "the server) and rerun: the server was not the bottleneck",
+        "server_errors": "the server failed requests: check its log / fix the endpoint",
         "none": "load beyond the highest level tried to find the knee",
         "unknown": "collect the server's /metrics (loadlab run --collect) to name the cause",
     }[name]

@@ -20,7 +20,8 @@ COLUMNS = [  # (column, header, format)
     ("state", "state", "{}"),
     ("n_ok", "ok", "{:.0f}"),
     ("n_err", "err", "{:.0f}"),
-    ("n_aborted", "aborted", "{:.0f}"),
+    ("n_server_err", "srv err", "{:.0f}"),
+    ("n_cancelled", "cancelled", "{:.0f}"),
     ("out_tok_s", "out tok/s", "{:.0f}"),
     ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}"),
     ("ttft_p99_ms", "TTFT p99 ms", "{:.0f}"),
@@ -116,6 +117,7 @@ def cause_text(cause: dict[str, Any]) -> str:
             "streams arrive whole"
         ),
         "client_limited": "client limited — the load generator, not the server, fell short",
+        "server_errors": "server errors — the server failed a material share of the requests",
         "none": "none",
         "unknown": "unknown — no stall signature matched (or no server metrics)",
     }.get(name, name)

@@ -16,7 +16,10 @@ Steps:
    stalled: ``upper``; the judged step before it: ``lower``. Nothing stalled: "never
    stalled up to" the highest level (``found`` False, ``lower`` = that level). The first
    step stalled: ``lower`` None. A client-limited step at or below where the knee would
-   be leaves ``found`` False: the client, not the server, stopped the load.
+   be leaves ``found`` False: the client, not the server, stopped the load. A step in
+   which no request succeeded is never ``ok`` (the fine side of a knee): it is
+   ``failed`` (requests sent, none ok) or ``no_data`` (none sent) unless the detectors
+   found it stalled, and it is not judged.
 5. Confidence: BOOTSTRAP_N (200) resamples of each step's scrape intervals (histogram
    increments and gauge snapshots) and of its requests' TTFTs (client-only runs vote on
    them), seeded, drawn for all resamples at once (:mod:`loadlab.analyze.bootstrap`);
@@ -62,7 +65,7 @@ class Knee:
     detectors: dict[str, Any] = field(default_factory=dict)
     states: list[str] = field(
         default_factory=list
-    )  # per step: ok | stalled | client_limited | unjudged
+    )  # per step: ok | stalled | client_limited | unjudged | failed | no_data
     client_limited_before: bool = False
     psi: float | None = None
 
@@ -134,6 +137,19 @@ def state_codes(votes: dict[str, np.ndarray], limited: np.ndarray) -> np.ndarray
     return np.where(limited, 2, codes)
 
 
+def no_success(table: pd.DataFrame) -> np.ndarray:
+    """Per step: not one request succeeded in it."""
+    return np.nan_to_num(det.column(table, "n_ok")) == 0
+
+
+def without_success(table: pd.DataFrame, states: list[str]) -> list[str]:
+    """``ok`` / ``unjudged`` states of steps without a success become ``failed`` /
+    ``no_data``: a step that served nothing held nothing."""
+    sent = np.nan_to_num(det.column(table, "n_sent"))
+    return [("failed" if n else "no_data") if empty and st in ("ok", "unjudged") else st
+            for st, empty, n in zip(states, no_success(table), sent)]
+
+
 def bracket(
     levels: list[float], states: list[str]
 ) -> tuple[bool, float | None, float | None, bool]:
@@ -161,7 +177,7 @@ def find_knee(run: RunData, table: pd.DataFrame, seed: int = 0) -> Knee:
     waiting = waiting_level(table)
     growth = None if closed else det.inflight_slopes(binned(run.requests), table)
     votes = _votes(table, closed, waiting, limited, growth)
-    states = step_states(votes, limited)
+    states = without_success(table, step_states(votes, limited))
     found, lower, upper, limited_before = bracket(levels, states)
     knee = Knee(found, "concurrency" if closed else "rate", lower, upper, states=states,
                 client_limited_before=limited_before)
@@ -275,6 +291,7 @@ def _bootstrap(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool
     psi = _hinge_psi(table, waiting, limited) if closed else None
     lim = np.asarray(limited, dtype=bool)
     codes = state_codes(det.votes(cols, closed, waiting, psi, growth), lim)
+    codes = np.where(no_success(table) & (codes == 0), 3, codes)   # not judged, as the estimate
     target = (knee.found, _plain(knee.lower), _plain(knee.upper))
     if not levels:
         return float(bracket([], [])[:3] == target)

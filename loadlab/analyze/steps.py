@@ -6,7 +6,8 @@ measured window (binned by ``t_sent``, else ``t_issued`` for a request that neve
 got on the wire), their TTFT/ITL/E2E percentiles, and throughput from the output
 tokens of requests that *finished* in it; the load generator's own figures for
 the step (``client_limited``, ``achieved_ratio``, send and loop lag) are copied
-from the manifest when it has them. Server side (metrics.parquet, direct or
+from the manifest when it has them; failed requests are counted by the side that failed
+(:mod:`loadlab.analyze.failures`). Server side (metrics.parquet, direct or
 Prometheus, V1 or V0 names): gauge means, p95 and maxima of running, waiting and
 KV usage, the waiting queue's occupancy P(waiting >= 1), counter increases
 (preemptions, prefix-cache hits, prompt and generated tokens per second), and
@@ -25,15 +26,18 @@ This module computes; :mod:`loadlab.analyze.display` renders. It names no cause.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze.failures import step_counts, with_failures
 from loadlab.analyze.gauge_lag import client_inflight, gauge_lag
+from loadlab.analyze.schema_check import check_requests
 from loadlab.analyze.tables import METRIC_COLUMNS, chunk_span_s, read_metrics, read_requests
+from loadlab.analyze.warnings import drop_nan
 from loadlab.analyze.windows import (
     counter_windows,
     coverage_windows,
@@ -63,6 +67,7 @@ class RunData:
     requests: pd.DataFrame
     metrics: pd.DataFrame
     scrapes: pd.DataFrame
+    notes: list[str] = field(default_factory=list)   # what reading left out, for warnings
 
     @property
     def closed_loop(self) -> bool:
@@ -87,12 +92,15 @@ def load_run(run_dir: str | Path) -> RunData:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("steps", []), list):
         raise InputError("manifest.json has no list of steps", source=path, field="steps",
                          fix="restore it from the run, or re-run the load")
+    parts = check_requests(run_dir, manifest)
+    metrics, notes = drop_nan(read_metrics(run_dir, columns=METRIC_COLUMNS))
     return RunData(
         run_dir,
         manifest,
-        read_requests(run_dir),
-        read_metrics(run_dir, columns=METRIC_COLUMNS),
+        with_failures(read_requests(run_dir, skip=parts.skip)),
+        metrics,
         read_table(run_dir / SCRAPES_TABLE, SCRAPES),
+        parts.warnings + notes,
     )
 
 
@@ -163,6 +171,7 @@ def _server_columns(table: pd.DataFrame, metrics: pd.DataFrame, requests: pd.Dat
         table["prefix_hit_rate"] = np.where(queries > 0, hits / queries, np.nan)
     table["prompt_tok_rate"] = _counter(metrics, "prompt_tokens", span, "rate_per_s")
     table["gen_tok_rate"] = _counter(metrics, "generation_tokens", span, "rate_per_s")
+    table["counter_resets"] = _counter(metrics, "generation_tokens", span, "resets")
     table["cached_tok_rate"] = _counter(metrics, "prompt_tokens_cached", span, "rate_per_s")
     length = (span["t_end"] - span["t_start"]).to_numpy(dtype=float)
     hist = {role: _histogram(metrics, role, span) for role in ("ttft", "queue_time", "itl")}
@@ -236,6 +245,7 @@ def _client_stats(sent: pd.DataFrame, done: pd.DataFrame, w: Any) -> dict[str, f
         "prompt_tokens_mean": _mean(ok.prompt_tokens),
         "output_tokens_mean": _mean(ok.output_tokens),
         "burst_share": burst_share(ok),
+        **step_counts(sent),
     }
 
 

@@ -20,7 +20,7 @@ when asked (:data:`METRIC_COLUMNS`, as :func:`loadlab.analyze.steps.load_run` do
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -36,7 +36,8 @@ from loadlab.runstore.layout import METRICS_TABLE, REQUESTS_TABLE
 # string per row, for joining with server logs). ``t_issued`` once the schema has it.
 ANALYZED = ("step", "concurrency", "target_rate", "status", "error", "t_issued", "t_sent", "t_done",
             "send_lag_s", "ttft_s", "e2e_s", "itl_mean_s", "itl_p50_s", "itl_p99_s", "n_chunks",
-            "prompt_tokens", "output_tokens", "target_prompt_tokens", "target_output_tokens")
+            "prompt_tokens", "output_tokens", "target_prompt_tokens", "target_output_tokens",
+            "http_status", "failure")
 REQUEST_COLUMNS = [name for name in REQUESTS.names if name in ANALYZED]
 # The metric columns the analyzer reads (``scrape_s``, ``type`` and ``source`` it never
 # uses: leaving them out saves a third of reading an hour's ~2,900 metrics parts).
@@ -48,10 +49,11 @@ def _strings(schema: pa.Schema, names: Iterable[str]) -> list[str]:
     return [f.name for f in schema if f.name in wanted and pa.types.is_string(f.type)]
 
 
-def read_requests(run_dir: str | Path) -> pd.DataFrame:
-    """requests.parquet, the columns the analyzer reads (:data:`REQUEST_COLUMNS`)."""
+def read_requests(run_dir: str | Path, skip: Collection[str] = ()) -> pd.DataFrame:
+    """requests.parquet, the columns the analyzer reads (:data:`REQUEST_COLUMNS`), without
+    the parts named in ``skip``."""
     return read_table(Path(run_dir) / REQUESTS_TABLE, REQUESTS, columns=REQUEST_COLUMNS,
-                      categorical=_strings(REQUESTS, REQUEST_COLUMNS))
+                      categorical=_strings(REQUESTS, REQUEST_COLUMNS), skip=skip)
 
 
 def read_metrics(run_dir: str | Path, families: Iterable[str] | None = None,

@@ -200,7 +200,8 @@ def report_run(manifest: dict[str, Any], out: Path, *, say: Say = print,
     """The step summary, the outcome, notes; NoSuccess (exit 4) when no request succeeded,
     else ClientLimited (exit 3) when the client fell short."""
     from loadlab.experiment.point import STDERR_LINE
-    from loadlab.loadgen.achieved import format_summary, limited_message
+    from loadlab.experiment.verdicts import client_limited_message
+    from loadlab.loadgen.achieved import format_summary
 
     note = note or STDERR_LINE
     rec = manifest.get("records", {})
@@ -220,7 +221,7 @@ def report_run(manifest: dict[str, Any], out: Path, *, say: Say = print,
         failed = no_success_message(out)
         if failed:
             raise NoSuccess(failed)
-    limited = limited_message(manifest["steps"])
+    limited = client_limited_message(out, manifest)
     if limited:
         raise ClientLimited(limited)
 

@@ -37,6 +37,11 @@ mean (up to ~6 ms in a 1 s window beside other busy processes) and send lag p99 
   process).
 - both: loop lag mean above ``LOOP_LAG_MEAN_MAX_S`` (10 ms: every timestamp the client
   takes is late by about as much, a third to a half of a small model's TTFT).
+
+Failed requests are never the client's shortfall: when at least
+:data:`~loadlab.runstore.failures.SERVER_FAILURE_SHARE` of the window's requests failed
+server-side (``server_failed_share``, from the recorder), users were out of flight because
+the server answered in milliseconds with a failure, and the in-flight rule says nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+from loadlab.runstore.failures import SERVER_FAILURE_SHARE
 
 INFLIGHT_MIN_RATIO = 0.9
 RATE_MIN_RATIO = 0.9
@@ -73,6 +80,7 @@ class Achieved:
     loop_lag_max_s: float | None = None
     client_cpu_cores: float | None = None
     client_cpu_max_worker: float | None = None
+    server_failed_share: float | None = None
 
 
 @dataclass
@@ -151,7 +159,9 @@ def limited_reasons(a: Achieved, concurrency: int | None = None) -> list[str]:
     """Why a window's load fell short of the plan (empty: it did not). See the module docstring."""
     reasons = []
     busy = (a.inflight_mean or 0.0) + (a.backoff_mean or 0.0)
-    if concurrency and a.inflight_mean is not None and busy < INFLIGHT_MIN_RATIO * concurrency:
+    failing = (a.server_failed_share or 0.0) >= SERVER_FAILURE_SHARE
+    if concurrency and a.inflight_mean is not None and not failing \
+            and busy < INFLIGHT_MIN_RATIO * concurrency:
         backoff = f" (+{a.backoff_mean:.2f} in error backoff)" if a.backoff_mean else ""
         reasons.append(f"in flight {a.inflight_mean:.2f}{backoff} of {concurrency} users "
                        f"({busy / concurrency:.1%} < {INFLIGHT_MIN_RATIO:.0%})")

@@ -22,7 +22,9 @@ Status: ``ok``; ``http_error`` (non-200, or an error event; ``http_status`` keep
 what HTTP said, ``error`` the server's message); ``timeout`` (the per-request
 deadline passed); ``aborted`` (cut short: the connection dropped mid-stream, or the
 run cancelled it); ``client_error`` (no connection, or a response that is not an OpenAI
-stream: bad JSON, an event that is not a JSON object, a chunk of the wrong shape).
+stream: bad JSON, an event that is not a JSON object, a chunk of the wrong shape, a 200
+that is not ``text/event-stream``). ``failure`` says which side failed
+(:mod:`loadlab.runstore.failures`): every kind but ``cancelled`` is the server's.
 Nothing here raises for a failed request: failures are records.
 """
 
@@ -50,6 +52,7 @@ from loadlab.loadgen.transport import (
     Transport,
     TransportTimeout,
 )
+from loadlab.runstore.failures import CANCELLED, http_failure
 
 # Skips json.loads' encoding sniffing and whitespace regexes: events are compact JSON text.
 _decode = json.JSONDecoder().decode
@@ -123,8 +126,12 @@ class Outcome:
     status: str = "ok"
     http_status: int | None = None
     error: str | None = None
+    failure: str | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
+
+    def fail(self, status: str, failure: str, error: str) -> None:
+        self.status, self.failure, self.error = status, failure, error[:_ERROR_TEXT_MAX]
 
     def fields(self) -> dict[str, Any]:
         """The REQUESTS columns this outcome fills."""
@@ -144,6 +151,7 @@ class Outcome:
             "status": self.status,
             "http_status": self.http_status,
             "error": self.error,
+            "failure": self.failure,
         }
 
 
@@ -193,31 +201,29 @@ class StreamingClient:
                                            on_sent=timings.mark_sent)
             timings.t_sent = response.sent_at
             outcome.http_status = response.status
+            kind = response.headers.get("content-type")
             if response.status != 200:
-                outcome.status = "http_error"
-                outcome.error = _error_text(response.read_all())
+                outcome.fail("http_error", http_failure(response.status),
+                             _error_text(response.read_all()))
+            elif kind is not None and not kind.startswith("text/event-stream"):
+                outcome.fail("client_error", "not_event_stream",
+                             f"HTTP 200 {kind} is not an event stream: "
+                             f"{_error_text(response.read_all())}")
             else:
                 self._consume(response, outcome)
         except TransportTimeout as exc:
-            outcome.status, outcome.error = "timeout", f"timeout after {self.timeout_s:g} s ({exc})"
+            outcome.fail("timeout", "timeout", f"timeout after {self.timeout_s:g} s ({exc})")
         except ConnectionFailed as exc:
-            outcome.status, outcome.error = "client_error", str(exc)
+            outcome.fail("client_error", "reset", str(exc))
         except StreamClosed as exc:
-            outcome.status = "aborted" if outcome.http_status else "client_error"
-            outcome.error = str(exc)
+            outcome.fail("aborted" if outcome.http_status else "client_error", "reset", str(exc))
         except NotOpenAIStream as exc:
-            outcome.status, outcome.error = "client_error", f"not an OpenAI stream: {exc}"
+            outcome.fail("client_error", "bad_stream", f"not an OpenAI stream: {exc}")
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             # AttributeError: a chunk whose parts have the wrong JSON type ("choices": ["x"])
-            outcome.status, outcome.error = (
-                "client_error",
-                f"unparseable response: {exc!r}"[:_ERROR_TEXT_MAX],
-            )
+            outcome.fail("client_error", "bad_stream", f"unparseable response: {exc!r}")
         except BaseException as exc:
-            outcome.status, outcome.error = (
-                "aborted",
-                f"cancelled by the run ({type(exc).__name__})",
-            )
+            outcome.fail("aborted", CANCELLED, f"cancelled by the run ({type(exc).__name__})")
             raise
         finally:
             if response is not None:
@@ -258,8 +264,7 @@ class StreamingClient:
                         pass
                     return
         if outcome.status == "ok":
-            outcome.status = "aborted"
-            outcome.error = "stream ended without [DONE]"
+            outcome.fail("aborted", "truncated", "stream ended without [DONE]")
 
     def _events(self, events: bytes, marker: bytes, chat: bool, now: float,
                 outcome: Outcome) -> Literal["more", "done", "stop"]:
@@ -290,8 +295,7 @@ class StreamingClient:
         if type(obj) is not dict:
             raise NotOpenAIStream(f"an event that is not a JSON object: {type(obj).__name__}")
         if "error" in obj:
-            outcome.status = "http_error"
-            outcome.error = _message_of(obj)
+            outcome.fail("http_error", "error_event", _message_of(obj))
             return False
         choices = obj.get("choices")
         if choices:

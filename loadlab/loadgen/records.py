@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from loadlab.loadgen.achieved import Achieved, summarise
+from loadlab.runstore.failures import SERVER_FAILURES
 
 # Seconds between requests parts: a crash (SIGKILL, power) loses at most this much of
 # finished requests (a stop, Ctrl-C or SIGTERM flushes everything). An hour at 1 s made
@@ -55,6 +56,8 @@ class Recorder:
         self.errors: dict[int, int] = defaultdict(int)
         self._ttfts: dict[int, list[float]] = defaultdict(list)
         self._samples: list[dict[str, Any]] = []
+        # (t_issued, failed server-side) per row, for the share of a window that failed
+        self._issued: list[tuple[float | None, bool]] = []
         self._last_sample: dict[str, float] = {}
         self.rows_by_worker: dict[str, int] = defaultdict(int)
         self.done_workers: dict[str, int] = {}
@@ -67,6 +70,7 @@ class Recorder:
             for row in rows:
                 step = row["step"]
                 self.rows_by_worker[row["worker"]] += 1
+                self._issued.append((row.get("t_issued"), row.get("failure") in SERVER_FAILURES))
                 if row["status"] == "ok":
                     self.ok[step] += 1
                     if row["ttft_s"] is not None:
@@ -148,10 +152,14 @@ class Recorder:
 
     def client_achieved(self, t_start: float, t_end: float, concurrency: int | None = None,
                         due: int | None = None) -> Achieved:
-        """What the client did in a window (:func:`loadlab.loadgen.achieved.summarise`)."""
+        """What the client did in a window (:func:`loadlab.loadgen.achieved.summarise`), and
+        the share of the requests begun in it that failed server-side."""
         with self._lock:
             samples = list(self._samples)
-        return summarise(samples, t_start, t_end, concurrency=concurrency, due=due)
+            failed = [bad for t, bad in self._issued if t is not None and t_start <= t < t_end]
+        out = summarise(samples, t_start, t_end, concurrency=concurrency, due=due)
+        out.server_failed_share = sum(failed) / len(failed) if failed else None
+        return out
 
     def covers(self, t: float, n_workers: int) -> bool:
         """True once ``n_workers`` workers have sent samples reaching ``t``."""
@@ -162,6 +170,7 @@ class Recorder:
         """Drop samples that ended before ``t`` (every window up to it is summarised)."""
         with self._lock:
             self._samples = [s for s in self._samples if s["t"] >= t]
+            self._issued = [i for i in self._issued if i[0] is None or i[0] >= t]
 
     def flush(self) -> None:
         self._each_table("flush")

@@ -55,6 +55,9 @@ REQUESTS = pa.schema(
         # t_scheduled, so time a request waited on the client (late send, in-flight cap) counts.
         ("ttft_from_scheduled_s", pa.float64()),
         ("e2e_from_scheduled_s", pa.float64()),
+        # Which side failed (loadlab.runstore.failures); null for ok rows and in folders
+        # written before the column existed (the analyzer infers it from status and error).
+        ("failure", pa.string()),
     ]
 )
 

@@ -36,7 +36,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -315,6 +315,7 @@ def read_table(
     columns: Sequence[str] | None = None,
     where: pc.Expression | None = None,
     categorical: Sequence[str] = (),
+    skip: Collection[str] = (),
 ) -> pd.DataFrame:
     """Read a table directory as one DataFrame; empty (with columns) if absent.
 
@@ -332,9 +333,10 @@ def read_table(
     (truncated, empty, not Parquet) is an :class:`~loadlab.errors.InputError` (exit 2)
     naming it, found part by part only when the one-pass scan fails: a verdict computed
     without its rows would pass for the run's, so the reader stops and says which file to
-    move out of the table (its rows are then knowingly lost) or restore.
+    move out of the table (its rows are then knowingly lost) or restore. ``skip``: names of
+    parts to leave out (a reader that found them foreign to the run).
     """
-    parts = live_parts(table_dir)
+    parts = [p for p in live_parts(table_dir) if p.name not in skip]
     read_schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type))
                              if f.name in categorical else f for f in schema])
     names = list(columns) if columns is not None else schema.names

@@ -128,21 +128,40 @@ def test_lagging_gauges_do_not_change_the_verdict(seq_cap, tmp_path):
     assert any("lagging gauges" in w for w in after["warnings"])
 
 
-def test_client_limited_steps_are_not_blamed_on_the_server(seq_cap, tmp_path):
-    """Steps the load generator marked client-limited (manifest) leave no knee."""
-    run, _ = seq_cap
-    limited = copy_run(run, tmp_path / "limited")
+def _flag_client_limited(run, dst, levels):
+    limited = copy_run(run, dst)
     manifest = read_manifest(limited)
     for s in manifest["steps"]:
-        if s["concurrency"] >= 8:
+        if s["concurrency"] in levels:
             s["client_limited"] = True
             s["client_limited_reasons"] = ["client in-flight 2.1 of 8 users"]
     write_manifest(limited, manifest)
+    return limited
+
+
+def test_client_limited_steps_are_not_blamed_on_the_server(seq_cap, tmp_path):
+    """Steps the load generator marked client-limited (manifest) leave no knee."""
+    run, _ = seq_cap
+    limited = _flag_client_limited(run, tmp_path / "limited", (4, 6))
     data = analyze_run(limited).as_json()
     assert data["knee"]["found"] is False
     assert data["cause"]["name"] == "client_limited"
     assert data["verdict"].startswith("no knee: the load generator could not apply the load")
-    assert [s["state"] for s in data["steps"]][-3:] == ["client_limited"] * 3
+    assert [s["state"] for s in data["steps"]][1:3] == ["client_limited"] * 2
+
+
+def test_a_queue_at_the_cap_overrules_the_client_limited_flag(seq_cap, tmp_path):
+    """Requests waiting with running pinned at max_num_seqs: the load arrived and the server
+    was the bottleneck, whatever the client's own figures said (2,000 users, 603 waiting)."""
+    run, truth = seq_cap
+    limited = _flag_client_limited(run, tmp_path / "limited", (12, 16, 24))
+    data = analyze_run(limited).as_json()
+    assert data["cause"]["name"] == "seq_cap"
+    assert (data["knee"]["found"], data["knee"]["upper"]) == (True, truth.upper)
+    assert "not the bottleneck" not in data["verdict"]
+    top = data["steps"][-1]
+    assert top["state"] == "stalled" and top["client_limited_manifest"] is False
+    assert top["client_limited_overruled"] == "the server queued requests with running at its cap"
 
 
 def test_null_chunk_offsets_still_analyse(seq_cap, tmp_path):

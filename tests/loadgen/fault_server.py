@@ -13,6 +13,10 @@ in arrival order) behaves as ``pattern[i % len(pattern)]``:
 - ``midstream``: two content chunks, then ``data: {"error": ...}``
 - ``hang``: sends headers, then nothing (the client's timeout must fire)
 - ``drop``: two content chunks, then closes the connection
+- ``html200``: a 200 HTML page (``text/html``), as a proxy's login or error page sends
+- ``nodone``: two content chunks, then the response ends cleanly (chunked terminator)
+  without ``[DONE]``
+- ``reset``: two content chunks, then a TCP RST (``SO_LINGER`` 0), not a clean close
 - ``notobject`` / ``badshape`` / ``badjson``: one content chunk, then an event that is not
   an OpenAI chunk (valid JSON that is not an object: ``["x", 1]``; an object whose
   ``choices`` holds a string; JSON cut short), then ``[DONE]``
@@ -20,7 +24,10 @@ in arrival order) behaves as ``pattern[i % len(pattern)]``:
 ``POST /tokenize`` call ``j`` behaves as ``--tokenize-pattern[j % len]``: ``ok`` (a count:
 whitespace words), a status code (vLLM's JSON error body), or ``drop`` (connection closed).
 ``GET /v1/models`` lists ``--model`` (default ``m``) with ``--max-model-len``, unprotected.
-``GET /metrics`` exposes ``vllm:request_success_total`` (completed ``ok`` streams) and
+``GET /metrics`` exposes ``vllm:request_success_total`` (completed ``ok`` streams); scrape
+``k`` behaves as ``--metrics-pattern[k % len]``: ``ok``, ``500`` (an error page), ``hang``
+(no answer), ``nan`` (the waiting gauge reads ``NaN``, running 2), ``restart`` (the token
+counter starts again from a small value: a restarted server). ``GET /metrics`` and
 ``GET /debug/first_token`` the server-side first-token unix time per request id.
 """
 
@@ -29,6 +36,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
+import struct
 import time
 
 from aiohttp import web
@@ -57,8 +66,9 @@ def make_app(
     model: str = "m",
     max_model_len: int = 100_000,
     tokenize_pattern: list[str] | None = None,
+    metrics_pattern: list[str] | None = None,
 ) -> web.Application:
-    state = {"n": 0, "success": 0, "first_token": {}, "tokenize": 0}
+    state = {"n": 0, "success": 0, "first_token": {}, "tokenize": 0, "scrapes": 0}
 
     async def generate(request: web.Request) -> web.StreamResponse:
         kind = pattern[state["n"] % len(pattern)]
@@ -73,6 +83,9 @@ def make_app(
                 "<body>Not Found</body></html>"
             )
             return web.Response(text=page, status=404, content_type="text/html")
+        if kind == "html200":
+            return web.Response(text="<!DOCTYPE html>\n<html><body>Sign in</body></html>",
+                                content_type="text/html")
         if kind.isdigit():
             err = {"message": f"injected {kind}", "type": "BadRequestError", "code": int(kind)}
             return web.json_response({"error": err}, status=int(kind))
@@ -96,9 +109,17 @@ def make_app(
                 await resp.write(BAD_EVENTS[kind] + b"data: [DONE]\n\n")
                 await resp.write_eof()
                 return resp
-            if kind in ("midstream", "drop") and i == 1:
+            if kind in ("midstream", "drop", "nodone", "reset") and i == 1:
                 if kind == "drop":
                     request.transport.close()
+                    return resp
+                if kind == "nodone":
+                    await resp.write_eof()
+                    return resp
+                if kind == "reset":
+                    sock = request.transport.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    request.transport.abort()
                     return resp
                 await resp.write(
                     b'data: {"error": {"message": "injected mid-stream failure", "code": 500}}\n\n'
@@ -118,7 +139,21 @@ def make_app(
         return resp
 
     async def metrics(_: web.Request) -> web.Response:
-        text = f'vllm:request_success_total{{finished_reason="length"}} {state["success"]}\n'
+        kinds = metrics_pattern or ["ok"]
+        k = state["scrapes"]
+        kind = kinds[k % len(kinds)]
+        state["scrapes"] += 1
+        if kind == "500":
+            return web.Response(text="<html>Internal Server Error</html>", status=500)
+        if kind == "hang":
+            await asyncio.sleep(3600)
+        tokens = 1000.0 * (k + 1) if kind != "restart" else 5.0
+        waiting = "NaN" if kind == "nan" else "0"
+        text = (f'vllm:num_requests_running{{model_name="m"}} 2\n'
+                f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n'
+                "# TYPE vllm:generation_tokens_total counter\n"
+                f'vllm:generation_tokens_total{{model_name="m"}} {tokens}\n'
+                f'vllm:request_success_total{{finished_reason="length"}} {state["success"]}\n')
         return web.Response(text=text)
 
     async def first_token(_: web.Request) -> web.Response:
@@ -153,7 +188,8 @@ def make_app(
 
 async def _main(args: argparse.Namespace) -> None:
     app = make_app(args.pattern.split(","), args.ttft_ms / 1000, args.itl_ms / 1000, args.model,
-                   args.max_model_len, args.tokenize_pattern.split(","))
+                   args.max_model_len, args.tokenize_pattern.split(","),
+                   args.metrics_pattern.split(","))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -171,4 +207,5 @@ if __name__ == "__main__":
     parser.add_argument("--model", default="m")
     parser.add_argument("--max-model-len", type=int, default=100_000)
     parser.add_argument("--tokenize-pattern", default="ok")
+    parser.add_argument("--metrics-pattern", default="ok")
     asyncio.run(_main(parser.parse_args()))

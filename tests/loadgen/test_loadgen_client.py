@@ -115,3 +115,29 @@ def test_connection_refused_is_a_client_error() -> None:
     ).send(b"{}")
     assert out.status == "client_error" and "cannot connect" in out.error
     assert out.timings.t_sent is None
+
+
+def test_every_failure_names_the_side_that_failed(fault) -> None:
+    """Each server misbehaviour gets its own server-side kind: none reads as the client's."""
+    pattern = "ok,400,503,html404,html200,midstream,nodone,reset,drop,notobject,hang"
+    body = json.dumps({"model": "m", "max_tokens": 5, "prompt": "one two", "stream": True})
+    with fault(pattern) as url:
+        client = StreamingClient(SocketTransport(url), "completions", timeout_s=0.5)
+        outs = [client.send(body.encode()) for _ in pattern.split(",")]
+    got = [(o.status, o.failure) for o in outs]
+    assert got == [("ok", None), ("http_error", "http_4xx"), ("http_error", "http_5xx"),
+                   ("http_error", "http_4xx"), ("client_error", "not_event_stream"),
+                   ("http_error", "error_event"), ("aborted", "truncated"),
+                   ("aborted", "reset"), ("aborted", "reset"), ("client_error", "bad_stream"),
+                   ("timeout", "timeout")]
+    assert "text/html" in outs[4].error and outs[4].fields()["failure"] == "not_event_stream"
+
+
+def test_refused_connection_is_a_server_side_reset() -> None:
+    with socket.socket() as s:  # a port that was free a moment ago and has no listener
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = StreamingClient(
+        SocketTransport(f"http://127.0.0.1:{port}"), "completions", timeout_s=2
+    ).send(b"{}")
+    assert (out.status, out.failure) == ("client_error", "reset")
