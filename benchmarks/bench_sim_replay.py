@@ -159,9 +159,10 @@ def against(base: Path, args: argparse.Namespace) -> None:
             cpu, steps[tree] = replay_cpu_s(tree, args)
             times[tree].append(cpu)
     this, other = statistics.median(times[here]), statistics.median(times[base])
+    fastest = min(times[here]) / min(times[base])
     print(f"replay CPU s, median of {args.repeats}: this tree {this:.2f} "
           f"({steps[here]} steps), {base}: {other:.2f} ({steps[base]} steps); "
-          f"ratio {this / other:.3f}")
+          f"ratio {this / other:.3f} (of the fastest runs: {fastest:.3f})")
     print(f"  this tree: {', '.join(f'{t:.2f}' for t in times[here])}")
     print(f"  {base}: {', '.join(f'{t:.2f}' for t in times[base])}")
 
