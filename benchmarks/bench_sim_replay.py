@@ -10,9 +10,16 @@ machine is shared: CPU time is the steadier figure). Also times EngineMetrics.re
 the same families, and samples().
 
     python benchmarks/bench_sim_replay.py [--minutes 10] [--concurrency 256] [--profile]
+        [--max-num-seqs N] [--against TREE [--repeats 5]]
 
 ``--profile`` runs under cProfile and prints where the wall time went, by module
 (engine/scheduler/blocks = the engine; replay/metrics/timing = the replay side).
+``--max-num-seqs`` below the concurrency keeps requests waiting at every step, so every
+step records a refusal (the scheduler's worst case for that bookkeeping).
+``--against TREE`` times the same replay with another loadlab tree (a directory holding
+``loadlab/``, e.g. ``git archive main loadlab | tar -x -C /tmp/main``) in fresh
+processes, the two trees alternating ``--repeats`` times, and prints the median CPU
+seconds of each and their ratio: a change's cost measured side by side in one run.
 
 The first line names the loadlab tree measured: run from another checkout of an
 editable install, the script imports the installed tree unless PYTHONPATH names it.
@@ -22,7 +29,11 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -111,15 +122,66 @@ def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, float, int
     return (t1 - t0) / n * 1e3, (t2 - t1) / n * 1e3, (t3 - t2) / n * 1e3, len(rows)
 
 
+CHILD = """
+import sys, tempfile, time
+from pathlib import Path
+from loadlab.replay.driver import run_replay
+from loadlab.sim.engine.config import SimConfig
+from loadlab.spec.plan import LoadPlan
+from loadlab.spec.scenario import Workload
+minutes, concurrency, seqs, profile = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+cfg = SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=int(seqs) if seqs else None)
+plan = LoadPlan(concurrency=[concurrency], step_duration_s=minutes * 60, warmup_s=60)
+with tempfile.TemporaryDirectory() as tmp:
+    c0 = time.process_time()
+    summary = run_replay(cfg, plan, Workload(profile=profile), Path(tmp) / "run")
+    print(time.process_time() - c0, summary.engine_steps)
+"""
+
+
+def replay_cpu_s(tree: Path, args: argparse.Namespace) -> tuple[float, int]:
+    """(CPU s, engine steps) of one replay in a fresh process importing ``tree``'s loadlab."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    argv = [sys.executable, "-c", CHILD, str(args.minutes), str(args.concurrency),
+            str(args.max_num_seqs or ""), args.profile_name]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    cpu, steps = done.stdout.split()
+    return float(cpu), int(steps)
+
+
+def against(base: Path, args: argparse.Namespace) -> None:
+    """This tree and ``base`` alternating, so both see the same load on a shared machine."""
+    here = Path(loadlab.__file__).resolve().parents[1]
+    times: dict[Path, list[float]] = {here: [], base: []}
+    steps: dict[Path, int] = {}
+    for _ in range(args.repeats):
+        for tree in (here, base):
+            cpu, steps[tree] = replay_cpu_s(tree, args)
+            times[tree].append(cpu)
+    this, other = statistics.median(times[here]), statistics.median(times[base])
+    fastest = min(times[here]) / min(times[base])
+    print(f"replay CPU s, median of {args.repeats}: this tree {this:.2f} "
+          f"({steps[here]} steps), {base}: {other:.2f} ({steps[base]} steps); "
+          f"ratio {this / other:.3f} (of the fastest runs: {fastest:.3f})")
+    print(f"  this tree: {', '.join(f'{t:.2f}' for t in times[here])}")
+    print(f"  {base}: {', '.join(f'{t:.2f}' for t in times[base])}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--profile-name", default="sharegpt")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--max-num-seqs", type=int, default=None)
+    ap.add_argument("--against", type=Path, default=None)
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     print(f"loadlab: {Path(loadlab.__file__).parent}")
-    cfg = SimConfig(model="qwen2.5-7b", gpu="h100")
+    if args.against is not None:
+        against(args.against.resolve(), args)
+        return
+    cfg = SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=args.max_num_seqs)
     plan = LoadPlan(concurrency=[args.concurrency], step_duration_s=args.minutes * 60, warmup_s=60)
     workload = Workload(profile=args.profile_name)
     with tempfile.TemporaryDirectory() as tmp:
