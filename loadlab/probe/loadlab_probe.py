@@ -88,7 +88,8 @@ class Counters:
         last = self.last or Refusal("other", 0, 0, 0)
         for name, value, text in (
                 ("head_blocks_needed", last.blocks_needed,
-                 "KV blocks the waiting head needed at the last refused step."),
+                 "KV blocks the head's failed allocation asked for at the last refused step "
+                 "(0 unless kv_blocks)."),
                 ("head_free_blocks", last.free_blocks,
                  "Free KV blocks (evictable cached ones included) at the last refused step."),
                 ("head_running", last.running, "Running requests at the last refused step.")):
@@ -128,17 +129,39 @@ def _cdiv(a: int, b: int) -> int:
 
 class _AllocRecorder:
     """Stands in for ``allocate_slots`` on the scheduler's KV manager: passes every call
-    through and keeps the last waiting head it returned None for (the kv_blocks case)."""
+    through and, when it returns None for a waiting head (the kv_blocks case), keeps the
+    head and the blocks the failed check asked for."""
 
-    def __init__(self, allocate: Any) -> None:
+    def __init__(self, allocate: Any, block_size: int, max_model_len: int) -> None:
         self.allocate = allocate
-        self.refused: Any = None
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.refused: tuple[Any, int] | None = None
 
     def __call__(self, request: Any, num_new_tokens: int, *args: Any, **kwargs: Any) -> Any:
         blocks = self.allocate(request, num_new_tokens, *args, **kwargs)
         if blocks is None and request.status in _WAITING:
-            self.refused = request
+            self.refused = (request, self.blocks_needed(request, num_new_tokens, **kwargs))
         return blocks
+
+    def blocks_needed(self, request: Any, num_new_tokens: int,
+                      num_new_computed_tokens: int = 0, new_computed_blocks: Any = None,
+                      num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
+                      full_sequence_must_fit: bool = False, **_: Any) -> int:
+        """``num_blocks_to_allocate`` of the check that failed, for one full-attention
+        group (``KVCacheManager.allocate_slots`` and ``SingleTypeKVCacheManager.
+        get_num_blocks_to_allocate``): blocks past those held and hit, plus the hit blocks
+        that sit evictable in the free queue (taking them uses up free blocks too)."""
+        hit = new_computed_blocks.blocks[0] if new_computed_blocks is not None else ()
+        if full_sequence_must_fit:
+            tokens = request.num_tokens
+        else:
+            tokens = (request.num_computed_tokens + num_new_computed_tokens
+                      + num_external_computed_tokens + num_new_tokens + num_lookahead_tokens)
+        held = _cdiv(request.num_computed_tokens, self.block_size)
+        evictable = sum(1 for block in hit if block.ref_cnt == 0)
+        total = _cdiv(min(tokens, self.max_model_len), self.block_size)
+        return max(0, total - held - len(hit)) + evictable
 
 
 class ProbeScheduler(Scheduler):
@@ -158,7 +181,8 @@ class ProbeScheduler(Scheduler):
                                "engine": str(config.parallel_config.data_parallel_rank)})
         self.last_refusal: Refusal | None = None
         manager = self.kv_cache_manager
-        self._probe_alloc = _AllocRecorder(manager.allocate_slots)
+        self._probe_alloc = _AllocRecorder(manager.allocate_slots, self.block_size,
+                                           self.max_model_len)
         manager.allocate_slots = self._probe_alloc
         self._probe_candidate: Any = None
         port = os.environ.get(PORT_ENV)
@@ -190,52 +214,14 @@ class ProbeScheduler(Scheduler):
         elif running + self.num_waiting_for_streaming_input >= self.max_num_active_reqs:
             reason = "seq_cap"
         elif self._probe_alloc.refused is not None:
-            head, reason = self._probe_alloc.refused, "kv_blocks"
+            return Refusal("kv_blocks", self._probe_alloc.refused[1], free, running)
         elif (head is not None and head.status in _WAITING
               and head not in self.deferred_waiting
               and not self.scheduler_config.enable_chunked_prefill):
             reason = "token_budget"  # the loop stopped at the head before allocating for it
         else:
             reason = "other"
-        if head is None or head.status not in _WAITING:
-            head = self._queue_head()
-        return Refusal(reason, self._blocks_needed(head) if head else 0, free, running)
-
-    def _queue_head(self) -> Any:
-        for queue in (self.kv_holding_waiting, self.waiting):
-            if queue:
-                return queue.peek_request()
-        return None
-
-    def _blocks_needed(self, request: Any) -> int:
-        """New blocks the head needs to be admitted: its whole sequence under
-        reserve-full-ISL, else its next chunk; blocks it holds or hits in the prefix cache
-        are not counted (as in ``KVCacheManager.allocate_slots``)."""
-        size = self.block_size
-        held = _cdiv(request.num_computed_tokens, size)
-        cached = self._cached_prefix_blocks(request, held)
-        if self.scheduler_reserve_full_isl:
-            tokens = request.num_tokens
-        else:
-            done = (held + cached) * size
-            chunk = min(request.num_tokens - done, self.max_num_scheduled_tokens)
-            tokens = done + chunk + self.num_lookahead_tokens
-        tokens = min(tokens, self.max_model_len)
-        return max(0, _cdiv(tokens, size) - held - cached)
-
-    def _cached_prefix_blocks(self, request: Any, held: int) -> int:
-        """Blocks of the prompt found in the prefix cache past those held, read-only (no
-        stats, no touch): vLLM never counts the last token as a hit."""
-        pool = self.kv_cache_manager.block_pool
-        if held or not pool.enable_caching:
-            return 0
-        limit = (request.num_tokens - 1) // self.block_size
-        hits = 0
-        for block_hash in request.block_hashes[:limit]:
-            if pool.get_cached_block(block_hash, [0]) is None:
-                break
-            hits += 1
-        return hits
+        return Refusal(reason, 0, free, running)
 
 
 class AsyncProbeScheduler(ProbeScheduler, AsyncScheduler):
