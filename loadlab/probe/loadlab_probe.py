@@ -75,27 +75,30 @@ class Counters:
             self.last = refusal
 
     def exposition(self) -> str:
-        """Prometheus text format 0.0.4, the labels vLLM's own series carry."""
+        """Prometheus text format 0.0.4 as prometheus_client writes vLLM's (a counter's
+        HELP, TYPE and samples named with ``_total``), with the labels vLLM's series carry."""
         base = ",".join(f'{k}="{v}"' for k, v in self.labels.items())
-        lines = ["# HELP loadlab:scheduler_steps_total Engine steps (schedule() calls).",
-                 "# TYPE loadlab:scheduler_steps_total counter",
-                 f"loadlab:scheduler_steps_total{{{base}}} {self.steps}",
-                 "# HELP loadlab:scheduler_refused_steps_total Steps that ended with requests "
-                 "waiting, by the limit that stopped admission.",
-                 "# TYPE loadlab:scheduler_refused_steps_total counter"]
-        lines += [f'loadlab:scheduler_refused_steps_total{{{base},reason="{r}"}} {n}'
-                  for r, n in self.refused.items()]
         last = self.last or Refusal("other", 0, 0, 0)
-        for name, value, text in (
-                ("head_blocks_needed", last.blocks_needed,
-                 "KV blocks the head's failed allocation asked for at the last refused step "
-                 "(0 unless kv_blocks)."),
-                ("head_free_blocks", last.free_blocks,
-                 "Free KV blocks (evictable cached ones included) at the last refused step."),
-                ("head_running", last.running, "Running requests at the last refused step.")):
-            lines += [f"# HELP loadlab:scheduler_{name} {text}",
-                      f"# TYPE loadlab:scheduler_{name} gauge",
-                      f"loadlab:scheduler_{name}{{{base}}} {value}"]
+        families = [
+            ("scheduler_steps", "counter", "Engine steps (schedule() calls).",
+             [("_total", "", self.steps)]),
+            ("scheduler_refused_steps", "counter",
+             "Engine steps that left the head of waiting, by reason.",
+             [("_total", f',reason="{r}"', n) for r, n in self.refused.items()]),
+            ("scheduler_head_blocks_needed", "gauge",
+             "Blocks the head of waiting needed at the last refused step (0 unless kv_blocks).",
+             [("", "", last.blocks_needed)]),
+            ("scheduler_head_free_blocks", "gauge",
+             "Free KV blocks (evictable cached ones included) at the last refused step.",
+             [("", "", last.free_blocks)]),
+            ("scheduler_head_running", "gauge", "Running requests at the last refused step.",
+             [("", "", last.running)]),
+        ]
+        lines = []
+        for name, kind, text, samples in families:
+            name += samples[0][0]
+            lines += [f"# HELP loadlab:{name} {text}", f"# TYPE loadlab:{name} {kind}"]
+            lines += [f"loadlab:{name}{{{base}{extra}}} {value}" for _, extra, value in samples]
         return "\n".join(lines) + "\n"
 
 

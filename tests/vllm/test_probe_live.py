@@ -53,13 +53,12 @@ def test_run_probe_collects_refusals_and_seq_cap_dominates(require_vllm, tmp_pat
     assert launch["flags"]["scheduler_cls"] == SCHEDULER_CLS
     metrics = read_table(out / "metrics.parquet", METRICS)
     probe = metrics[metrics.endpoint == launch["probe"]]
-    assert set(probe.family) >= {"loadlab:scheduler_steps_total",
-                                 "loadlab:scheduler_refused_steps_total",
+    assert set(probe.family) >= {"loadlab:scheduler_steps", "loadlab:scheduler_refused_steps",
                                  "loadlab:scheduler_head_running"}
     assert {"vllm:num_requests_running"} <= set(metrics.family)  # vLLM's own, beside them
     t0, t1 = metrics.t.min(), metrics.t.max()
-    steps = counter_windows(metrics, "loadlab:scheduler_steps_total", [(t0, t1)])["delta"].sum()
-    refused = metrics[metrics.family == "loadlab:scheduler_refused_steps_total"]
+    steps = counter_windows(metrics, "loadlab:scheduler_steps", [(t0, t1)])["delta"].sum()
+    refused = metrics[metrics.family == "loadlab:scheduler_refused_steps"]
     by_reason = {json.loads(labels)["reason"]: rows.value.max() - rows.value.min()
                  for labels, rows in refused.groupby("labels")}
     assert set(by_reason) == {"preempted", "token_budget", "seq_cap", "kv_blocks", "other"}
