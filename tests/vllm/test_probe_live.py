@@ -81,9 +81,10 @@ def _greedy(base_url: str, model: str) -> list[list[str]]:
 
 
 def test_probe_changes_no_greedy_output(require_vllm, tmp_path: Path):
-    with tiny_vllm(tmp_path / "plain", **SEQ_CAP) as plain:
+    flags = {**SEQ_CAP, "gpu_memory_utilization": 0.2}  # two starts in a row on a shared host
+    with tiny_vllm(tmp_path / "plain", **flags) as plain:
         expected = _greedy(plain.base_url, plain.model)
-    with tiny_vllm(tmp_path / "probed", probe=True, **SEQ_CAP) as probed:
+    with tiny_vllm(tmp_path / "probed", probe=True, **flags) as probed:
         got = _greedy(probed.base_url, probed.model)
         text = httpx.get(f"{probed.metrics_endpoints[0]}/metrics", timeout=5).text
     assert got == expected
