@@ -29,6 +29,10 @@ Emitted per step: step, scheduled {id: tokens}, new (first admission), resumed
 order), num_running, num_waiting, kv_usage, prefix_queries, prefix_hits.
 Uses the synchronous ``Scheduler`` (async scheduling off), the cache hash algorithm
 vLLM is configured with, and a single full-attention KV group of num_gpu_blocks blocks.
+
+``--probe`` schedules with loadlab's probe (loadlab/probe/loadlab_probe.py, the class a
+server loads with ``--scheduler-cls loadlab_probe.ProbeScheduler``) instead, and adds the
+step's "refusal": None, or {"reason", "blocks_needed", "free_blocks", "running"}.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / ".cache" / "tiny-llama"
+PROBE_DIR = ROOT / "loadlab" / "probe"
 
 
 def output_token(position: int) -> int:
@@ -56,10 +61,21 @@ def output_token(position: int) -> int:
     return 10 + (position * 7) % 4000
 
 
-def build_scheduler(case: dict[str, Any], model_dir: Path):
+def scheduler_class(probe: bool):
+    """vLLM's own Scheduler, or the probe, imported from its folder as a server would."""
+    if not probe:
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        return Scheduler
+    sys.path.insert(0, str(PROBE_DIR))
+    from loadlab_probe import ProbeScheduler
+
+    return ProbeScheduler
+
+
+def build_scheduler(case: dict[str, Any], model_dir: Path, probe: bool = False):
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
-    from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
@@ -88,7 +104,7 @@ def build_scheduler(case: dict[str, Any], model_dir: Path):
                              dtype=torch.float32)
     kv_cache_config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                                     kv_cache_groups=[KVCacheGroupSpec(["layers.0"], spec)])
-    scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+    scheduler = scheduler_class(probe)(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                           structured_output_manager=StructuredOutputManager(vllm_config),
                           block_size=block_size, log_stats=True)
     return scheduler, vllm_config
@@ -105,12 +121,12 @@ def make_hasher(vllm_config, block_size: int):
     return get_request_block_hasher(block_size, fn)
 
 
-def run_case(case: dict[str, Any], model_dir: Path):
+def run_case(case: dict[str, Any], model_dir: Path, probe: bool = False):
     from vllm import SamplingParams
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
-    scheduler, vllm_config = build_scheduler(case, model_dir)
+    scheduler, vllm_config = build_scheduler(case, model_dir, probe)
     hasher = make_hasher(vllm_config, int(case["cache"]["block_size"]))
     pending = sorted(case["requests"], key=lambda r: int(r["arrival_step"]))
     unfinished: set[str] = set()
@@ -159,6 +175,9 @@ def run_case(case: dict[str, Any], model_dir: Path):
             "prefix_queries": stats.prefix_cache_stats.queries if stats else 0,
             "prefix_hits": stats.prefix_cache_stats.hits if stats else 0,
         }
+        if probe:
+            refusal = scheduler.last_refusal
+            record["refusal"] = refusal.as_dict() if refusal else None
         yield record
 
 
@@ -167,12 +186,14 @@ def main() -> None:
     parser.add_argument("case", help="case JSON file, or - for stdin")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL,
                         help="HF model folder whose config.json vLLM reads (default: tiny model)")
+    parser.add_argument("--probe", action="store_true",
+                        help="schedule with loadlab_probe.ProbeScheduler; add each step's refusal")
     args = parser.parse_args()
     text = sys.stdin.read() if args.case == "-" else Path(args.case).read_text()
     data = json.loads(text)
     cases = data.get("cases", {"case": data})
     for name, case in cases.items():
-        for record in run_case(case, args.model):
+        for record in run_case(case, args.model, args.probe):
             sys.stdout.write(json.dumps({"case": name, **record}) + "\n")
     sys.stdout.flush()
 

@@ -43,10 +43,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "Run the built-in simulator through a sweep and print what was measured."),
     "profile": ("loadlab.cli.profile:profile",
                 "Workload profiles: list, show their quantiles, build one from your own trace."),
+    "probe": ("loadlab.cli.probe:probe",
+              "The scheduler probe a vLLM server loads to export why it refuses requests."),
 }
 # the sections of `loadlab --help`, in the order a first-time user meets them
 SECTIONS: dict[str, tuple[str, ...]] = {
-    "Measure": ("run", "sweep", "collect", "diagnose"),
+    "Measure": ("run", "sweep", "collect", "diagnose", "probe"),
     "Judge": ("analyze", "report", "compare"),
     "Simulate": ("sim", "demo"),
     "Workloads": ("profile",),

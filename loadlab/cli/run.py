@@ -82,6 +82,9 @@ from loadlab.cli.options import (
                  aliases=("--collect-interval",))
 @click.option("--launch", type=click.Choice(["sim", "vllm"]),
               help="Start the target first; server flags follow '--'. --target is then not needed.")
+@click.option("--probe", is_flag=True,
+              help="With --launch vllm: load loadlab_probe into the server (--scheduler-cls) and "
+              "collect why its scheduler refuses requests (loadlab: series).")
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Fit prompt text to exact token counts with the server's /tokenize.")
 @click.option("--server-cpus",

@@ -31,6 +31,13 @@ Steps:
    returns once the group is empty. ``LaunchedTarget.exit_reason()`` says whether (and
    how) the server ended while in use.
 
+With ``probe`` (vllm only) the server also loads loadlab's scheduler probe
+(:mod:`loadlab.probe`): its folder goes first on the server's PYTHONPATH,
+``--scheduler-cls loadlab_probe.ProbeScheduler`` is added to its flags and
+``LOADLAB_PROBE_PORT`` names a second free port, where the engine-core process serves the
+``loadlab:`` series; ``LaunchedTarget.metrics_endpoints`` lists that endpoint for the
+scraper.
+
 The argv and flags are recorded with secrets (``--api-key``, a key in the environment)
 redacted by :mod:`loadlab.spec.secrets` (``manifest_entry``); the server gets them as given. The
 analyzer needs ``max_num_seqs``, which vLLM's /metrics never exposes, so the flags are
@@ -56,6 +63,7 @@ import httpx
 from loadlab.errors import InputError, TargetError
 from loadlab.experiment.cpus import CpuSet, check_omp_bind, inherited_affinity, pin_tree
 from loadlab.experiment.server_flags import parse_flags
+from loadlab.probe import PORT_ENV, SCHEDULER_CLS, probe_dir
 from loadlab.runstore.layout import server_log
 from loadlab.spec.datafiles import checkout_root
 from loadlab.spec.secrets import redactor
@@ -88,6 +96,7 @@ class LaunchedTarget:
     log_path: Path
     startup_s: float
     extra: dict[str, Any] = field(default_factory=dict)
+    metrics_endpoints: list[str] = field(default_factory=list)  # beside base_url: the probe's
     proc: GuardedServer | None = field(default=None, repr=False, compare=False)
 
     def exit_reason(self) -> str | None:
@@ -107,6 +116,7 @@ class LaunchedTarget:
             "pid": self.pid,
             "log": str(self.log_path),
             "startup_s": round(self.startup_s, 3),
+            **({"probe": self.metrics_endpoints[0]} if self.metrics_endpoints else {}),
         }
 
     def server_settings(self) -> dict[str, Any]:
@@ -181,6 +191,22 @@ def _split_host_port(flags: list[str]) -> tuple[list[str], str | None, int | Non
         rest.append(flags[i])
         i += 1
     return rest, host, port
+
+
+def _with_probe(kind: str, flags: list[str], host: str,
+                env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
+    """The flags, environment and /metrics endpoint of a server that loads the probe."""
+    if kind != "vllm":
+        raise InputError("the scheduler probe loads into vLLM", field="--probe",
+                         fix="use it with --launch vllm (the simulator exports the loadlab: "
+                         "series itself)")
+    if "scheduler_cls" in parse_flags(flags).values:
+        raise InputError("--scheduler-cls is taken by the probe", field="--probe",
+                         fix="leave --scheduler-cls out of the server flags, or drop --probe")
+    port = free_port(host)
+    path = os.pathsep.join(p for p in (str(probe_dir()), env.get("PYTHONPATH")) if p)
+    return ([*flags, "--scheduler-cls", SCHEDULER_CLS],
+            {**env, "PYTHONPATH": path, PORT_ENV: str(port)}, f"http://{host}:{port}")
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -295,6 +321,7 @@ def launch_target(
     stop_timeout_s: float = 20.0,
     poll_s: float = 0.25,
     server_cpus: CpuSet | None = None,
+    probe: bool = False,
 ) -> Iterator[LaunchedTarget]:
     """Start a target server, yield it once healthy, stop it on the way out.
 
@@ -308,12 +335,16 @@ def launch_target(
     rest, host, port = _split_host_port(list(flags))
     host = host or "127.0.0.1"
     port = port or free_port(host)
+    child_env = {**os.environ, **(VLLM_BASE_ENV if kind == "vllm" else {}), **(env or {})}
+    probe_urls: list[str] = []
+    if probe:
+        rest, child_env, probe_url = _with_probe(kind, rest, host, child_env)
+        probe_urls.append(probe_url)
     argv = build_argv(kind, rest, host, port, model)
     parsed = parse_flags(rest)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / server_log(kind)
-    child_env = {**os.environ, **(VLLM_BASE_ENV if kind == "vllm" else {}), **(env or {})}
     timeout_s = startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S[kind]
     base_url = f"http://{host}:{port}"
     if server_cpus is not None and kind == "vllm":
@@ -338,6 +369,7 @@ def launch_target(
             pid=proc.pid,
             log_path=log_path,
             startup_s=time.monotonic() - t0,
+            metrics_endpoints=probe_urls,
             proc=proc,
         )
     finally:

@@ -91,6 +91,7 @@ class _Live:
     model: str | None                 # None: the first the server lists
     extra: dict[str, Any]
     target_check: Callable[[], str | None] | None = None
+    metrics: list[str] = field(default_factory=list)   # more /metrics to scrape (the probe's)
 
 
 def point_spec(
@@ -132,7 +133,8 @@ def _target(spec: PointSpec) -> Iterator[_Live]:
     model = target.model if target.launch == "vllm" else None
     with launch_target(target.launch, _server_args(spec), spec.out, model=model,
                        startup_timeout_s=target.startup_timeout_s,
-                       server_cpus=spec.isolation.server_cpus) as launched:
+                       server_cpus=spec.isolation.server_cpus,
+                       probe=target.probe) as launched:
         spec.progress(
             f"{target.launch} server up at {launched.base_url} in {launched.startup_s:.1f} s"
         )
@@ -140,17 +142,18 @@ def _target(spec: PointSpec) -> Iterator[_Live]:
             "target": {"launch": launched.manifest_entry()},
             "server": launched.server_settings(),
         }
-        yield _Live(launched.base_url, launched.model, extra, launched.exit_reason)
+        yield _Live(launched.base_url, launched.model, extra, launched.exit_reason,
+                    launched.metrics_endpoints)
 
 
 @contextmanager
-def _scraping(spec: PointSpec, base_url: str) -> Iterator[Scraper | None]:
+def _scraping(spec: PointSpec, endpoints: list[str]) -> Iterator[Scraper | None]:
     """The point's scraper (None without ``collect``), not started yet; stops and flushes
     it and compacts its tables however the block ends."""
     if not spec.collect:
         yield None
         return
-    scraper = Scraper([base_url], spec.out, interval_s=spec.loadgen.collect_interval_s,
+    scraper = Scraper(endpoints, spec.out, interval_s=spec.loadgen.collect_interval_s,
                       api_key_env=spec.target.api_key_env)
     try:
         yield scraper
@@ -182,7 +185,7 @@ def run_here(spec: PointSpec) -> dict[str, Any]:
             api_key_env=spec.target.api_key_env, point=spec.point, nonce=spec.nonce,
             calibrate=spec.workload.calibrate, plan=spec.plan.describe(),
         )
-        with _scraping(spec, live.base_url) as scraper:
+        with _scraping(spec, [live.base_url, *live.metrics]) as scraper:
             opts = driver.RunOptions(
                 out=spec.out,
                 workers=spec.loadgen.workers,

@@ -56,6 +56,8 @@ class Target(Strict):
     )
     startup_timeout_s: float | None = Field(None, gt=0, description="seconds a launched server has "
                                             "to answer /health (sim 60, vllm 300)")
+    probe: bool = Field(False, description="launched vllm: load loadlab_probe (--scheduler-cls) "
+                        "and collect its loadlab: series of the scheduler's refusals")
 
     @model_validator(mode="after")
     def _one_target(self) -> Target:
@@ -66,6 +68,10 @@ class Target(Strict):
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise bad("url '{url}' is not an http(s) URL", "write e.g. http://127.0.0.1:8000",
                       url=self.url)
+        if self.probe and self.launch != "vllm":
+            raise bad("probe is for a vllm loadlab launches",
+                      "use it with launch: vllm; the simulator exports the loadlab: series "
+                      "itself, and a server you start takes the probe as the README shows")
         if self.launch == "vllm" and not self.model:
             raise bad(
                 "a launched vllm needs a model",

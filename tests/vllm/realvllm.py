@@ -69,10 +69,12 @@ def tiny_vllm(
     run_dir: Path,
     startup_timeout_s: float = 300,
     server_cpus: CpuSet | None = ISOLATION.server_cpus,
+    probe: bool = False,
     **overrides: object,
 ) -> Iterator[LaunchedTarget]:
-    """``vllm serve`` of the tiny model with BASE_FLAGS + overrides, on ``server_cpus``."""
+    """``vllm serve`` of the tiny model with BASE_FLAGS + overrides, on ``server_cpus``
+    (with ``probe``: loading loadlab_probe)."""
     argv = [str(tiny_model_dir()), *to_argv({**BASE_FLAGS, **overrides})]
     with launch_target("vllm", argv, run_dir, env=VLLM_ENV, startup_timeout_s=startup_timeout_s,
-                       server_cpus=server_cpus) as target:
+                       server_cpus=server_cpus, probe=probe) as target:
         yield target

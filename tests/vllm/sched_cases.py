@@ -147,6 +147,43 @@ def stress_small_pool() -> dict[str, Any]:
     return case
 
 
+def refuse_kv_blocks() -> dict[str, Any]:
+    """reserve-full-ISL: a long prompt that fits only whole waits at the head, free blocks
+    short of its length, a short prompt stuck behind it; budget and seats to spare."""
+    t = Tokens(11)
+    reqs = [(0, t.take(150), 24), (1, t.take(180), 4), (2, t.take(10), 4)]
+    return _case({"max_num_seqs": 8, "max_num_batched_tokens": 512},
+                 {"block_size": 16, "num_gpu_blocks": 22}, 320, reqs)
+
+
+def refuse_token_budget() -> dict[str, Any]:
+    """Chunked prefill off: each prompt needs most of the budget, so the next one waits for
+    a step whose budget is whole; seats and blocks to spare."""
+    t = Tokens(12)
+    reqs = [(i // 3, t.take(90 + 3 * i), 3) for i in range(9)]
+    return _case({"max_num_seqs": 16, "max_num_batched_tokens": 128,
+                  "enable_chunked_prefill": False},
+                 {"block_size": 16, "num_gpu_blocks": 200}, 128, reqs)
+
+
+def refuse_preempted() -> dict[str, Any]:
+    """Decodes outgrow a pool that admitted their prompts: the newest is preempted while
+    others wait."""
+    t = Tokens(13)
+    reqs = [(0, t.take(60), 70), (0, t.take(60), 70), (1, t.take(20), 10), (2, t.take(20), 10)]
+    return _case({"max_num_seqs": 8, "max_num_batched_tokens": 256},
+                 {"block_size": 16, "num_gpu_blocks": 14}, 192, reqs)
+
+
+def refuse_seq_cap() -> dict[str, Any]:
+    """Short prompts, long outputs, two seats: the queue waits on seats, never on blocks or
+    budget."""
+    t = Tokens(14)
+    reqs = [(i, t.take(20), 12) for i in range(8)]
+    return _case({"max_num_seqs": 2, "max_num_batched_tokens": 256},
+                 {"block_size": 16, "num_gpu_blocks": 200}, 256, reqs)
+
+
 def _first_chunks(trace: list[dict[str, Any]]) -> dict[str, int]:
     first: dict[str, int] = {}
     for rec in trace:
@@ -235,6 +272,30 @@ EXERCISES = {
         "as stress without prefix caching: no hits at all",
         lambda tr, c: _sum(tr, "prefix_hits") == 0 and _sum(tr, "preempted") > 0,
     ),
+    "refuse_kv_blocks": (
+        "the long prompt waits until the first finishes; no preemption",
+        lambda tr, c: _sum(tr, "preempted") == 0 and _first_step(tr, "r1") > _finish_step(tr, "r0"),
+    ),
+    "refuse_token_budget": (
+        "prompts scheduled whole, a queue while seats and blocks are free",
+        lambda tr, c: (
+            _first_chunks(tr) == _prompt_lens(c)
+            and any(r["num_waiting"] and r["num_running"] < 16 and r["kv_usage"] < 0.5
+                    for r in tr)
+        ),
+    ),
+    "refuse_preempted": (
+        "a running request is preempted while the pool is full",
+        lambda tr, c: _sum(tr, "preempted") > 0 and max(r["kv_usage"] for r in tr) > 0.9,
+    ),
+    "refuse_seq_cap": (
+        "two running, a queue, the pool mostly free",
+        lambda tr, c: (
+            max(r["num_running"] for r in tr) == 2
+            and max(r["num_waiting"] for r in tr) >= 3
+            and max(r["kv_usage"] for r in tr) < 0.2
+        ),
+    ),
     "prefix_eviction": (
         "the shared prefix hits, is evicted, then misses",
         lambda tr, c: (
@@ -258,4 +319,14 @@ CASES = {
     "stress_no_chunking": stress_no_chunking,
     "stress_no_caching": stress_no_caching,
     "stress_small_pool": stress_small_pool,
+    "refuse_kv_blocks": refuse_kv_blocks,
+    "refuse_token_budget": refuse_token_budget,
+    "refuse_preempted": refuse_preempted,
+    "refuse_seq_cap": refuse_seq_cap,
 }
+
+# The refusal reasons each refuse_* case shows in vLLM's trace under loadlab_probe, all of
+# them and no other (tests/vllm/test_probe_conformance.py): a preempted request then waits
+# for blocks, so refuse_preempted shows kv_blocks too.
+REFUSALS = {"refuse_kv_blocks": {"kv_blocks"}, "refuse_token_budget": {"token_budget"},
+            "refuse_preempted": {"preempted", "kv_blocks"}, "refuse_seq_cap": {"seq_cap"}}

@@ -55,12 +55,14 @@ def _record(step: int, out: StepOutput | None, engine: Engine) -> dict[str, Any]
     if out is None:
         return {"step": step, "scheduled": {}, "preempted": [], "finished": [],
                 "num_running": engine.num_running, "num_waiting": engine.num_waiting,
-                "kv_usage": engine.kv_usage, "prefix_queries": 0, "prefix_hits": 0}
+                "kv_usage": engine.kv_usage, "prefix_queries": 0, "prefix_hits": 0,
+                "refusal": None}
     return {"step": step, "scheduled": dict(out.scheduled), "preempted": sorted(out.preempted),
             "finished": sorted(f.request_id for f in out.finished),
             "num_running": out.num_running, "num_waiting": out.num_waiting,
             "kv_usage": out.kv_usage, "prefix_queries": out.prefix_queries_tokens,
-            "prefix_hits": out.prefix_hits_tokens}
+            "prefix_hits": out.prefix_hits_tokens,
+            "refusal": out.refusal._asdict() if out.refusal else None}
 
 
 def sim_trace(case: dict[str, Any], num_steps: int) -> list[dict[str, Any]]:
