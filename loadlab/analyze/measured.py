@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.windows import counter_windows, gauge_windows
+from loadlab.analyze.windows import counter_windows, gauge_windows, resolve_family
 
 SERIES_PREFIX = "loadlab:"
 STEPS = "loadlab:scheduler_steps"
@@ -73,7 +73,9 @@ def has_refusals(metrics: pd.DataFrame) -> bool:
 def measure(metrics: pd.DataFrame, table: pd.DataFrame) -> dict[str, dict[str, Any]] | None:
     """``{"knee": ..., "cause": ...}`` measured from the refusal series, or None without them.
 
-    ``table`` is the analyzer's step table (step, level, t_start, t_end, kv_mean).
+    ``table``: the load steps' measured windows with their level (the analyzer's step
+    table, or :func:`loadlab.analyze.steps.measured_windows` with a ``level``). Besides
+    the ``loadlab:`` series only vLLM's KV usage gauge is read, to split ``kv_blocks``.
     """
     if not has_refusals(metrics) or table.empty:
         return None
@@ -133,10 +135,10 @@ def _cause(metrics: pd.DataFrame, table: pd.DataFrame, frame: pd.DataFrame,
     reason = max(REASONS, key=lambda r: counts[r])
     wins = table.loc[stalled, ["t_start", "t_end"]]
     needed, free = _gauge(metrics, HEAD_NEEDED, wins), _gauge(metrics, HEAD_FREE, wins)
-    kv = table.loc[stalled, "kv_mean"].mean() if "kv_mean" in table else np.nan
+    family = resolve_family(metrics, "kv_usage")
+    kv = _gauge(metrics, family, wins, 4) if family else None
     out.update(reason=reason, head_blocks_needed=needed, head_free_blocks=free,
-               head_running=_gauge(metrics, HEAD_RUNNING, wins),
-               kv_usage=None if pd.isna(kv) else round(float(kv), 4))
+               head_running=_gauge(metrics, HEAD_RUNNING, wins), kv_usage=kv)
     out["name"] = kv_cause(needed, free, out["kv_usage"]) if reason == "kv_blocks" else (
         CAUSE_OF_REASON[reason])
     return out
@@ -150,12 +152,13 @@ def kv_cause(needed: float | None, free: float | None, kv_usage: float | None) -
     return "head_blocked" if needed > free and kv_usage < HEAD_BLOCKED_KV_USAGE else "kv_exhausted"
 
 
-def _gauge(metrics: pd.DataFrame, family: str, wins: pd.DataFrame) -> float | None:
+def _gauge(metrics: pd.DataFrame, family: str, wins: pd.DataFrame,
+           digits: int = 2) -> float | None:
     """A head gauge's typical value over the windows: the median of the per-window means
     (a burst of odd refusals in one window does not move it); None without samples."""
     stats = gauge_windows(metrics, family, wins, by=())
     values = stats["mean"].dropna() if "mean" in stats else pd.Series(dtype=float)
-    return round(float(values.median()), 2) if len(values) else None
+    return round(float(values.median()), digits) if len(values) else None
 
 
 def _plain(v: float) -> int | float:

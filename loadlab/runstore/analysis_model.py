@@ -84,7 +84,8 @@ class MeasuredCause(_Open):
     head_blocks_needed: Number | None = None
     head_free_blocks: Number | None = None
     head_running: Number | None = None
-    kv_usage: Number | None = Field(None, description="mean KV usage over the stalled steps")
+    kv_usage: Number | None = Field(None, description="KV usage over the stalled steps "
+                                   "(median of their means)")
 
 
 class KneeBlock(_Open):
