@@ -142,6 +142,7 @@ def score_seed(seed: int, keep: Path | None = None) -> dict[str, Any]:
         "confidence": knee.get("confidence"),
         "cause_right": truth["cause"]["name"] == inferred["cause"]["name"],
         "knee_right": abs(knee_index(levels, got) - knee_index(levels, want)) <= 1,
+        "knee_exact": knee_index(levels, got) == knee_index(levels, want),
         "loop": "closed" if "concurrency" in plan else "open",
         "scrape_s": spec["metrics_interval_s"],
         "flags_stripped": spec["strip_flags"],
@@ -170,6 +171,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "n": n,
         "cause_right": _share(rows, lambda r: r["cause_right"]),
         "knee_right": _share(rows, lambda r: r["knee_right"]),
+        "knee_exact": _share(rows, lambda r: r["knee_exact"]),
         "both_right": _share(rows, lambda r: r["cause_right"] and r["knee_right"]),
         "confusion": [{"truth": t, "inferred": i, "n": c}
                       for (t, i), c in sorted(confusion.items())],
@@ -198,7 +200,8 @@ def render(summary: dict[str, Any]) -> str:
         lines.append(f"{conf:12s}{c['n']:6d}" + "".join(
             f"{c[k]:9.0%}" for k in ("cause_right", "knee_right", "both_right")))
     lines.append(f"\nall {summary['n']}: cause right {summary['cause_right']:.0%}, knee within "
-                 f"one level {summary['knee_right']:.0%}, both {summary['both_right']:.0%}")
+                 f"one level {summary['knee_right']:.0%} (the same level {summary['knee_exact']:.0%}), "
+                 f"both {summary['both_right']:.0%}")
     return "\n".join(lines)
 
 
