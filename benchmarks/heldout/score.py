@@ -200,8 +200,8 @@ def render(summary: dict[str, Any]) -> str:
         lines.append(f"{conf:12s}{c['n']:6d}" + "".join(
             f"{c[k]:9.0%}" for k in ("cause_right", "knee_right", "both_right")))
     lines.append(f"\nall {summary['n']}: cause right {summary['cause_right']:.0%}, knee within "
-                 f"one level {summary['knee_right']:.0%} (the same level {summary['knee_exact']:.0%}), "
-                 f"both {summary['both_right']:.0%}")
+                 f"one level {summary['knee_right']:.0%} "
+                 f"(the same level {summary['knee_exact']:.0%}), both {summary['both_right']:.0%}")
     return "\n".join(lines)
 
 
