@@ -1,8 +1,9 @@
 """The line of a server's log that says why it failed to start.
 
 A server that dies at start leaves a long log: vLLM prints the engine process's
-traceback, then the API server's own ("RuntimeError: Engine core initialization failed.
-See root cause above", raised in ``vllm/v1/engine/core_client.py``), then its shutdown.
+traceback, then the engine core's and the API server's own, which only point up to it
+("RuntimeError: Engine core initialization failed. See root cause above", raised in
+``vllm/v1/engine/core_client.py``), then its shutdown.
 The last exception line is therefore often not the cause; the one before the
 "see root cause above" lines is. A server that refused its flags prints a usage error
 instead: click's ``Error: No such option '--x'.`` or argparse's
@@ -16,7 +17,8 @@ import re
 # "ValueError: ...", "torch.OutOfMemoryError: ...", "KeyError" (a Python exception's last line)
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::\s.*)?$")
 _USAGE = re.compile(r"^(?:Error: .*|[\w .-]+: error: .*)$")
-_POINTS_UP = "root cause above"
+# "See root cause above", "please check the stack trace above for the root cause"
+_POINTS_UP = re.compile(r"root cause above|above for the root cause", re.IGNORECASE)
 _LEVEL = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s")
 # vLLM's "(EngineCore_DP0 pid=7) ERROR 12-01 07:39:38 [core.py:710] " before a message
 _LOG_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\)\s*)?"
@@ -35,7 +37,7 @@ def root_cause(text: str) -> str | None:
             exceptions.append(" / ".join([line, *_details(lines[i + 1:i + 3])]))
         elif "Error:" in line or _USAGE.match(line):
             errors.append(line)
-    causes = [e for e in exceptions if _POINTS_UP not in e] or exceptions or errors
+    causes = [e for e in exceptions if not _POINTS_UP.search(e)] or exceptions or errors
     return causes[-1] if causes else None
 
 

@@ -180,10 +180,16 @@ def test_a_server_that_fails_to_start_is_quoted_by_its_root_cause(fake_vllm, tmp
 
 
 def test_root_cause_skips_the_lines_that_point_up_to_it():
-    """vLLM's API server ends with "See root cause above" after the engine core's error."""
-    log = ("(EngineCore_DP0 pid=7) ERROR 12-01 07:39:38 [core.py:710] ValueError: Available "
-           "memory 1.0 GiB is less than desired 2.0 GiB\n"
+    """The exception lines of a real vLLM (0.32, CPU) that asked for more KV cache than the
+    node has: the worker's ValueError, then two RuntimeErrors pointing up to it."""
+    cause = ("ValueError: Available memory on node 0 (9.65/11.96 GiB) on kv cache allocation is "
+             "less than requested memory for kv (100000.0 GiB). Decrease "
+             "--kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by "
+             "other processes.")
+    log = (f"(Worker pid=16624) ERROR 12-01 07:40:38 [multiproc_executor.py:1063] {cause}\n"
+           "(EngineCore pid=16054) ERROR 12-01 07:40:38 [core.py:1510] RuntimeError: Worker "
+           f"failed with error '{cause}', please check the stack trace above for the root cause\n"
            "Traceback (most recent call last):\n"
            "RuntimeError: Engine core initialization failed. See root cause above. "
            "Failed core proc(s): {}\n")
-    assert root_cause(log) == "ValueError: Available memory 1.0 GiB is less than desired 2.0 GiB"
+    assert root_cause(log) == cause
