@@ -57,6 +57,7 @@ from loadlab.errors import LoadlabError, RunInterrupted, StorageError
 from loadlab.experiment.cpus import pinned_process
 from loadlab.experiment.recovery import save_unwritten
 from loadlab.lifeline import end_with_parent
+from loadlab.pystart import module_argv
 from loadlab.runstore.claim import held_claim_fds
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def run_in_child(spec: PointSpec) -> dict[str, Any]:
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadlab.experiment.child", str(write_fd), str(os.getpid())],
+            module_argv("loadlab.experiment.child", str(write_fd), str(os.getpid())),
             stdin=subprocess.PIPE, pass_fds=(write_fd, *held_claim_fds()), env=_child_env(),
             **OWN_GROUP)
     except BaseException:

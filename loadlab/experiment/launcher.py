@@ -4,7 +4,8 @@
 :class:`LaunchedTarget` (base URL, served model name, parsed flags, pid, log path).
 
 Kinds:
-- ``"sim"``: the built-in simulator, ``<python> -m loadlab sim serve <flags> --host H --port P``.
+- ``"sim"``: the built-in simulator, ``<python> -P -m loadlab sim serve <flags> --host H --port P``
+  (:mod:`loadlab.pystart`: no working directory on its path).
 - ``"vllm"``: a real ``vllm serve MODEL <flags> --host H --port P``; MODEL is the first
   positional in ``flags`` or the ``model`` argument. The binary is ``$LOADLAB_VLLM_BIN``,
   else ``.vllm-venv/bin/vllm`` (made by ``tools/install_vllm.sh``) in the checkout loadlab
@@ -59,6 +60,7 @@ from loadlab.errors import InputError, TargetError
 from loadlab.experiment.cpus import CpuSet, check_omp_bind, inherited_affinity, pin_tree
 from loadlab.experiment.log_cause import root_cause, usage_error
 from loadlab.experiment.server_flags import parse_flags
+from loadlab.pystart import module_argv
 from loadlab.runstore.layout import server_log
 from loadlab.spec.datafiles import checkout_root
 from loadlab.spec.secrets import redactor
@@ -141,8 +143,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def build_argv(kind: str, flags: list[str], host: str, port: int, model: str | None) -> list[str]:
     """The command line for one kind of target (flags already stripped of host/port)."""
     if kind == "sim":
-        return [sys.executable, "-m", "loadlab", "sim", "serve", *flags, "--host", host,
-                "--port", str(port)]
+        return module_argv("loadlab", "sim", "serve", *flags, "--host", host, "--port", str(port))
     vllm = find_vllm()
     if vllm is None:
         raise InputError(

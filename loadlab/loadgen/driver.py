@@ -90,6 +90,7 @@ from loadlab.loadgen.user import (
     serve_worker,
     step_message,
 )
+from loadlab.pystart import module_argv
 from loadlab.runstore import compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
 from loadlab.runstore.layout import CLIENT_TABLE, LOADGEN_TABLES
@@ -438,7 +439,7 @@ def _free_port(host: str) -> int:
 def _spawn_workers(n: int, host: str, port: int) -> list[subprocess.Popen]:
     """Local worker processes in their own session, so a terminal Ctrl-C reaches only the master;
     each is killed by the kernel should this process die (:mod:`loadlab.lifeline`)."""
-    argv = [sys.executable, "-m", "loadlab", "run", "--join", f"{host}:{port}"]
+    argv = module_argv("loadlab", "run", "--join", f"{host}:{port}")
     env = {**os.environ, PARENT_ENV: str(os.getpid())}
     return [subprocess.Popen(argv, start_new_session=True, env=env) for _ in range(n)]
 
