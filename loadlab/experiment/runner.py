@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadlab.errors import InputError, LoadlabError, RunInterrupted
+from loadlab.experiment.fdlimit import ensure_open_files
 from loadlab.experiment.point import STDERR_LINE
 from loadlab.experiment.verdicts import analyze_point, step_judge
 from loadlab.runstore.claim import lock_run_dir
@@ -168,6 +169,8 @@ def _check_runnable(scenario: Scenario, what_if: bool) -> None:
             field="load.trace",
             fix="give the scenario a concurrency, rate or search plan",
         )
+    if not what_if:
+        ensure_open_files(scenario.load, scenario.loadgen.workers, 0)
     if not what_if and scenario.isolation is not None:
         from loadlab.experiment.cpus import check_available
 
