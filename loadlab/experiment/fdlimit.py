@@ -40,9 +40,10 @@ def open_files_needed(plan: LoadPlan, processes: int) -> int | None:
     return math.ceil(users / max(1, processes)) * CONNECTIONS_PER_USER + MARGIN
 
 
-def ensure_open_files(plan: LoadPlan, workers: int, remote_workers: int) -> None:
+def ensure_open_files(plan: LoadPlan, workers: int, remote_workers: int,
+                      field: str = "--concurrency/--search") -> None:
     """Raise the soft ``RLIMIT_NOFILE`` to what the plan needs (up to the hard limit);
-    InputError when even the hard limit is too low."""
+    InputError naming ``field`` (the plan's users) when even the hard limit is too low."""
     import resource
 
     need = open_files_needed(plan, workers + remote_workers)
@@ -56,7 +57,7 @@ def ensure_open_files(plan: LoadPlan, workers: int, remote_workers: int) -> None
         raise InputError(
             f"{users} users need about {need} open files in one load process (one connection "
             f"each, plus {MARGIN}), but this shell allows at most {hard} (RLIMIT_NOFILE)",
-            field="--concurrency/--search",
+            field=field,
             fix=f"raise the limit (`ulimit -n {need}` in the shell that starts loadlab; "
             "LimitNOFILE= for a systemd service), spread the users over more --workers, "
             "or run fewer users")

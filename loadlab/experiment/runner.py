@@ -170,7 +170,8 @@ def _check_runnable(scenario: Scenario, what_if: bool) -> None:
             fix="give the scenario a concurrency, rate or search plan",
         )
     if not what_if:
-        ensure_open_files(scenario.load, scenario.loadgen.workers, 0)
+        ensure_open_files(scenario.load, scenario.loadgen.workers, 0,
+                          field="load.concurrency/load.search")
     if not what_if and scenario.isolation is not None:
         from loadlab.experiment.cpus import check_available
 
