@@ -18,8 +18,13 @@ Hierarchy (every class carries the process exit code the CLI uses):
     stream, sent something that is not an OpenAI stream, or failed every /metrics
     scrape. Such a folder measured nothing usable, so it must not read as a success.
     The message says how many failed and the most common error.
-  - ``RunInterrupted`` (exit 130): Ctrl-C or SIGTERM; raised after everything
-    measured so far has been flushed to the run folder.
+  - ``StorageError`` (exit 5): the run folder's file system refused a write it could
+    not do without (disk full, quota, file-size limit, read-only): the manifest, or
+    request rows at the end of a run. The rows not on disk travel with the error
+    (``rows``) to whoever can still save them, and the message names where they went.
+  - ``RunInterrupted`` (exit 130 on SIGINT, 143 on SIGTERM): raised after everything
+    measured so far has been flushed to the run folder; the code tells a Ctrl-C from a
+    supervisor's stop, as a shell does (128 + the signal's number).
   - ``StoreError`` (exit 1): rows could not be written to a run-folder table (disk
     full, read-only folder, a row that does not fit the schema). The rows are not
     dropped: they stay in memory for the next attempt (or, when they can never fit,
@@ -31,7 +36,9 @@ broke.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from typing import Any
 
 
 class LoadlabError(Exception):
@@ -94,10 +101,35 @@ class NoSuccess(LoadlabError):
     exit_code = 4
 
 
+class StorageError(LoadlabError):
+    """A write the run cannot do without failed; ``rows`` holds request rows not on disk."""
+
+    exit_code = 5
+
+    def __init__(self, message: str, rows: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.rows = rows or []
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled across the point's process boundary with its rows (the default keeps args only)
+        return (type(self), (str(self), self.rows))
+
+
 class RunInterrupted(LoadlabError):
-    """The run was stopped by the user; what was measured is already on disk."""
+    """The run was stopped by a signal; what was measured is already on disk.
+
+    ``signal_name`` (``SIGINT`` or ``SIGTERM``) sets the exit code: 128 + its number.
+    """
 
     exit_code = 130
+
+    def __init__(self, message: str, signal_name: str = "SIGINT") -> None:
+        super().__init__(message)
+        self.signal_name = signal_name
+        self.exit_code = 128 + int(signal.Signals[signal_name])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.signal_name))
 
 
 class StoreError(LoadlabError):

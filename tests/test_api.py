@@ -156,7 +156,7 @@ def test_sigterm_to_the_caller_interrupts_the_child_and_keeps_its_records(
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr[-3000:]
-    assert stdout.splitlines()[0] == "raised RunInterrupted 130", stdout + stderr[-3000:]
+    assert stdout.splitlines()[0] == "raised RunInterrupted 143", stdout + stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "interrupted" and manifest["records"]["rows"] > 0
     assert [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == [], \

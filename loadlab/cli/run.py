@@ -96,6 +96,10 @@ def run(server_args: tuple[str, ...], join: str | None, **o: Any) -> None:
 
     Example: loadlab run --launch sim --concurrency 1,2,4 --step-duration 20 --collect
     -- --max-num-seqs 4
+
+    Exit codes: 0 complete, 1 stopped or failed, 2 bad input, 3 client limited, 4 nothing
+    succeeded, 5 the run folder's disk refused a write (unwritten rows saved and named),
+    130 Ctrl-C, 143 SIGTERM.
     """
     from loadlab.experiment.run import RunRequest, isolation, join_worker, run_load, trace_span_s
     from loadlab.spec.validate import plan_from_flags

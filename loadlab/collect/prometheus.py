@@ -197,10 +197,32 @@ def read_prometheus(url: str, start: float, end: float, *, step_s: float | None 
         scrapes = _scrape_rows(pc, instances, start, end, chunk_s, scheme)
     except InputError:
         raise
+    except ValueError:   # the answer was not JSON: no Prometheus API behind the URL
+        raise _not_an_api(url, headers) from None
     except Exception as exc:  # requests' and the client's errors, unrelated hierarchies
         raise TargetError(f"cannot read from Prometheus at {url}: {exc}") from exc
     metrics = pd.DataFrame(metrics_rows(series, types, scheme), columns=METRICS.names)
     return metrics, pd.DataFrame(scrapes, columns=SCRAPES.names)
+
+
+def _not_an_api(url: str, headers: dict[str, str] | None) -> InputError:
+    """What a URL that answers something other than JSON answered: a UI page, a proxy's
+    login form or a dashboard sits there, not Prometheus' HTTP API (``/api/v1/...``)."""
+    import httpx
+
+    probe = f"{url.rstrip('/')}/api/v1/query?query=up"
+    try:
+        answer = httpx.get(probe, headers=headers, follow_redirects=True, timeout=10.0)
+        kind = answer.headers.get("content-type", "no content type").split(";")[0]
+        what = f"HTTP {answer.status_code}, {kind}" + (
+            f", after a redirect to {answer.url}" if answer.history else "")
+    except httpx.HTTPError as exc:
+        what = f"then failed: {exc}"
+    return InputError(f"answered {probe} with something that is not JSON ({what})",
+                      source=url, field="--prometheus-url",
+                      fix="give Prometheus' base URL, the one whose /api/v1/query answers JSON "
+                      "(e.g. http://prometheus:9090), not a UI page, a dashboard or a proxy's "
+                      "login")
 
 
 def collect_from_prometheus(url: str, start: float, end: float, out_dir: str | Path,

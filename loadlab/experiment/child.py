@@ -53,14 +53,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from loadlab.errors import LoadlabError
+from loadlab.errors import LoadlabError, RunInterrupted, StorageError
 from loadlab.experiment.cpus import pinned_process
+from loadlab.experiment.recovery import save_unwritten
 from loadlab.lifeline import end_with_parent
+from loadlab.pystart import module_argv
 from loadlab.runstore.claim import held_claim_fds
 
 if TYPE_CHECKING:
     from loadlab.experiment.point import PointSpec
 
+# Tests only: a file-size limit in bytes for the point's process (:func:`_limit_file_size`).
+FSIZE_ENV = "LOADLAB_TEST_FILE_SIZE_LIMIT"
 # The child's own process group, in the caller's session: a new session would also be a
 # new scheduler autogroup, whose CPU share ``nice`` cannot lower.
 OWN_GROUP: dict[str, Any] = ({"process_group": 0} if sys.version_info >= (3, 11)
@@ -73,7 +77,7 @@ def run_in_child(spec: PointSpec) -> dict[str, Any]:
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loadlab.experiment.child", str(write_fd), str(os.getpid())],
+            module_argv("loadlab.experiment.child", str(write_fd), str(os.getpid())),
             stdin=subprocess.PIPE, pass_fds=(write_fd, *held_claim_fds()), env=_child_env(),
             **OWN_GROUP)
     except BaseException:
@@ -81,7 +85,8 @@ def run_in_child(spec: PointSpec) -> dict[str, Any]:
         raise
     finally:
         os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as answers, _forwarding_signals(proc), \
+    forwarded: list[int] = []   # the signals passed on to the child
+    with os.fdopen(read_fd, "rb") as answers, _forwarding_signals(proc, forwarded), \
             pinned_process(spec.isolation.client_cpus):
         assert proc.stdin is not None
         try:
@@ -96,8 +101,19 @@ def run_in_child(spec: PointSpec) -> dict[str, Any]:
                            f"answering; what it measured is in {spec.out}")
     kind, value = outcome
     if kind == "error":
-        raise value
+        raise _as_raised(value, spec, forwarded)
     return value
+
+
+def _as_raised(exc: BaseException, spec: PointSpec, forwarded: list[int]) -> BaseException:
+    """The child's exception as the caller gets it: unwritten rows saved, and a SIGTERM
+    that stopped the point before its load (the child saw a KeyboardInterrupt) named."""
+    if isinstance(exc, StorageError):
+        return save_unwritten(exc, spec.out)
+    if isinstance(exc, KeyboardInterrupt) and signal.SIGTERM in forwarded:
+        return RunInterrupted(f"run interrupted by SIGTERM; what was measured is in {spec.out}",
+                              "SIGTERM")
+    return exc
 
 
 def _child_env() -> dict[str, str]:
@@ -132,13 +148,18 @@ def _forward(proc: subprocess.Popen[bytes], sig: int) -> None:
 
 
 @contextmanager
-def _forwarding_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
-    """SIGINT and SIGTERM passed on to the child while it runs (main thread only)."""
+def _forwarding_signals(proc: subprocess.Popen[bytes], forwarded: list[int]) -> Iterator[None]:
+    """SIGINT and SIGTERM passed on to the child while it runs (main thread only), each
+    appended to ``forwarded``."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, lambda s, _frame: _forward(proc, s))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def forward(sig: int, _frame: object) -> None:
+        forwarded.append(sig)
+        _forward(proc, sig)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
@@ -150,6 +171,7 @@ def main() -> None:
     """``python -m loadlab.experiment.child FD PARENT_PID``: the spec on stdin, answers on FD."""
     answer_fd, parent = int(sys.argv[1]), int(sys.argv[2])
     end_with_parent(parent)
+    _limit_file_size(os.environ.get(FSIZE_ENV))
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     answers = os.fdopen(answer_fd, "wb")
     caller_gone = False
@@ -179,6 +201,19 @@ def main() -> None:
     finally:
         with contextlib.suppress(BrokenPipeError):   # what the dead caller never read
             answers.close()
+
+
+def _limit_file_size(limit: str | None) -> None:
+    """Tests only (``FSIZE_ENV``): a file-size limit on this process, so that the run folder
+    refuses writes as a full disk does (EFBIG instead of ENOSPC, SIGXFSZ ignored), while
+    the caller, unlimited, can still save what this process hands back."""
+    if not limit:
+        return
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE,
+                       (int(limit), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
 
 def _picklable(exc: BaseException) -> BaseException:

@@ -4,7 +4,8 @@
 :class:`LaunchedTarget` (base URL, served model name, parsed flags, pid, log path).
 
 Kinds:
-- ``"sim"``: the built-in simulator, ``<python> -m loadlab sim serve <flags> --host H --port P``.
+- ``"sim"``: the built-in simulator, ``<python> -P -m loadlab sim serve <flags> --host H --port P``
+  (:mod:`loadlab.pystart`: no working directory on its path).
 - ``"vllm"``: a real ``vllm serve MODEL <flags> --host H --port P``; MODEL is the first
   positional in ``flags`` or the ``model`` argument. The binary is ``$LOADLAB_VLLM_BIN``,
   else ``.vllm-venv/bin/vllm`` (made by ``tools/install_vllm.sh``) in the checkout loadlab
@@ -20,7 +21,9 @@ Steps:
    the guardian clears the server's whole group. So no server outlives its launcher.
 3. Poll ``GET /health`` every ``poll_s`` (0.25 s) until 200 or ``startup_timeout_s``
    (vllm 300 s, sim 60 s); the pause between polls waits on the guardian, which exits
-   when the server does, so a server that dies is noticed at once. Death or deadline ->
+   when the server does, so a server that dies is noticed at once. Death ->
+   ``TargetError`` quoting the log's root-cause line (:mod:`loadlab.experiment.log_cause`),
+   or ``InputError`` (exit 2) for a server that refused its flags; deadline ->
    ``TargetError`` carrying the log tail.
 4. Ask ``GET /v1/models`` for the served model name (falls back to the flags).
    With ``server_cpus`` the server (and its guardian) start on those CPUs and, once
@@ -62,8 +65,10 @@ import httpx
 
 from loadlab.errors import InputError, TargetError
 from loadlab.experiment.cpus import CpuSet, check_omp_bind, inherited_affinity, pin_tree
+from loadlab.experiment.log_cause import root_cause, usage_error
 from loadlab.experiment.server_flags import parse_flags
 from loadlab.probe import PORT_ENV, SCHEDULER_CLS, probe_dir
+from loadlab.pystart import module_argv
 from loadlab.runstore.layout import server_log
 from loadlab.spec.datafiles import checkout_root
 from loadlab.spec.secrets import redactor
@@ -148,8 +153,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def build_argv(kind: str, flags: list[str], host: str, port: int, model: str | None) -> list[str]:
     """The command line for one kind of target (flags already stripped of host/port)."""
     if kind == "sim":
-        return [sys.executable, "-m", "loadlab", "sim", "serve", *flags, "--host", host,
-                "--port", str(port)]
+        return module_argv("loadlab", "sim", "serve", *flags, "--host", host, "--port", str(port))
     vllm = find_vllm()
     if vllm is None:
         raise InputError(
@@ -291,13 +295,32 @@ def _wait_healthy(proc: GuardedServer, base_url: str, log_path: Path,
                 pass
             code = proc.wait(poll_s)
             if code is not None:
-                raise TargetError(f"server exited with code {code} before it was healthy; "
-                                  f"log {log_path}:\n{log_tail(log_path)}")
+                raise _start_failure(code, log_path)
             if time.monotonic() > deadline:
                 raise TargetError(
                     f"server not healthy at {base_url}/health after {timeout_s:.0f} s; "
                     f"log {log_path}:\n{log_tail(log_path)}"
                 )
+
+
+def _start_failure(code: int, log_path: Path) -> InputError | TargetError:
+    """Why the server died at start, quoting its log's cause: InputError (exit 2) when it
+    refused its flags (a usage error, exit 2, as click and argparse end), else TargetError."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        text = ""
+    usage = usage_error(text) if code == 2 else None
+    if usage is not None:
+        return InputError(f"the server refused its flags: {usage}", source=log_path,
+                          field="SERVER_ARGS", fix="correct or drop that flag after '--' "
+                          "(the server's --help lists them)")
+    cause = root_cause(text)
+    if cause is None:
+        return TargetError(f"server exited with code {code} before it was healthy; "
+                           f"log {log_path}:\n{log_tail(log_path)}")
+    return TargetError(f"server exited with code {code} before it was healthy: {cause} "
+                       f"(the whole log: {log_path})")
 
 
 def _served_model(base_url: str, api_key: str | None, fallback: str) -> str:

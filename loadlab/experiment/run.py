@@ -25,8 +25,10 @@ in a row to stop the run) is written too, and raises :class:`~loadlab.errors.NoS
 The values map onto the scenario models of :mod:`loadlab.spec.scenario` (their validation,
 errors naming the flag) and run as one :func:`loadlab.experiment.point.run_point`, the
 sequence every sweep point runs. Bad input raises InputError (exit 2) before anything
-starts or is written. The API key is read from the variable named by ``api_key_env`` and
-sent as ``Authorization: Bearer``; it is never printed or recorded.
+starts or is written, and so does a user count the process's open-file limit cannot hold
+(:mod:`loadlab.experiment.fdlimit`, after raising it to the hard limit). The API key is
+read from the variable named by ``api_key_env`` and sent as ``Authorization: Bearer``; it
+is never printed or recorded.
 
 Locust is imported only once a run starts (:mod:`loadlab.experiment.point` fixes the
 import order), so bad input and ``join_worker``'s address check never pay for it.
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loadlab.errors import ClientLimited, InputError, NoSuccess
+from loadlab.experiment.fdlimit import ensure_open_files
 from loadlab.runstore.claim import claim_run_dir
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Isolation, LoadgenSettings, Target, Workload
@@ -136,6 +139,7 @@ def run_load(request: RunRequest, plan: LoadPlan, *, say: Say = print,
     note = note or STDERR_LINE
     cpus = isolation(request.server_cpus, request.client_cpus, request.launch)
     _check(request)
+    ensure_open_files(plan, request.workers, request.remote_workers)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     loadgen = {"workers": request.workers, "timeout_s": request.timeout_s,
                "drain_s": request.drain_s}

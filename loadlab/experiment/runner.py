@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadlab.errors import InputError, LoadlabError, RunInterrupted
+from loadlab.experiment.fdlimit import ensure_open_files
 from loadlab.experiment.point import STDERR_LINE
 from loadlab.experiment.verdicts import analyze_point, step_judge
 from loadlab.runstore.claim import lock_run_dir
@@ -168,6 +169,9 @@ def _check_runnable(scenario: Scenario, what_if: bool) -> None:
             field="load.trace",
             fix="give the scenario a concurrency, rate or search plan",
         )
+    if not what_if:
+        ensure_open_files(scenario.load, scenario.loadgen.workers, 0,
+                          field="load.concurrency/load.search")
     if not what_if and scenario.isolation is not None:
         from loadlab.experiment.cpus import check_available
 
@@ -236,7 +240,7 @@ def _run_points(scenario: Scenario, manifest: SweepManifest, out: Path, what_if:
     todo = [r for r in manifest.points if r.status != "complete"]
     clock = _Clock(planned_point_s(scenario, what_if), len(todo))
     result = SweepResult(out, manifest)
-    interrupted = False
+    interrupted, stopped_by = False, "SIGINT"
     for record in todo:
         index = manifest.points.index(record) + 1
         clock.point_start = time.monotonic()
@@ -256,10 +260,11 @@ def _run_points(scenario: Scenario, manifest: SweepManifest, out: Path, what_if:
             result.verdicts[record.name] = _verdict(record.folder(out), scenario, record)
             say(f"{tag} complete in {_fmt_s(time.monotonic() - clock.point_start)}: "
                 f"{result.verdicts[record.name]}")
-        except (KeyboardInterrupt, RunInterrupted):
+        except (KeyboardInterrupt, RunInterrupted) as exc:
+            stopped_by = exc.signal_name if isinstance(exc, RunInterrupted) else "SIGINT"
             record.status, record.error = (
                 "interrupted",
-                "interrupted (Ctrl-C); its records are kept",
+                f"interrupted ({stopped_by}); its records are kept",
             )
             interrupted = True
         except LoadlabError as exc:
@@ -278,9 +283,10 @@ def _run_points(scenario: Scenario, manifest: SweepManifest, out: Path, what_if:
     write_manifest(out, manifest)
     result.report = write_sweep_report(out, manifest)
     if interrupted:
-        raise RunInterrupted(f"sweep interrupted; finished points and a partial report are in {out}"
+        raise RunInterrupted(f"sweep interrupted by {stopped_by}; finished points and a partial "
+                             f"report are in {out}"
                              + (f" ({result.report})" if result.report else "")
-                             + f"; continue with `loadlab sweep --resume {out}`")
+                             + f"; continue with `loadlab sweep --resume {out}`", stopped_by)
     return result
 
 

@@ -66,7 +66,7 @@ from gevent.event import Event
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner
 
-from loadlab.errors import RunInterrupted, TargetError
+from loadlab.errors import RunInterrupted, StorageError, TargetError
 from loadlab.lifeline import PARENT_ENV
 from loadlab.loadgen.achieved import limited_reasons
 from loadlab.loadgen.context import RunSettings
@@ -90,6 +90,7 @@ from loadlab.loadgen.user import (
     serve_worker,
     step_message,
 )
+from loadlab.pystart import module_argv
 from loadlab.runstore import compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
 from loadlab.runstore.layout import CLIENT_TABLE, LOADGEN_TABLES
@@ -216,8 +217,14 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
     recorder = Recorder(out)
     write_manifest(out, run_manifest(settings, plan, opts, manifest_extra or {}))
     stop = Event()
+    stopped_by: list[str] = []   # the signal that stopped the run, for the manifest and exit code
+
+    def on_signal(sig: signal.Signals) -> None:
+        stopped_by.append(sig.name)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        gevent.signal_handler(sig, stop.set)
+        gevent.signal_handler(sig, on_signal, sig)
     user_class = LLMUser if plan.mode == "closed" else OpenLoopUser
     env = Environment(user_classes=[user_class])
     master = _Master(recorder, opts.target_check)
@@ -290,19 +297,29 @@ def run_load(settings: RunSettings, plan: LoadPlan, opts: RunOptions,
         raise
     finally:
         recorder.close()
-        manifest = update_manifest(out, status=status, error=error, finished=time.time(),
-                                   stop_reason=master.stop_reason, records=recorder.records_entry(),
-                                   workload=WorkloadInfo(
-                                       fit=_fit_entry(settings, recorder.fit_counts),
-                                       **recorder.workload_summary()),
-                                   **walk.manifest_entry())
+        unwritten = recorder.unwritten()
+        if unwritten and status != "failed":
+            status, error = "failed", unwritten
+        try:
+            manifest = update_manifest(
+                out, status=status, error=error, finished=time.time(),
+                stop_reason=master.stop_reason, records=recorder.records_entry(),
+                workload=WorkloadInfo(fit=_fit_entry(settings, recorder.fit_counts),
+                                      **recorder.workload_summary()),
+                stopped_by=stopped_by[0] if stopped_by else None, **walk.manifest_entry())
+        except StorageError as exc:
+            unwritten = f"{unwritten or 'the run ended'}; {exc} (it still says 'running')"
         try:
             env.runner.quit() if env.runner else None
         finally:
             _reap(procs)
-        compact_run(out, tables=LOADGEN_TABLES, progress=opts.progress)
+        if not unwritten:
+            compact_run(out, tables=LOADGEN_TABLES, progress=opts.progress)
+    if unwritten:
+        raise StorageError(unwritten, rows=recorder.requests.pending())
     if status == "interrupted":
-        raise RunInterrupted(f"run interrupted; everything measured is in {out}")
+        by = stopped_by[0] if stopped_by else "SIGINT"
+        raise RunInterrupted(f"run interrupted by {by}; everything measured is in {out}", by)
     if master.stop_reason is not None:
         raise TargetError(f"run stopped early: {master.stop_reason}; what was measured is in {out}")
     return manifest
@@ -422,7 +439,7 @@ def _free_port(host: str) -> int:
 def _spawn_workers(n: int, host: str, port: int) -> list[subprocess.Popen]:
     """Local worker processes in their own session, so a terminal Ctrl-C reaches only the master;
     each is killed by the kernel should this process die (:mod:`loadlab.lifeline`)."""
-    argv = [sys.executable, "-m", "loadlab", "run", "--join", f"{host}:{port}"]
+    argv = module_argv("loadlab", "run", "--join", f"{host}:{port}")
     env = {**os.environ, PARENT_ENV: str(os.getpid())}
     return [subprocess.Popen(argv, start_new_session=True, env=env) for _ in range(n)]
 

@@ -132,6 +132,13 @@ class Recorder:
             "write_errors": errors,
         }
 
+    def unwritten(self) -> str | None:
+        """After :meth:`close`: why request rows are still not on disk (the file system
+        refused them), or None when every one is."""
+        if not (self.requests.rows_pending and self.requests.error):
+            return None
+        return f"{self.requests.rows_pending} request rows not written: {self.requests.error}"
+
     def note_calibration(self, report: dict[str, Any]) -> None:
         """Keep a worker's latest calibration report (``ll_ready`` / ``ll_done`` data)."""
         if "calibration" in report:

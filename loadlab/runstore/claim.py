@@ -22,7 +22,9 @@ used folder would sit beside the first one's parts (old metrics next to new requ
    ``*.parquet`` table directory) is refused, naming that file, unless ``overwrite``:
    then exactly those, and a launched server's ``*-server.log``, are removed first;
    anything else in the folder is left alone. ``overwrite`` never takes a folder from a
-   run that still holds it.
+   run that still holds it. A server log alone is no run: it is what a launch that
+   failed leaves (its error quoted the log), and the next run, the one retried with the
+   fix, takes the folder and starts a fresh log.
 
 :func:`owner_entry` is the manifest's ``owner`` (pid and hostname of the process
 writing the folder). :func:`unfinished_note` reads it back: a manifest still
@@ -46,14 +48,16 @@ from loadlab.runstore.layout import ANALYSIS, CLAIM, MANIFEST, SERVER_LOG_SUFFIX
 from loadlab.runstore.manifest import Manifest, Owner
 
 RUN_FILES = (MANIFEST, ANALYSIS)
-RUN_GLOBS = ("*.parquet", f"*{SERVER_LOG_SUFFIX}")
 
 
 def _run_contents(run_dir: Path) -> list[Path]:
+    """What makes the folder a run's."""
     found = [run_dir / name for name in RUN_FILES if (run_dir / name).exists()]
-    for pattern in RUN_GLOBS:
-        found += sorted(run_dir.glob(pattern))
-    return found
+    return found + sorted(run_dir.glob("*.parquet"))
+
+
+def _server_logs(run_dir: Path) -> list[Path]:
+    return sorted(run_dir.glob(f"*{SERVER_LOG_SUFFIX}"))
 
 
 def _writable(folder: Path) -> bool:
@@ -163,7 +167,7 @@ def claim_run_dir(run_dir: str | Path, overwrite: bool = False, flag: str = "--o
     if held and not overwrite:
         claim.release()
         _refuse_held(run_dir, flag)
-    for path in held:
+    for path in held + _server_logs(run_dir):
         if path.is_dir():
             shutil.rmtree(path)
         else:

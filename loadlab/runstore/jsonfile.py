@@ -8,6 +8,7 @@ and, for a value that does not fit the model, the field (``steps[0].t_start``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from loadlab.errors import InputError
+from loadlab.errors import InputError, StorageError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -62,6 +63,12 @@ def replace_text(path: Path, text: str) -> Path:
     crash) never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):   # a half-written temporary file helps nobody
+            tmp.unlink()
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc} (free space on its "
+                           "file system, or fix its permissions)") from None
     return path

@@ -140,6 +140,8 @@ class RunManifest(_Open):
     status: RunStatus | None = None
     error: str | None = None
     stop_reason: str | None = Field(None, description="why the run stopped early")
+    stopped_by: str | None = Field(None, description="the signal that interrupted the run: "
+                                   "SIGINT (Ctrl-C) or SIGTERM")
     created: float | None = None
     finished: float | None = None
     owner: Owner | None = None

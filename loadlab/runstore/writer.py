@@ -124,6 +124,11 @@ class PartWriter:
         with self._lock:
             return self._pending_rows()
 
+    def pending(self) -> list[dict[str, Any]]:
+        """A copy of the rows not yet on disk, for a caller that saves them elsewhere."""
+        with self._lock:
+            return [dict(row) for row in self._rows]
+
     @property
     def rows_rejected(self) -> int:
         with self._lock:
@@ -159,8 +164,10 @@ class PartWriter:
                 self._log(str(exc))
 
     def _log(self, message: str) -> None:
-        if message != self._logged:
-            self._logged = message
+        # once per distinct cause: the message's row count grows at every retry
+        cause = self.error or message
+        if cause != self._logged:
+            self._logged = cause
             log.warning("%s", message)
 
     # -- writing ---------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """A stand-in for `vllm serve` used by the launcher tests: real HTTP, controllable faults.
 
-argv: serve MODEL [flags...] --host H --port P.  FAKE_MODE=ok|die|never.
+argv: serve MODEL [flags...] --host H --port P.  FAKE_MODE=ok|die|never|log (FAKE_LOG).
 In "ok" mode it also starts a child process (like vLLM's engine core) and writes its
 pid to FAKE_CHILD_PID_FILE, so tests can check the whole process group is stopped;
 with FAKE_CHILD_IGNORES_TERM=1 that child ignores SIGTERM (only SIGKILL stops it), and
@@ -21,6 +21,10 @@ print("fake server argv:", " ".join(args), flush=True)
 if mode == "die":
     print("fatal: cannot allocate KV cache", flush=True)
     sys.exit(3)
+if mode == "log":   # print a real server's failing log (FAKE_LOG) and exit as it did
+    with open(os.environ["FAKE_LOG"]) as log:
+        print(log.read(), end="", flush=True)
+    sys.exit(int(os.environ.get("FAKE_EXIT", "1")))
 
 
 class Handler(BaseHTTPRequestHandler):

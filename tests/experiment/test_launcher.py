@@ -13,10 +13,12 @@ import pytest
 
 from loadlab.errors import InputError, TargetError
 from loadlab.experiment.launcher import launch_target
+from loadlab.experiment.log_cause import root_cause
 from loadlab.experiment.server_flags import parse_flags
 from loadlab.spec.secrets import redact
 
 HERE = Path(__file__).parent
+FIXTURES = HERE.parent / "fixtures" / "vllm-0.32-cpu"
 
 
 @pytest.fixture
@@ -157,3 +159,37 @@ def test_explicit_vllm_thread_binding_outside_the_server_cpus_is_refused(fake_vl
           launch_target("vllm", ["m"], tmp_path, env={"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
                         server_cpus=frozenset({5}))):
         pytest.fail("must not start")
+
+
+def test_a_server_that_fails_to_start_is_quoted_by_its_root_cause(fake_vllm, tmp_path,
+                                                                     monkeypatch):
+    """The log a real vLLM wrote when it refused ``--gpu-memory-utilization 2``: the error
+    names the field and why in one line, and the log's path. On main: "exited with code 1"
+    and 20 lines of log tail whose cause sits in the middle."""
+    log = FIXTURES / "start-failure-gpu-memory-utilization-2.log"
+    monkeypatch.setenv("FAKE_MODE", "log")
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    with pytest.raises(TargetError) as caught, \
+            launch_target("vllm", ["m"], tmp_path, startup_timeout_s=30):
+        pytest.fail("must not yield")
+    assert str(caught.value) == (
+        "server exited with code 1 before it was healthy: pydantic_core._pydantic_core."
+        "ValidationError: 1 validation error for CacheConfig / gpu_memory_utilization / "
+        "Input should be less than or equal to 1 [type=less_than_equal, input_value=2.0, "
+        f"input_type=float] (the whole log: {tmp_path / 'vllm-server.log'})")
+
+
+def test_root_cause_skips_the_lines_that_point_up_to_it():
+    """The exception lines of a real vLLM (0.32, CPU) that asked for more KV cache than the
+    node has: the worker's ValueError, then two RuntimeErrors pointing up to it."""
+    cause = ("ValueError: Available memory on node 0 (9.65/11.96 GiB) on kv cache allocation is "
+             "less than requested memory for kv (100000.0 GiB). Decrease "
+             "--kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by "
+             "other processes.")
+    log = (f"(Worker pid=16624) ERROR 12-01 07:40:38 [multiproc_executor.py:1063] {cause}\n"
+           "(EngineCore pid=16054) ERROR 12-01 07:40:38 [core.py:1510] RuntimeError: Worker "
+           f"failed with error '{cause}', please check the stack trace above for the root cause\n"
+           "Traceback (most recent call last):\n"
+           "RuntimeError: Engine core initialization failed. See root cause above. "
+           "Failed core proc(s): {}\n")
+    assert root_cause(log) == cause
