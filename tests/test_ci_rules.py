@@ -125,3 +125,20 @@ def test_the_pointer_rule_catches_what_it_is_for():
         '"""see DESIGN.md, /tmp/briefs/SIM_TYPES.md, vllm-facts; vllm/v1/x.py"""'
     )
     assert found == ["DESIGN.md", "/tmp/briefs/SIM_TYPES.md", "vllm-facts"]
+
+
+def test_every_part_of_the_package_sits_in_a_layer():
+    """lint-imports checks only the modules its contract names: a new subpackage left out
+    of ``[tool.importlinter]`` would import anything unchecked."""
+    import tomllib
+
+    layers = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "contracts"][0]["layers"]
+    named = {name.strip() for layer in layers for name in layer.split("|")}
+    parts = {f"loadlab.{p.stem}" for p in (REPO / "loadlab").iterdir()
+             if (p.suffix == ".py" and p.stem not in ("__init__", "__main__"))
+             or (p.is_dir() and (p / "__init__.py").exists())}
+    parts = {p for p in parts if p != "loadlab.sim"} | {
+        f"loadlab.sim.{p.name}" for p in (REPO / "loadlab" / "sim").iterdir()
+        if (p / "__init__.py").exists()}
+    assert sorted(parts - named) == []
