@@ -40,6 +40,7 @@ def with_failures(requests: pd.DataFrame) -> pd.DataFrame:
         keys = ["status", "http_status", "error"]
         known = [k for k in keys if k in requests]
         sub = requests.loc[missing, known].astype(object)
+        sub = sub.where(sub.notna(), None)  # NaN != NaN: it cannot key the lookup below
         combos = sub.drop_duplicates()
         kinds = {tuple(row): infer_failure(*(dict(zip(known, row)).get(k) for k in keys))
                  for row in combos.itertuples(index=False, name=None)}

@@ -46,7 +46,7 @@ def http_failure(status: int) -> str:
 def infer_failure(status: str | None, http_status: float | None, error: str | None) -> str | None:
     """The kind of a row written without a ``failure`` (older folders, ``sim replay``),
     from its status and error text as those writers phrased them; None for ``ok``."""
-    text = error or ""
+    text = error if isinstance(error, str) else ""  # a missing value reads as NaN
     if status in (None, "ok"):
         return None
     if status == "timeout":
