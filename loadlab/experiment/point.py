@@ -143,6 +143,15 @@ def _target(spec: PointSpec) -> Iterator[_Live]:
         yield _Live(launched.base_url, launched.model, extra, launched.exit_reason)
 
 
+def _metrics_endpoints(spec: PointSpec, base_url: str) -> list[str]:
+    """What the point scrapes: the server, or each replica of a simulated fleet on its own
+    path (``/replica/<i>``, labelled apart in metrics.parquet), not its replica-0 /metrics."""
+    replicas = parse_flags(spec.server_args).values.get("replicas", 1)
+    if spec.target.launch != "sim" or not isinstance(replicas, int) or replicas < 2:
+        return [base_url]
+    return [f"{base_url}/replica/{i}" for i in range(replicas)]
+
+
 @contextmanager
 def _scraping(spec: PointSpec, base_url: str) -> Iterator[Scraper | None]:
     """The point's scraper (None without ``collect``), not started yet; stops and flushes
@@ -150,7 +159,8 @@ def _scraping(spec: PointSpec, base_url: str) -> Iterator[Scraper | None]:
     if not spec.collect:
         yield None
         return
-    scraper = Scraper([base_url], spec.out, interval_s=spec.loadgen.collect_interval_s,
+    scraper = Scraper(_metrics_endpoints(spec, base_url), spec.out,
+                      interval_s=spec.loadgen.collect_interval_s,
                       api_key_env=spec.target.api_key_env)
     try:
         yield scraper
