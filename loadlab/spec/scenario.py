@@ -262,15 +262,11 @@ class Fleet(Strict):
                                      "view of each queue may get, milliseconds (0: exact)")
     pools: dict[Literal["long", "short"], Pool] = Field(
         default_factory=dict, description="by-length: flags per pool, {long: {flags: ...}, "
-        "short: {flags: ...}}")
+        "short: {flags: ...}} (other routers ignore them, so arms may compare routers)")
 
     @model_validator(mode="after")
     def _pools_for_by_length(self) -> Fleet:
-        by_length = parse_router(self.router)[0] == "by-length"
-        if self.pools and not by_length:
-            raise bad("pools need the by-length router", "router: by-length:TOKENS, or drop "
-                      "pools")
-        if by_length and self.replicas < 2:
+        if parse_router(self.router)[0] == "by-length" and self.replicas < 2:
             raise bad("by-length needs a long and a short replica", "replicas: 2 or more")
         return self
 

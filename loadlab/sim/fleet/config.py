@@ -4,8 +4,9 @@ The flags (``--replicas``, ``--router``, ``--router-refresh-ms``, ``--long-pool`
 ``--short-pool``) ride beside the engine flags, so a flag list or a sweep arm configures
 a fleet as it configures one engine. A pool is one flag value of ``key=value`` words
 (``replicas=1 enable_chunked_prefill=false max_model_len=131072``): its replica count
-and the engine flags its replicas take over the shared ones. Without ``by-length`` there
-are no pools: every replica takes the shared flags. Replica ``i`` draws its output
+and the engine flags its replicas take over the shared ones. Pools apply to ``by-length``
+only; other routers ignore them and every replica takes the shared flags, so one sweep
+can compare routers over the same pool flags. Replica ``i`` draws its output
 lengths and jitter from ``seed + i``, so replicas do not move in lockstep.
 """
 
@@ -92,10 +93,6 @@ def fleet_config(params: dict[str, Any]) -> FleetConfig:
     shared = {k: v for k, v in params.items() if k not in FLEET_PARAMS}
     specs = {pool: params.get(f"{pool}_pool") for pool in (LONG, SHORT)}
     if kind != "by-length":
-        given = [f"--{p}-pool" for p, spec in specs.items() if spec]
-        if given:
-            raise InputError("pools need the by-length router", field=given[0],
-                             fix="pass --router by-length:TOKENS, or drop the pool flags")
         return FleetConfig(router, refresh_ms, ("",) * n,
                            tuple(_replica(shared, {}, i) for i in range(n)))
     return _by_length(router, refresh_ms, n, shared, specs)
