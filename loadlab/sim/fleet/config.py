@@ -90,7 +90,8 @@ def fleet_config(params: dict[str, Any]) -> FleetConfig:
     if refresh_ms < 0:
         raise InputError(f"must be >= 0, got {refresh_ms:g}", field="--router-refresh-ms",
                          fix="pass 0 (exact queues) or a positive age in milliseconds")
-    shared = {k: v for k, v in params.items() if k not in FLEET_PARAMS}
+    shared = {"model": SimConfig.model,
+              **{k: v for k, v in params.items() if k not in FLEET_PARAMS}}
     specs = {pool: params.get(f"{pool}_pool") for pool in (LONG, SHORT)}
     if kind != "by-length":
         return FleetConfig(router, refresh_ms, ("",) * n,
