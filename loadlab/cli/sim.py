@@ -19,9 +19,9 @@ from typing import Any
 import click
 
 from loadlab.cli.options import interval_option, out_option
-from loadlab.sim.engine.flags import sim_config
 from loadlab.sim.serve.flags import (
     ENGINE_OPTIONS,
+    FLEET_OPTIONS,
     PLAN_SECTION,
     SERVE_OPTIONS,
     GroupedCommand,
@@ -44,27 +44,34 @@ def sim() -> None:
 @sim.command(cls=GroupedCommand)
 @with_options(SERVE_OPTIONS)
 @with_options(ENGINE_OPTIONS)
+@with_options(FLEET_OPTIONS)
 def serve(model_tag: str | None, host: str, port: int, **params: Any) -> None:
     """Serve vLLM's OpenAI API (completions, chat, /metrics) from the simulator.
 
     Example: loadlab sim serve --gpu h100 --max-num-seqs 64 --port 0
+
+    A fleet: loadlab sim serve --replicas 4 --router least-waiting --port 0
     """
     from loadlab.sim.engine.hardware import resolve
+    from loadlab.sim.fleet.config import fleet_config
     from loadlab.sim.serve.server import serve as run_server
 
     if model_tag is not None:
         params["model"] = model_tag
-    cfg = sim_config(params)
+    fleet = fleet_config(params)
+    cfg = fleet.configs[0]
     resolved = resolve(cfg)
-    for line in resolved.startup_lines():
-        click.echo(f"INFO loadlab.sim: {line}")
+    for i, replica_cfg in enumerate(fleet.configs):
+        head = f"replica {i} ({fleet.pools[i] or fleet.router}): " if fleet.size > 1 else ""
+        for line in resolve(replica_cfg).startup_lines():
+            click.echo(f"INFO loadlab.sim: {head}{line}")
 
     def announce(url: str) -> None:
         click.echo(f"INFO loadlab.sim: serving {resolved.served_model_name!r} on {url}")
         click.echo(f"Starting vLLM API server on {url}")
         sys.stdout.flush()
 
-    run_server(cfg, host, port, resolved, announce)
+    run_server(fleet, host, port, resolved, announce)
 
 
 REPLAY_OPTIONS: list[Callable] = [
@@ -95,6 +102,7 @@ REPLAY_OPTIONS: list[Callable] = [
 @sim.command(cls=GroupedCommand)
 @with_options(REPLAY_OPTIONS)
 @with_options(ENGINE_OPTIONS)
+@with_options(FLEET_OPTIONS)
 def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: float,
            step_duration: float, warmup: float | None, interval_s: float, out: Path,
            overwrite: bool, **params: Any) -> None:
@@ -104,9 +112,11 @@ def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: 
     """
     from loadlab.replay.driver import ReplayOptions, run_replay
     from loadlab.runstore.claim import claim_run_dir
+    from loadlab.sim.fleet.config import fleet_config
     from loadlab.spec.validate import plan_from_flags, validate
 
-    cfg = sim_config(params)
+    fleet = fleet_config(params)
+    cfg = fleet.configs[0]
     plan = plan_from_flags(concurrency=concurrency, rate=rate, step_duration_s=step_duration,
                            warmup_s=warmup, burstiness=burstiness)
     workload = validate(Workload, {"profile": profile, "seed": cfg.seed}, names={"seed": "--seed"})
@@ -121,7 +131,7 @@ def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: 
 
     opts = ReplayOptions(metrics_interval_s=interval_s)
     with claim:
-        summary = run_replay(cfg, plan, workload, out, opts, progress,
+        summary = run_replay(fleet, plan, workload, out, opts, progress,
                              notice=lambda line: click.echo(f"replay: {line}", err=True))
     click.echo(f"replay: {summary.requests} requests ({summary.completed} completed, "
                f"{summary.aborted} aborted at the end), {summary.engine_steps} engine steps, "

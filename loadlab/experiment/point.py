@@ -146,6 +146,15 @@ def _target(spec: PointSpec) -> Iterator[_Live]:
                     launched.metrics_endpoints)
 
 
+def _metrics_endpoints(spec: PointSpec, base_url: str) -> list[str]:
+    """What the point scrapes: the server, or each replica of a simulated fleet on its own
+    path (``/replica/<i>``, labelled apart in metrics.parquet), not its replica-0 /metrics."""
+    replicas = parse_flags(spec.server_args).values.get("replicas", 1)
+    if spec.target.launch != "sim" or not isinstance(replicas, int) or replicas < 2:
+        return [base_url]
+    return [f"{base_url}/replica/{i}" for i in range(replicas)]
+
+
 @contextmanager
 def _scraping(spec: PointSpec, endpoints: list[str]) -> Iterator[Scraper | None]:
     """The point's scraper (None without ``collect``), not started yet; stops and flushes
@@ -185,7 +194,7 @@ def run_here(spec: PointSpec) -> dict[str, Any]:
             api_key_env=spec.target.api_key_env, point=spec.point, nonce=spec.nonce,
             calibrate=spec.workload.calibrate, plan=spec.plan.describe(),
         )
-        with _scraping(spec, [live.base_url, *live.metrics]) as scraper:
+        with _scraping(spec, [*_metrics_endpoints(spec, live.base_url), *live.metrics]) as scraper:
             opts = driver.RunOptions(
                 out=spec.out,
                 workers=spec.loadgen.workers,

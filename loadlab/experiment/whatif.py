@@ -4,9 +4,11 @@ The point's server flags become a :class:`~loadlab.sim.engine.config.SimConfig`:
 profile is the scenario's own for a simulator target, else ``what_if.model``; the GPU
 is ``what_if.gpu`` unless the flags name one; ``what_if.flags`` are added last. vLLM flags
 the simulator does not model (``enforce_eager``, ``trust_remote_code``, ...) are left
-out. The same plan and seeded workload then run through :func:`loadlab.replay.driver.run_replay`
-into the point's folder (manifest kind "sim-replay"): minutes of load in seconds, to
-see where each point's knee should fall before spending GPU time on it.
+out. A fleet's flags (``replicas``, ``router``, pools: the scenario's ``fleet:`` block)
+make a fleet of such engines. The same plan and seeded workload then run through
+:func:`loadlab.replay.driver.run_replay` into the point's folder (manifest kind
+"sim-replay"): minutes of load in seconds, to see where each point's knee should fall
+before spending GPU time on it.
 """
 
 from __future__ import annotations
@@ -15,19 +17,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.fleet.config import FleetConfig
 from loadlab.spec.scenario import Point, Scenario
 
 
-def sim_config(scenario: Scenario, point: Point) -> SimConfig:
-    """The simulator configuration that stands in for ``point``'s server."""
-    from loadlab.sim.engine.flags import sim_config as from_params
+def sim_config(scenario: Scenario, point: Point) -> FleetConfig:
+    """The simulator configuration (one engine, or a fleet) that stands in for ``point``'s
+    server."""
+    from loadlab.sim.fleet.config import fleet_config
 
     model = scenario.target.model if scenario.target.launch == "sim" and scenario.target.model \
         else scenario.what_if.model
     params: dict[str, Any] = {"model": model, "gpu": scenario.what_if.gpu, **point.flags,
                               **scenario.what_if.flags}
-    return from_params(params)
+    return fleet_config(params)
 
 
 def run_whatif_point(

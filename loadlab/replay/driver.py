@@ -25,6 +25,12 @@ not fit the model are clipped as a careful client would (prompt <= max_model_len
 prompt + output <= max_model_len); targets keep the drawn values. ``max_tokens`` = output
 length.
 
+A fleet (:class:`~loadlab.sim.fleet.config.FleetConfig`, ``--replicas``/``--router``)
+runs one engine per replica on the same clock: its router picks each request's replica
+at send time, each replica steps on its own as soon as it is idle with work, and each
+writes its own metrics series (:mod:`loadlab.replay.replicas`). Requests are clipped to
+the largest max_model_len of the fleet, then to their replica's.
+
 When the plan ends, requests still in flight are aborted (status "aborted"), as a load
 generator that stops. Output in ``out_dir``: requests.parquet (REQUESTS, worker
 "sim-replay", times = ``start_epoch`` + virtual seconds, written column-wise by
@@ -48,33 +54,30 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadlab.collect.parse import ExpositionParser, Scrape, describe_endpoint
-from loadlab.collect.sink import MetricsSink
+from loadlab.collect.parse import ExpositionParser, describe_endpoint
 from loadlab.errors import InputError
 from loadlab.replay.prompts import prompt_ids, replay_request
 from loadlab.replay.records import RequestRows, TokenTimes, quantile
+from loadlab.replay.replicas import ENDPOINT, WORKER, ReplayReplica, build_replicas
 from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
-from loadlab.runstore.layout import METRICS_TABLE, REQUESTS_TABLE
+from loadlab.runstore.layout import REQUESTS_TABLE
 from loadlab.runstore.manifest import Launch, MetricsInfo, RunManifest, TargetInfo, WorkloadInfo
 from loadlab.sim.engine.config import SimConfig
-from loadlab.sim.engine.core import Engine
-from loadlab.sim.engine.hardware import resolve
-from loadlab.sim.engine.metrics import EngineMetrics
-from loadlab.sim.engine.timing import StepTimeModel
-from loadlab.sim.engine.types import StepOutput
+from loadlab.sim.engine.types import EngineRequest, StepOutput
+from loadlab.sim.fleet.config import FleetConfig
+from loadlab.sim.fleet.router import make_router
 from loadlab.spec.knee_search import LevelWalk, SearchResult
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Workload
 from loadlab.version import __version__
 from loadlab.workload import load_profile
 from loadlab.workload.arrivals import RenewalSchedule, step_schedule
+from loadlab.workload.sampler import RequestSpec
 
 __all__ = ["ReplayOptions", "ReplaySummary", "TokenTimes", "gc_relaxed", "prompt_ids", "quantile",
            "run_replay"]
 
-WORKER = "sim-replay"
-ENDPOINT = "sim://replay"
 _STEP_END, _SAMPLE, _BOUNDARY, _ARRIVAL = range(4)
 Progress = Callable[[float, "float | None"], None]   # (virtual seconds, total or None)
 Judge = Callable[[int], bool]                        # step index -> did it stall
@@ -131,12 +134,13 @@ class _Request:
     target_output: int
     group: int | None
     prefix: int
+    replica: int
 
 
 class _Replay:
     """One replay's clock, event heap, engine, metrics and writers (no class-level state)."""
 
-    def __init__(self, cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: Path,
+    def __init__(self, fleet: FleetConfig, plan: LoadPlan, workload: Workload, out_dir: Path,
                  opts: ReplayOptions, progress: Progress | None, judge: Judge | None,
                  observer: Callable[[StepOutput], None] | None = None) -> None:
         check_plan(plan, opts)
@@ -149,9 +153,11 @@ class _Replay:
         self.windows: list[dict[str, Any]] = []
         self.level = 0.0
         self.total_s = plan.step_duration_s * len(plan.steps) if plan.search is None else None
-        self.resolved = resolve(cfg)
-        self.metrics = EngineMetrics(self.resolved, names=cfg.metrics_names)
-        self.engine = Engine(self.resolved, StepTimeModel(self.resolved).step_time, observer)
+        self.replicas = build_replicas(fleet, out_dir, observer)
+        self.resolved = self.replicas[0].resolved
+        self.fleet_mml = max(r.resolved.max_model_len for r in self.replicas)
+        self.router = make_router(fleet.router, self.resolved.block_size, fleet.refresh_ms)
+        self.views = [r.view for r in self.replicas]
         profile = load_profile(workload.profile)
         self.sampler = profile.sampler(workload.seed)
         self.common = profile.common_prefix_tokens
@@ -159,16 +165,11 @@ class _Replay:
         self.progress = progress
         self.requests = RequestRows(PartWriter(out_dir / REQUESTS_TABLE, REQUESTS,
                                                writer_id=WORKER))
-        self.parser = ExpositionParser()
-        self.metric_rows = MetricsSink(out_dir / METRICS_TABLE, self.parser, endpoint=ENDPOINT,
-                                       source="sim", writer_id=WORKER, flush_interval_s=30.0)
-        self.series_ids: list[int] = []
         self.now = 0.0
         self.heap: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
         self.n_events = 0
         self.seq = 0
         self.step = 0
-        self.busy = False
         self.ended = False
         self.live: dict[str, _Request] = {}
         self.token_times = TokenTimes()
@@ -188,13 +189,15 @@ class _Replay:
         while self.heap and not self.ended:
             self.now, _, _, handler, arg = heapq.heappop(self.heap)
             handler(arg)
-            if (not self.busy and not self.ended and (not self.heap or self.heap[0][0] > self.now)
-                    and self.engine.has_unfinished_requests()):
-                out = self.engine.step(self.now)
-                if out is not None:
-                    self.busy = True
-                    self.counts["engine_steps"] += 1
-                    self.push(out.t_end, _STEP_END, self.on_step_end, out)
+            if self.ended or (self.heap and self.heap[0][0] <= self.now):
+                continue
+            for replica in self.replicas:
+                if not replica.busy and replica.engine.has_unfinished_requests():
+                    out = replica.engine.step(self.now)
+                    if out is not None:
+                        replica.busy = True
+                        self.counts["engine_steps"] += 1
+                        self.push(out.t_end, _STEP_END, self.on_step_end, (replica, out))
 
     # ---- handlers ------------------------------------------------------------------------
     def on_boundary(self, k: int) -> None:
@@ -202,7 +205,8 @@ class _Replay:
         k - 1, whose records are flushed first); past the last step the run is finished."""
         if self.walk.judging:
             self.requests.flush()
-            self.metric_rows.flush()
+            for replica in self.replicas:
+                replica.sink.flush()
         step = next(self.steps, None)
         if step is None:
             self.finish_run()
@@ -250,12 +254,14 @@ class _Replay:
         if t_next < t0 + duration_s:
             self.push(t_next, _ARRIVAL, self.on_open_arrival, (k, t0, duration_s, n + 1, schedule))
 
-    def on_step_end(self, out: StepOutput) -> None:
-        self.busy = False
-        self.metrics.observe_step(out)
+    def on_step_end(self, arg: tuple[ReplayReplica, StepOutput]) -> None:
+        replica, out = arg
+        replica.busy = False
+        replica.metrics.observe_step(out)
         self.token_times.observe(out)
         for fin in out.finished:
             req = self.live.pop(fin.request_id)
+            replica.view.outstanding -= 1
             self.record(req, fin.request_id, "ok", out.t_end)
             self.counts["completed"] += 1
             if req.user is not None:
@@ -264,15 +270,9 @@ class _Replay:
                     self.send(req.user)
 
     def on_sample(self, tick: int) -> None:
-        """One metrics.parquet sample: the series are learnt once by parsing our own page."""
-        values = self.metrics.values()
-        if len(values) != len(self.series_ids):
-            scrape = self.parser.parse(self.metrics.render())
-            self.series_ids = scrape.ids
-        else:
-            scrape = Scrape(self.series_ids, values)
-        self.metric_rows.add_scrape(self.epoch + self.now, None, scrape)
-        self.counts["metrics_rows"] += len(values)
+        """One metrics.parquet sample of every replica."""
+        for replica in self.replicas:
+            self.counts["metrics_rows"] += replica.sample(self.epoch + self.now)
         if self.progress is not None:
             self.progress(self.now, self.total_s)
         self.push((tick + 1) * self.opts.metrics_interval_s, _SAMPLE, self.on_sample, tick + 1)
@@ -280,13 +280,18 @@ class _Replay:
     # ---- requests ------------------------------------------------------------------------
     def send(self, user: int | None) -> None:
         spec = self.sampler.spec(self.seq)
-        mml = self.resolved.max_model_len
-        output_len = min(spec.output_tokens, mml - 1)
-        prompt_len = min(spec.prompt_tokens, mml - output_len)
-        prefix = min(spec.prefix_tokens, prompt_len - 1)
         rid = f"{self.seed}-{self.seq}"
-        req = replay_request(rid, self.seq, prompt_len, spec.prefix_group, prefix, self.common,
-                             output_len, self.now, self.resolved.block_size)
+        req, prefix = self.request(rid, spec, self.fleet_mml, self.resolved.block_size)
+        index = 0
+        if len(self.replicas) > 1:
+            for view, replica in zip(self.views, self.replicas, strict=True):
+                view.waiting = replica.engine.num_waiting
+            index = self.router.choose(req, self.views, self.now)
+        replica = self.replicas[index]
+        own = replica.resolved
+        if own.max_model_len < self.fleet_mml or own.block_size != self.resolved.block_size:
+            req, prefix = self.request(rid, spec, own.max_model_len, own.block_size)
+        prompt_len = len(req.prompt_token_ids)
         self.live[rid] = _Request(
             seq=self.seq,
             user=user,
@@ -297,20 +302,34 @@ class _Replay:
             target_output=spec.output_tokens,
             group=spec.prefix_group,
             prefix=prefix,
+            replica=index,
         )
         self.seq += 1
         if user is not None:
             self.busy_users.add(user)
-        self.engine.add_request(req)
-        self.metrics.observe_arrival(req, self.now)
+        replica.view.outstanding += 1
+        replica.engine.add_request(req)
+        replica.metrics.observe_arrival(req, self.now)
+
+    def request(self, rid: str, spec: RequestSpec, mml: int,
+                block_size: int) -> tuple[EngineRequest, int]:
+        """The engine request of ``spec`` clipped to ``mml`` as a careful client would
+        (see the module docstring), and its shared prefix length."""
+        output_len = min(spec.output_tokens, mml - 1)
+        prompt_len = min(spec.prompt_tokens, mml - output_len)
+        prefix = min(spec.prefix_tokens, prompt_len - 1)
+        req = replay_request(rid, self.seq, prompt_len, spec.prefix_group, prefix, self.common,
+                             output_len, self.now, block_size)
+        return req, prefix
 
     def finish_run(self) -> None:
         """End of plan: abort what is in flight, as a stopping load generator does."""
         self.ended = True
         for rid, req in list(self.live.items()):
-            fin = self.engine.abort_request(rid, self.now)
+            replica = self.replicas[req.replica]
+            fin = replica.engine.abort_request(rid, self.now)
             if fin is not None:
-                self.metrics.observe_abort(fin)
+                replica.metrics.observe_abort(fin)
             self.record(req, rid, "aborted", self.now)
             self.counts["aborted"] += 1
         self.live.clear()
@@ -369,9 +388,9 @@ def gc_relaxed(gen0_threshold: int = 50_000) -> Iterator[None]:
             gc.unfreeze()
 
 
-def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str | Path,
-               opts: ReplayOptions | None = None, progress: Progress | None = None,
-               judge: Judge | None = None,
+def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
+               out_dir: str | Path, opts: ReplayOptions | None = None,
+               progress: Progress | None = None, judge: Judge | None = None,
                observer: Callable[[StepOutput], None] | None = None,
                notice: Callable[[str], None] | None = None) -> ReplaySummary:
     """Run ``plan`` through the simulator of ``cfg`` in virtual time; write a run folder.
@@ -380,7 +399,8 @@ def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str 
     for a search, whose length is not known ahead). A search plan asks ``judge(step)``
     after each step whether it stalled, once that step's records are on disk;
     ``observer(out)`` sees every engine step's StepOutput (the engine's own state: ground
-    truth for tests of the analyzer, which sees only the run folder). The
+    truth for tests of the analyzer, which sees only the run folder; in a fleet, every
+    replica's). ``cfg`` is one engine's config or a fleet's. The
     garbage collector runs less often meanwhile (:func:`gc_relaxed`). Once complete, the
     folder's tables are compacted (:func:`loadlab.runstore.compact_run`; ``notice(line)``
     hears about it when that takes a while). Raises InputError for a bad plan or an
@@ -388,10 +408,11 @@ def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str 
     """
     opts = opts or ReplayOptions()
     out = Path(out_dir)
-    replay = _Replay(cfg, plan, workload, out, opts, progress, judge, observer)
+    fleet = cfg if isinstance(cfg, FleetConfig) else FleetConfig.single(cfg)
+    replay = _Replay(fleet, plan, workload, out, opts, progress, judge, observer)
     flags = replay.resolved.server_flags()
-    page = ExpositionParser()
-    info = describe_endpoint(page, page.parse(replay.metrics.render()).ids)
+    endpoints = {r.endpoint: _describe(r) for r in replay.replicas}
+    info = endpoints[replay.replicas[0].endpoint]
     write_manifest(
         out,
         RunManifest(
@@ -413,14 +434,15 @@ def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str 
             metrics=MetricsInfo(
                 source="sim",
                 interval_s=opts.metrics_interval_s,
-                endpoints={ENDPOINT: info},
+                endpoints=endpoints,
                 names_found=info["names_found"],
                 vllm_engine=info["vllm_engine"],
                 cache_config_info=info["cache_config_info"],
             ),
             sim={
-                "config": asdict(cfg) | {"api_key": None},
+                "config": asdict(fleet.configs[0]) | {"api_key": None},
                 "startup_lines": replay.resolved.startup_lines(),
+                **({"fleet": _fleet_entry(fleet, replay.replicas)} if fleet.size > 1 else {}),
             },
             host={"hostname": socket.gethostname(), "python": platform.python_version()},
             versions={"loadlab": __version__},
@@ -432,7 +454,8 @@ def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str 
             replay.run()
         finally:
             replay.requests.close()
-            replay.metric_rows.close()
+            for replica in replay.replicas:
+                replica.sink.close()
     wall = time.perf_counter() - wall0
     c = replay.counts
     summary = ReplaySummary(out, c["completed"] + c["aborted"], c["completed"], c["aborted"],
@@ -443,3 +466,15 @@ def run_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload, out_dir: str 
                     **replay.walk.manifest_entry())
     compact_run(out, progress=notice)
     return summary
+
+
+def _describe(replica: ReplayReplica) -> dict[str, Any]:
+    page = ExpositionParser()
+    return describe_endpoint(page, page.parse(replica.metrics.render()).ids)
+
+
+def _fleet_entry(fleet: FleetConfig, replicas: list[ReplayReplica]) -> dict[str, Any]:
+    """The manifest's ``sim.fleet``: the router and each replica's endpoint, pool and flags."""
+    return {"router": fleet.router, "refresh_ms": fleet.refresh_ms,
+            "replicas": [{"endpoint": r.endpoint, "pool": r.view.pool,
+                          "flags": r.resolved.server_flags()} for r in replicas]}

@@ -6,6 +6,11 @@ where client and server run (CPU isolation), the sweep (A/B arms or a flag matri
 and the simulator stand-in for what-if points. :meth:`Scenario.points` expands it into
 the server configurations a sweep runs, in order.
 
+A simulator target may be a fleet (``fleet:``: replicas behind a router). The block is
+written as the simulator's fleet flags (``replicas``, ``router``, ``long_pool``, ...)
+under the scenario's own flags, so an arm or a matrix sweeps a router or a replica count
+like any other flag.
+
 Every field carries a description: it is the help text, and the fix an error shows.
 """
 
@@ -211,6 +216,76 @@ class Sweep(Strict):
         return self
 
 
+ROUTERS = ("round-robin", "least-outstanding", "least-waiting", "prefix-affinity",
+           "by-length:TOKENS")
+ROUTER_FIX = f"use one of: {', '.join(ROUTERS)} (e.g. by-length:8192)"
+POOLS = ("long", "short")
+
+
+def parse_router(text: str) -> tuple[str, int | None]:
+    """``by-length:8192`` -> ("by-length", 8192); another router name -> (name, None).
+
+    The one grammar of router names: the scenario checks it and the fleet builds from it.
+    """
+    name, colon, arg = str(text).partition(":")
+    if name == "by-length" and colon and arg.isdigit() and int(arg) > 0:
+        return name, int(arg)
+    if not colon and name in ROUTERS:
+        return name, None
+    raise ValueError(f"unknown router {text!r}")
+
+
+def _router(value: str) -> str:
+    try:
+        parse_router(value)
+    except ValueError:
+        raise bad("unknown router '{name}'", ROUTER_FIX, name=value) from None
+    return value
+
+
+class Pool(Strict):
+    """One pool of a ``by-length`` fleet: its replica count and the flags it differs by."""
+
+    replicas: int | None = Field(None, ge=1, description="replicas in this pool (default: "
+                                 "half the fleet, the long pool rounding down)")
+    flags: Flags = Field(default_factory=dict, description="server flags of this pool's "
+                         "replicas over the scenario's, e.g. {enable-chunked-prefill: false}")
+
+    def spec(self) -> str:
+        """The pool as one flag value: ``replicas=1 enable_chunked_prefill=false``."""
+        items = ({"replicas": self.replicas} if self.replicas else {}) | self.flags
+        return " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                        for k, v in items.items())
+
+
+class Fleet(Strict):
+    """The simulator as N replicas behind one router, in one process (live or replay)."""
+
+    replicas: int = Field(2, ge=1, description="engines behind the router")
+    router: Annotated[str, AfterValidator(_router)] = Field(
+        "round-robin", description=f"how requests are spread: {', '.join(ROUTERS)}")
+    refresh_ms: float | None = Field(None, ge=0, description="least-waiting: how old its "
+                                     "view of each queue may get, milliseconds (0: exact)")
+    pools: dict[Literal["long", "short"], Pool] = Field(
+        default_factory=dict, description="by-length: flags per pool, {long: {flags: ...}, "
+        "short: {flags: ...}} (other routers ignore them, so arms may compare routers)")
+
+    @model_validator(mode="after")
+    def _pools_for_by_length(self) -> Fleet:
+        if parse_router(self.router)[0] == "by-length" and self.replicas < 2:
+            raise bad("by-length needs a long and a short replica", "replicas: 2 or more")
+        return self
+
+    def flags(self) -> dict[str, Scalar]:
+        """The fleet as the simulator's flags (what ``loadlab sim serve`` takes)."""
+        out: dict[str, Scalar] = {"replicas": self.replicas, "router": self.router}
+        if self.refresh_ms is not None:
+            out["router_refresh_ms"] = self.refresh_ms
+        for name, pool in self.pools.items():
+            out[f"{name}_pool"] = pool.spec()
+        return out
+
+
 class WhatIf(Strict):
     """How ``--what-if`` models the server on the simulator (needed for a vllm or url target)."""
 
@@ -265,6 +340,8 @@ class Scenario(Strict):
     )
     sweep: Sweep | None = Field(None, description="matrix of flag values, or named A/B arms")
     what_if: WhatIf = Field(default_factory=WhatIf, description="simulator model for --what-if")
+    fleet: Fleet | None = Field(None, description="simulator replicas behind a router: "
+                                "{replicas: 2, router: least-waiting}")
 
     @model_validator(mode="after")
     def _launch_for_flags(self) -> Scenario:
@@ -279,6 +356,9 @@ class Scenario(Strict):
             and self.isolation.server_cpus
         ):
             raise bad("server_cpus needs a launched server", "drop isolation.server_cpus")
+        if self.fleet is not None and self.target.launch != "sim":
+            raise bad("a fleet is the simulator's: loadlab launches it per point",
+                      "use target.launch: sim, or drop fleet")
         return self
 
     @property
@@ -295,11 +375,12 @@ class Scenario(Strict):
 
     def points(self) -> list[Point]:
         """Every server configuration, in run order (A/B arms, or the matrix row by row)."""
+        base = {**(self.fleet.flags() if self.fleet else {}), **self.flags}
         if self.sweep is None:
-            return [Point("run", dict(self.flags))]
+            return [Point("run", base)]
         if self.sweep.arms is not None:
-            return [Point(name, {**self.flags, **arm}) for name, arm in self.sweep.arms.items()]
-        points = [Point("", dict(self.flags))]
+            return [Point(name, {**base, **arm}) for name, arm in self.sweep.arms.items()]
+        points = [Point("", base)]
         for flag, values in (self.sweep.matrix or {}).items():  # arms is None: matrix is set
             points = [
                 Point(_join(p.name, f"{flag.replace('_', '-')}-{_text(v)}"), {**p.flags, flag: v})

@@ -1,8 +1,9 @@
 """The simulator's command-line surface: ``vllm serve``'s own flag names, declared once.
 
 The engine flags (model, GPU, scheduler, cache, timing) are :data:`ENGINE_OPTIONS`,
-shared by ``loadlab sim serve`` and ``loadlab sim replay``; :data:`SERVE_OPTIONS` adds
-the HTTP front's. A few vLLM flags that change nothing in a simulation
+shared by ``loadlab sim serve`` and ``loadlab sim replay``, as are the fleet's
+(:data:`FLEET_OPTIONS`: replicas behind a router, :mod:`loadlab.sim.fleet`);
+:data:`SERVE_OPTIONS` adds the HTTP front's. A few vLLM flags that change nothing in a simulation
 (``--enforce-eager``, ``--disable-log-requests``, ...) are accepted and ignored, so a
 real server's flag list still parses. :func:`accepted_flags` is what a scenario's
 simulator points are checked against before anything starts.
@@ -51,9 +52,11 @@ _SCHED = "Scheduler (vLLM defaults when omitted)"
 _CACHE = "KV cache"
 _SIMU = "Simulation"
 _FRONT = "Server"
+_FLEET = "Fleet (replicas behind a router; not vLLM flags)"
 _IGNORED = "Accepted for vLLM compatibility, no effect"
 PLAN_SECTION = "Load plan (virtual time)"
-SECTION_ORDER = (PLAN_SECTION, _MODEL, _SCHED, _CACHE, _FRONT, _SIMU, _IGNORED, "Options")
+SECTION_ORDER = (PLAN_SECTION, _MODEL, _SCHED, _CACHE, _FLEET, _FRONT, _SIMU, _IGNORED,
+                 "Options")
 
 ENGINE_OPTIONS: list[Callable] = [
     option("--model", section=_MODEL, default="llama-3.1-8b", show_default=True,
@@ -93,6 +96,21 @@ ENGINE_OPTIONS: list[Callable] = [
          help="Mean output length of requests without ignore_eos (log-normal)."),
     option("--output-len-sigma", section=_SIMU, type=float, default=0.8, show_default=True,
          help="Log-normal sigma of those output lengths."),
+]
+
+FLEET_OPTIONS: list[Callable] = [
+    option("--replicas", section=_FLEET, type=click.IntRange(min=1), default=1,
+           show_default=True, help="Engines behind one front; replica i's /metrics is at "
+           "/replica/<i>/metrics (/metrics: replica 0's)."),
+    option("--router", section=_FLEET, default="round-robin", show_default=True,
+           help="round-robin, least-outstanding, least-waiting, prefix-affinity or "
+                "by-length:TOKENS (longer prompts to the long pool)."),
+    option("--router-refresh-ms", section=_FLEET, type=click.FloatRange(min=0), default=50.0,
+           show_default=True, help="least-waiting: age of its view of the queues (0: exact)."),
+    option("--long-pool", section=_FLEET, default=None,
+           help="by-length: the long pool, e.g. 'replicas=1 enable-chunked-prefill=false'."),
+    option("--short-pool", section=_FLEET, default=None,
+           help="by-length: the short pool, e.g. 'replicas=3 max-num-seqs=1024'."),
 ]
 
 _NO_EFFECT_FLAGS = ("--enforce-eager", "--disable-log-requests", "--disable-log-stats",
@@ -135,6 +153,7 @@ def with_options(options: list[Callable]) -> Callable:
 @click.command()
 @with_options(SERVE_OPTIONS)
 @with_options(ENGINE_OPTIONS)
+@with_options(FLEET_OPTIONS)
 def _surface(**_: Any) -> None:
     """``loadlab sim serve``'s parameters, without its body: what :func:`accepted_flags` reads."""
 

@@ -8,6 +8,10 @@ Routes (shapes in :mod:`loadlab.sim.serve.protocol`):
 - ``GET /v1/models``; ``GET /health`` (200, empty; 503 if the engine loop died);
   ``GET /metrics`` (Prometheus text from :class:`loadlab.sim.engine.metrics.EngineMetrics`);
   ``GET /version``.
+- ``GET /replica/<i>/metrics`` (a fleet, ``--replicas N``): replica i's own page;
+  ``/metrics`` then serves replica 0's, so a scraper of one server still reads one
+  vLLM-shaped page. A fleet's pools may differ in config (histogram buckets, cache
+  info), so their pages are not summed; scrape each replica's path for the fleet.
 - ``GET /sim/stats`` (simulator only, not vLLM): the live driver's modelled vs measured
   step periods (:class:`loadlab.sim.serve.live.StepPeriods`), for benchmarks and debugging.
 - ``GET /sim/requests?prefix=P`` (simulator only): per ``X-Request-Id`` starting with P,
@@ -42,12 +46,15 @@ from loadlab.errors import InputError
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.hardware import ResolvedConfig, resolve
 from loadlab.sim.engine.metrics import EngineMetrics
+from loadlab.sim.fleet.config import FleetConfig
 from loadlab.sim.serve import protocol, tokenizer
+from loadlab.sim.serve.fleet_driver import FleetDriver
 from loadlab.sim.serve.live import LiveDriver, RequestStream
 from loadlab.sim.serve.protocol import GenerationRequest, ProtocolError
 from loadlab.version import __version__
 
 DRIVER = web.AppKey("driver", LiveDriver)
+FLEET = web.AppKey("fleet", FleetDriver)
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _PIECES = tokenizer.OUTPUT_PIECES
 _output_token = tokenizer.output_token
@@ -108,8 +115,8 @@ class _SseEvents:
 class SimServer:
     """Request handlers bound to one driver and its config."""
 
-    def __init__(self, cfg: SimConfig, resolved: ResolvedConfig, driver: LiveDriver,
-                 metrics: EngineMetrics) -> None:
+    def __init__(self, cfg: SimConfig, resolved: ResolvedConfig,
+                 driver: LiveDriver | FleetDriver, metrics: EngineMetrics) -> None:
         self.cfg = cfg
         self.resolved = resolved
         self.driver = driver
@@ -258,8 +265,11 @@ async def _json_errors(request: web.Request,
         return web.json_response({"detail": exc.reason}, status=exc.status, headers=allow)
 
 
-def build_app(cfg: SimConfig, resolved: ResolvedConfig | None = None) -> web.Application:
+def build_app(config: SimConfig | FleetConfig,
+              resolved: ResolvedConfig | None = None) -> web.Application:
     """The aiohttp application; the engine loop starts with the app and stops with it."""
+    fleet = config if isinstance(config, FleetConfig) else FleetConfig.single(config)
+    cfg = fleet.configs[0]
     resolved = resolved or resolve(cfg)
     metrics = EngineMetrics(resolved, names=cfg.metrics_names)
     middlewares = [_json_errors]
@@ -267,8 +277,14 @@ def build_app(cfg: SimConfig, resolved: ResolvedConfig | None = None) -> web.App
         middlewares.append(_auth_middleware(cfg.api_key))
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
 
-    driver = LiveDriver(cfg, resolved, metrics=metrics)
-    app[DRIVER] = driver
+    driver: LiveDriver | FleetDriver
+    if fleet.size > 1:
+        driver = FleetDriver(fleet)
+        metrics = driver.metrics[0]
+        app[FLEET] = driver
+        app.router.add_get("/replica/{index}/metrics", _replica_metrics)
+    else:
+        driver = app[DRIVER] = LiveDriver(cfg, resolved, metrics=metrics)
     sim = SimServer(cfg, resolved, driver, metrics)
     app.router.add_post("/v1/completions", sim.completions)
     app.router.add_post("/v1/chat/completions", sim.chat)
@@ -289,7 +305,18 @@ def build_app(cfg: SimConfig, resolved: ResolvedConfig | None = None) -> web.App
     return app
 
 
-async def start(cfg: SimConfig, host: str, port: int,
+async def _replica_metrics(request: web.Request) -> web.Response:
+    """One replica's page; 404 (JSON, as an unknown route) for an index out of range."""
+    fleet = request.app[FLEET]
+    index = request.match_info["index"]
+    if not index.isdigit() or int(index) >= len(fleet.metrics):
+        raise web.HTTPNotFound()
+    resp = web.Response(body=fleet.metrics[int(index)].render().encode())
+    resp.headers["Content-Type"] = METRICS_CONTENT_TYPE
+    return resp
+
+
+async def start(cfg: SimConfig | FleetConfig, host: str, port: int,
                 resolved: ResolvedConfig | None = None) -> tuple[web.AppRunner, str]:
     """Start serving on ``host:port`` (0 picks a free port); return the runner and URL."""
     runner = web.AppRunner(build_app(cfg, resolved), handler_cancellation=True,
@@ -310,7 +337,7 @@ async def start(cfg: SimConfig, host: str, port: int,
     return runner, f"http://{shown}:{bound}"
 
 
-def serve(cfg: SimConfig, host: str, port: int, resolved: ResolvedConfig,
+def serve(cfg: SimConfig | FleetConfig, host: str, port: int, resolved: ResolvedConfig,
           announce: Callable[[str], None]) -> None:
     """Serve until SIGINT/SIGTERM; ``announce`` receives the bound URL once listening."""
 

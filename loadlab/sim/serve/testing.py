@@ -43,6 +43,7 @@ import httpx
 
 from loadlab.errors import LoadlabError, TargetError
 from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.fleet.config import FleetConfig
 
 URL_LINE = re.compile(r"Starting vLLM API server on (http://\S+)")
 _BOOL_WITH_NO = {"enable_prefix_caching", "enable_chunked_prefill", "scheduler_reserve_full_isl"}
@@ -130,7 +131,8 @@ def running_sim(startup_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
 
 
 @contextmanager
-def running_sim_in_thread(cfg: SimConfig | None = None, host: str = "127.0.0.1",
+def running_sim_in_thread(cfg: SimConfig | FleetConfig | None = None,
+                          host: str = "127.0.0.1",
                           startup_timeout_s: float = 10.0) -> Iterator[str]:
     """Run the server on its own event loop in a daemon thread; yield its base URL."""
     from loadlab.sim.serve import server
