@@ -27,6 +27,7 @@ from loadlab.sim.serve.flags import (
     GroupedCommand,
     GroupedOption,
     option,
+    tls_context,
     with_options,
 )
 from loadlab.spec.scenario import Workload
@@ -54,6 +55,7 @@ def serve(model_tag: str | None, host: str, port: int, **params: Any) -> None:
 
     if model_tag is not None:
         params["model"] = model_tag
+    tls = tls_context(params.pop("ssl_certfile"), params.pop("ssl_keyfile"))
     cfg = sim_config(params)
     resolved = resolve(cfg)
     for line in resolved.startup_lines():
@@ -64,7 +66,7 @@ def serve(model_tag: str | None, host: str, port: int, **params: Any) -> None:
         click.echo(f"Starting vLLM API server on {url}")
         sys.stdout.flush()
 
-    run_server(cfg, host, port, resolved, announce)
+    run_server(cfg, host, port, resolved, announce, tls)
 
 
 REPLAY_OPTIONS: list[Callable] = [
