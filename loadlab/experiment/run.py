@@ -48,7 +48,8 @@ from loadlab.spec.validate import validate
 
 # model field -> the flag it comes from, so validation errors name the flag
 TARGET_FLAGS = {"": "--model", "url": "--target", "launch": "--launch", "model": "--model",
-                "api": "--api", "api_key_env": "--api-key-env"}
+                "api": "--api", "api_key_env": "--api-key-env", "ca_bundle": "--ca-bundle",
+                "insecure": "--insecure"}
 WORKLOAD_FLAGS = {"profile": "--profile", "seed": "--seed"}
 LOADGEN_FLAGS = {"workers": "--workers", "timeout_s": "--timeout", "drain_s": "--drain",
                  "collect_interval_s": "--interval"}
@@ -66,6 +67,8 @@ class RunRequest:
     model: str | None = None
     api: Literal["completions", "chat"] = "completions"
     api_key_env: str = "LOADLAB_API_KEY"
+    ca_bundle: str | None = None         # https: trust this PEM file's CAs, or
+    insecure: bool = False               # verify nothing (warned, recorded)
     profile: str = "sharegpt"
     seed: int = 0
     calibrate: bool = True
@@ -191,7 +194,7 @@ def _target_fields(r: RunRequest) -> dict[str, Any]:
 
         model = next(iter(parse_flags(list(r.server_args)).positional), None)
     fields = {"url": r.target, "launch": r.launch, "model": model, "api": r.api,
-              "api_key_env": r.api_key_env}
+              "api_key_env": r.api_key_env, "ca_bundle": r.ca_bundle, "insecure": r.insecure}
     return {k: v for k, v in fields.items() if v is not None}
 
 

@@ -19,6 +19,8 @@ import ssl
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from loadlab.errors import InputError
+
 INSECURE_WARNING = ("TLS certificate verification is OFF (--insecure): the target's identity "
                     "is not checked")
 FIX = "give the CA that signed it with --ca-bundle FILE (scenario: target.ca_bundle), or " \
@@ -53,6 +55,19 @@ class TlsSettings:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> TlsSettings:
         return cls(**(data or {}))
+
+
+def tls_from_flags(ca_bundle: str | None, insecure: bool) -> TlsSettings:
+    """``--ca-bundle`` / ``--insecure`` checked (InputError naming the flag), as settings."""
+    if ca_bundle is not None and insecure:
+        raise InputError("--insecure skips the verification --ca-bundle is for",
+                         field="--ca-bundle/--insecure", fix="keep one of them")
+    problem = None if ca_bundle is None else check_ca_bundle(ca_bundle)
+    if problem is not None:
+        raise InputError(f"CA bundle: {problem}", field="--ca-bundle",
+                         fix="give a readable PEM file of the CA certificates that signed the "
+                         "server's")
+    return TlsSettings(ca_bundle=ca_bundle, insecure=insecure)
 
 
 def check_ca_bundle(path: str) -> str | None:
