@@ -35,6 +35,7 @@ class TlsLink:
         self._out = ssl.MemoryBIO()
         # SNI and the hostname check both use server_hostname (an IP address gets no SNI).
         self._obj = context.wrap_bio(self._in, self._out, server_hostname=server_hostname)
+        self.ended = False   # the server's close_notify came: no request may follow
 
     def handshake(self, sock: socket.socket) -> None:
         """Complete the handshake over ``sock`` (blocking, under the socket's timeout or the
@@ -60,8 +61,12 @@ class TlsLink:
         return self._out.read()
 
     def decrypt(self, data: bytes, sock: socket.socket) -> bytes:
-        """The plaintext of ``data`` received (``b""``: no whole record yet). Raises TlsEof,
-        or ssl.SSLError for bytes that are not this session's records."""
+        """The plaintext of ``data`` received (``b""``: no whole record yet). Raises TlsEof
+        once the session has ended and no plaintext is left (a close_notify right behind a
+        response's last bytes ends it after them), or ssl.SSLError for bytes that are not
+        this session's records."""
+        if self.ended:
+            raise TlsEof
         self._in.write(data)
         out = b""
         while self._in.pending:
@@ -70,12 +75,15 @@ class TlsLink:
             except ssl.SSLWantReadError:   # the rest of a record is still on its way
                 break
             except ssl.SSLZeroReturnError:
-                raise TlsEof from None
+                piece = b""
             if not piece:
-                raise TlsEof
+                self.ended = True
+                break
             out = piece if not out else out + piece
         if self._out.pending:   # a reply the session owes (a key update)
             self._flush(sock)
+        if self.ended and not out:
+            raise TlsEof
         return out
 
     def idle_closed(self, data: bytes, sock: socket.socket) -> bool:

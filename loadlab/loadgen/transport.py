@@ -338,7 +338,9 @@ class SocketTransport:
         """True when an idle kept-alive socket has been closed (or reset) by the server.
 
         Over TLS the bytes of an idle connection are read (not peeked): a close_notify
-        ends it, session tickets do not."""
+        ends it (also one read already, behind the last response), session tickets do not."""
+        if self._link is not None and self._link.ended:
+            return True
         try:
             sock.settimeout(0)
             if self._link is None:
