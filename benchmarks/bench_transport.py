@@ -39,8 +39,10 @@ END = (
 )
 
 
-async def _serve() -> None:
+async def _serve(tls: tuple[str, str] | None = None) -> None:
+    """The paced server; https with ``tls`` (certificate, key) for bench_tls.py."""
     import asyncio
+    import ssl
 
     def chunk(data: bytes) -> bytes:
         return b"%x\r\n%s\r\n" % (len(data), data)
@@ -62,12 +64,16 @@ async def _serve() -> None:
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    ctx = None
+    if tls is not None:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(*tls)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
     print(server.sockets[0].getsockname()[1], flush=True)
     await server.serve_forever()
 
 
-def _client(url: str, users: int, seconds: float) -> None:
+def _client(url: str, users: int, seconds: float, ca_bundle: str | None = None) -> None:
     from gevent import monkey
 
     monkey.patch_all()
@@ -76,11 +82,17 @@ def _client(url: str, users: int, seconds: float) -> None:
     from loadlab.loadgen.client import StreamingClient
     from loadlab.loadgen.transport import SocketTransport
 
+    tls = None
+    if ca_bundle is not None:   # bench_tls.py: one context for every user, as a worker has
+        from loadlab.spec.tls import TlsSettings
+
+        tls = TlsSettings(ca_bundle=ca_bundle).context()
+
     counts = {"requests": 0, "reads": 0}
     stop_at = time.time() + 1.0 + seconds
 
     def user() -> None:
-        client = StreamingClient(SocketTransport(url), "completions", timeout_s=30)
+        client = StreamingClient(SocketTransport(url, tls=tls), "completions", timeout_s=30)
         while time.time() < stop_at:
             out = client.send(b'{"prompt": "x"}')
             if out.status != "ok":

@@ -27,8 +27,10 @@ from loadlab.cli.options import (
     interval_option,
     out_option,
     target_option,
+    tls_options,
 )
 from loadlab.errors import InputError, NoSuccess, StoreError
+from loadlab.spec.tls import INSECURE_WARNING, TlsSettings, tls_from_flags
 
 
 def _seconds(text: str | None, name: str) -> float | None:
@@ -63,6 +65,7 @@ def _seconds(text: str | None, name: str) -> float | None:
 @click.option("--duration", "duration_s", type=float, default=None,
               help="Stop after this many seconds [default: until Ctrl-C or SIGTERM].")
 @api_key_env_option()
+@tls_options()
 @click.option("--prometheus-url", default=None,
               help="Read the series from this Prometheus server instead of scraping.")
 @click.option("--start", "start", default=None,
@@ -76,8 +79,8 @@ def _seconds(text: str | None, name: str) -> float | None:
 @click.pass_context
 def collect(ctx: click.Context, target: tuple[str, ...], out: Path, interval_s: float,
             timeout_s: float | None, duration_s: float | None, api_key_env: str,
-            prometheus_url: str | None, start: str | None, end: str | None, match: str | None,
-            step_s: float | None) -> None:
+            ca_bundle: str | None, insecure: bool, prometheus_url: str | None, start: str | None,
+            end: str | None, match: str | None, step_s: float | None) -> None:
     """Sample vLLM /metrics of each --target (base URLs) into a run folder, beside a load.
 
     Or, with --prometheus-url, copy a time window of the same series out of Prometheus.
@@ -86,7 +89,8 @@ def collect(ctx: click.Context, target: tuple[str, ...], out: Path, interval_s: 
     if prometheus_url:
         _from_prometheus(prometheus_url, endpoints, out, start, end, step_s, match)
     else:
-        _scrape(endpoints, out, interval_s, timeout_s, duration_s, api_key_env)
+        tls = tls_from_flags(ca_bundle, insecure)
+        _scrape(endpoints, out, interval_s, timeout_s, duration_s, api_key_env, tls)
 
 
 def _positional(args: list[str]) -> list[str]:
@@ -113,7 +117,7 @@ def _from_prometheus(url: str, endpoints: tuple[str, ...], out_dir: Path, start:
 
 
 def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeout_s: float | None,
-            duration_s: float | None, api_key_env: str) -> None:
+            duration_s: float | None, api_key_env: str, tls: TlsSettings) -> None:
     from loadlab.collect.scraper import Scraper
     from loadlab.runstore import compact_run
     from loadlab.runstore.layout import SCRAPER_TABLES
@@ -126,7 +130,9 @@ def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeou
         raise InputError(f"duration {duration_s} s is not positive", field="--duration",
                          fix="give a positive number of seconds, or leave it out")
     scraper = Scraper(endpoints, out_dir, interval_s=interval_s, timeout_s=timeout_s,
-                      api_key_env=api_key_env)
+                      api_key_env=api_key_env, tls=tls)
+    if tls.insecure:
+        click.echo(f"loadlab: warning: {INSECURE_WARNING}", err=True)
     done = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:

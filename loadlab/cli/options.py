@@ -1,10 +1,11 @@
 """The options several commands share, declared once so each concept has one spelling.
 
 ``--target`` (the server), ``--out`` (what a command writes), ``--interval`` (seconds
-between /metrics scrapes), ``--api-key-env`` and ``--json FILE`` mean the same on every
-command. A spelling that changed stays for one release as a hidden alias (not in
-``--help``): it still works, and using it prints one line on stderr naming the new
-spelling, so scripts keep running while their authors are told what to change.
+between /metrics scrapes), ``--api-key-env``, ``--ca-bundle`` / ``--insecure`` (an https
+target's certificate) and ``--json FILE`` mean the same on every command. A spelling that
+changed stays for one release as a hidden alias (not in ``--help``): it still works, and
+using it prints one line on stderr naming the new spelling, so scripts keep running while
+their authors are told what to change.
 """
 
 from __future__ import annotations
@@ -94,6 +95,18 @@ def api_key_env_option(**kwargs: Any) -> Decorator:
     return option("--api-key-env", "api_key_env", default=DEFAULT_API_KEY_ENV, show_default=True,
                   metavar="VAR", help="Environment variable holding the API key, sent as "
                   "'Authorization: Bearer' (never printed or recorded).", **kwargs)
+
+
+def tls_options() -> Decorator:
+    """``--ca-bundle FILE`` and ``--insecure``: how an https target's certificate is checked
+    (by default against the system trust store; ``SSL_CERT_FILE`` replaces that store)."""
+    bundle = option("--ca-bundle", "ca_bundle", metavar="FILE", default=None,
+                    help="https: trust the CA certificates in this PEM file instead of the "
+                    "system store (a private CA, a self-signed server).")
+    insecure = option("--insecure", "insecure", is_flag=True, default=False,
+                      help="https: do not verify the server's certificate (warned, and "
+                      "recorded in the manifest).")
+    return lambda f: bundle(insecure(f))
 
 
 class _BareJson(click.Option):

@@ -30,6 +30,7 @@ from loadlab.cli.options import (
     interval_option,
     out_option,
     target_option,
+    tls_options,
 )
 
 
@@ -72,6 +73,7 @@ from loadlab.cli.options import (
               "tables, manifest and server log are removed first.")
 @click.option("--point", default="", help="Sweep point name stored in every row.")
 @api_key_env_option()
+@tls_options()
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0,
               show_default=True, help="Per-request deadline, seconds.")
 @click.option("--drain", "drain_s", type=click.FloatRange(min=0, min_open=True), default=30.0,

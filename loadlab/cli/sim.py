@@ -27,6 +27,7 @@ from loadlab.sim.serve.flags import (
     GroupedCommand,
     GroupedOption,
     option,
+    tls_context,
     with_options,
 )
 from loadlab.spec.scenario import Workload
@@ -58,6 +59,7 @@ def serve(model_tag: str | None, host: str, port: int, **params: Any) -> None:
 
     if model_tag is not None:
         params["model"] = model_tag
+    tls = tls_context(params.pop("ssl_certfile"), params.pop("ssl_keyfile"))
     fleet = fleet_config(params)
     cfg = fleet.configs[0]
     resolved = resolve(cfg)
@@ -71,7 +73,7 @@ def serve(model_tag: str | None, host: str, port: int, **params: Any) -> None:
         click.echo(f"Starting vLLM API server on {url}")
         sys.stdout.flush()
 
-    run_server(fleet, host, port, resolved, announce)
+    run_server(fleet, host, port, resolved, announce, tls)
 
 
 REPLAY_OPTIONS: list[Callable] = [

@@ -6,7 +6,9 @@ cost: measured here on a 50 KB vLLM page, httpx spends 1.6 ms of CPU per GET,
 ms. At 4 endpoints x 10 Hz the difference with httpx alone is 6% of a core.
 It handles what /metrics servers send: ``Content-Length``, chunked transfer
 coding, a body up to connection close, ``Connection: close``, gzip if a server
-insists, and https (the standard ``ssl`` module, system trust store).
+insists, and https (the standard ``ssl`` module; the context from
+:meth:`loadlab.spec.tls.TlsSettings.context`: the system trust store, a CA bundle, or
+no verification, as the load generator checks the same server).
 
 Failure causes (the ``error`` column of SCRAPES):
 
@@ -15,7 +17,9 @@ Failure causes (the ``error`` column of SCRAPES):
 - ``refused``: nothing listens (server not up, or gone mid-run)
 - ``closed connection``: the server hung up before a complete response
 - ``http <status>``: any status >= 400 (``http 401`` means a missing API key)
-- ``bad response``: not HTTP; ``dns error``; ``tls error``; ``error: <exception class>``
+- ``tls error: <reason>``: the certificate was refused (``self-signed certificate``), or
+  the TLS session failed
+- ``bad response``: not HTTP; ``dns error``; ``error: <exception class>``
 
 A kept-alive connection the server closed while idle is retried once on a fresh
 connection before the attempt counts as failed.
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from loadlab.errors import InputError
+from loadlab.spec.tls import TlsSettings, verify_failure
 
 _RECV = 1 << 17
 _MAX_HEAD = 1 << 16
@@ -129,7 +134,8 @@ class MetricsFetcher:
     """GETs one URL repeatedly over a persistent HTTP/1.1 connection."""
 
     def __init__(
-        self, url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None
+        self, url: str, *, timeout_s: float, headers: Mapping[str, str] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         parts = urlsplit(url)
         self._https = parts.scheme == "https"
@@ -142,7 +148,7 @@ class MetricsFetcher:
         self._request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         self.timeout_s = timeout_s
         self._sock: socket.socket | None = None
-        self._tls: ssl.SSLContext | None = ssl.create_default_context() if self._https else None
+        self._tls = (tls or TlsSettings().context()) if self._https else None
 
     def __repr__(self) -> str:  # never shows the request: it may hold an API key
         return f"MetricsFetcher({self._host}:{self._port})"
@@ -167,8 +173,8 @@ class MetricsFetcher:
             cause = "closed connection"
         except socket.gaierror:
             cause = "dns error"
-        except ssl.SSLError:
-            cause = "tls error"
+        except ssl.SSLError as exc:
+            cause = f"tls error: {verify_failure(exc) or exc.reason or type(exc).__name__}"
         except _BadResponse:
             cause = "bad response"
         except OSError as exc:

@@ -52,6 +52,7 @@ from loadlab.errors import InputError, StoreError
 from loadlab.runstore import SCRAPES, PartWriter, update_manifest
 from loadlab.runstore.layout import METRICS_TABLE, SCRAPES_TABLE
 from loadlab.spec.scenario import SCRAPE_INTERVAL_MIN_S
+from loadlab.spec.tls import TlsSettings
 
 MIN_INTERVAL_S = SCRAPE_INTERVAL_MIN_S
 DEFAULT_API_KEY_ENV = "LOADLAB_API_KEY"
@@ -99,7 +100,8 @@ class _EndpointLoop:
         self.label = label
         self.stats = EndpointStats()
         self.parser = ExpositionParser()
-        self.fetcher = MetricsFetcher(url, timeout_s=owner.timeout_s, headers=owner._headers)
+        self.fetcher = MetricsFetcher(url, timeout_s=owner.timeout_s, headers=owner._headers,
+                                      tls=owner._tls)
         self.sink = MetricsSink(
             owner.out_dir / METRICS_TABLE, self.parser, endpoint=label, source=owner.source,
             writer_id=f"{owner.writer_id}-{index}", flush_interval_s=owner.flush_interval_s,
@@ -188,6 +190,7 @@ class Scraper:
         flush_interval_s: float = 5.0,
         write_manifest: bool = True,
         clock: Clock | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         if not endpoints:
             raise InputError(
@@ -222,6 +225,9 @@ class Scraper:
         self._manifest_lock = threading.Lock()
         self._info: dict[str, dict[str, Any]] = {}
         labels = list(dict.fromkeys(endpoint_urls(e) for e in endpoints))  # same server once
+        # https endpoints: one context for all (building one reads the CA store)
+        https = any(url.startswith("https://") for _, url in labels)
+        self._tls = (tls or TlsSettings()).context() if https else None
         self._loops = [_EndpointLoop(self, label, url, i) for i, (label, url) in enumerate(labels)]
         self._t0 = 0.0
         self._wall0 = 0.0

@@ -61,6 +61,7 @@ from loadlab.runstore import compact_run
 from loadlab.runstore.layout import SCRAPER_TABLES
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Isolation, LoadgenSettings, Point, Scenario, Target, Workload
+from loadlab.spec.tls import INSECURE_WARNING
 
 STDERR_LINE = partial(print, file=sys.stderr, flush=True)
 
@@ -163,7 +164,7 @@ def _scraping(spec: PointSpec, endpoints: list[str]) -> Iterator[Scraper | None]
         yield None
         return
     scraper = Scraper(endpoints, spec.out, interval_s=spec.loadgen.collect_interval_s,
-                      api_key_env=spec.target.api_key_env)
+                      api_key_env=spec.target.api_key_env, tls=spec.target.tls)
     try:
         yield scraper
     finally:
@@ -180,9 +181,14 @@ def run_point(spec: PointSpec) -> dict[str, Any]:
 def run_here(spec: PointSpec) -> dict[str, Any]:
     """Run one point in this process, which Locust then patches (only the child does this)."""
     with _target(spec) as live, pinned_process(spec.isolation.client_cpus):
-        info = preflight(live.base_url, live.model, spec.target.api_key_env)
+        tls = spec.target.tls
+        if tls.insecure:
+            spec.progress(f"warning: {INSECURE_WARNING}")
+        info = preflight(live.base_url, live.model, spec.target.api_key_env, tls)
         extra = {**spec.manifest_extra, **live.extra, "isolation": spec.isolation.manifest_entry()}
-        extra["target"] = {**extra.get("target", {}), "max_model_len": info.max_model_len}
+        https = live.base_url.startswith("https://")
+        extra["target"] = {**extra.get("target", {}), "max_model_len": info.max_model_len,
+                           "tls": tls.manifest_entry() if https else None}
         from loadlab.loadgen import driver  # Locust: only now (see the module docstring)
         from loadlab.loadgen.context import RunSettings
 
@@ -192,7 +198,7 @@ def run_here(spec: PointSpec) -> dict[str, Any]:
             profile=None if spec.plan.trace else spec.workload.profile, trace=spec.plan.trace,
             time_scale=spec.plan.time_scale, timeout_s=spec.loadgen.timeout_s,
             api_key_env=spec.target.api_key_env, point=spec.point, nonce=spec.nonce,
-            calibrate=spec.workload.calibrate, plan=spec.plan.describe(),
+            calibrate=spec.workload.calibrate, plan=spec.plan.describe(), tls=tls.to_dict(),
         )
         with _scraping(spec, [*_metrics_endpoints(spec, live.base_url), *live.metrics]) as scraper:
             opts = driver.RunOptions(

@@ -51,7 +51,8 @@ from loadlab.spec.validate import validate
 
 # model field -> the flag it comes from, so validation errors name the flag
 TARGET_FLAGS = {"": "--model", "url": "--target", "launch": "--launch", "model": "--model",
-                "api": "--api", "api_key_env": "--api-key-env", "probe": "--probe"}
+                "api": "--api", "api_key_env": "--api-key-env", "probe": "--probe",
+                "ca_bundle": "--ca-bundle", "insecure": "--insecure"}
 WORKLOAD_FLAGS = {"profile": "--profile", "seed": "--seed"}
 LOADGEN_FLAGS = {"workers": "--workers", "timeout_s": "--timeout", "drain_s": "--drain",
                  "collect_interval_s": "--interval"}
@@ -70,6 +71,8 @@ class RunRequest:
     api: Literal["completions", "chat"] = "completions"
     api_key_env: str = "LOADLAB_API_KEY"
     probe: bool = False                  # launched vllm: with loadlab_probe
+    ca_bundle: str | None = None         # https: trust this PEM file's CAs, or
+    insecure: bool = False               # verify nothing (warned, recorded)
     profile: str = "sharegpt"
     seed: int = 0
     calibrate: bool = True
@@ -196,7 +199,8 @@ def _target_fields(r: RunRequest) -> dict[str, Any]:
 
         model = next(iter(parse_flags(list(r.server_args)).positional), None)
     fields = {"url": r.target, "launch": r.launch, "model": model, "api": r.api,
-              "api_key_env": r.api_key_env, "probe": r.probe or None}
+              "api_key_env": r.api_key_env, "probe": r.probe or None,
+              "ca_bundle": r.ca_bundle, "insecure": r.insecure}
     return {k: v for k, v in fields.items() if v is not None}
 
 

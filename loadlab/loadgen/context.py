@@ -46,6 +46,7 @@ from loadlab.loadgen.preflight import api_key
 from loadlab.loadgen.prepare import Prefetcher, Prepared, RequestFactory
 from loadlab.loadgen.shapes import LoadPlan, Step, plan_from_dict
 from loadlab.loadgen.transport import SocketTransport
+from loadlab.spec.tls import TlsSettings
 from loadlab.workload.fit import FitCounts
 
 FLUSH_S = 0.5
@@ -73,6 +74,7 @@ class RunSettings:
     n_workers: int = 1
     t0: float | None = None           # open loop: unix time of offset 0
     max_model_len: int | None = None  # the server's context window: lengths are fitted to it
+    tls: dict[str, Any] | None = None  # https: TlsSettings.to_dict() (CA bundle, insecure)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,11 +97,14 @@ class LoadContext:
         self.worker_index = worker_index
         self.n_workers = settings.n_workers
         self.headers = auth_headers(settings.api_key_env)
+        # One context for every connection of this process (building one reads the CA store).
+        self.tls = (TlsSettings.from_dict(settings.tls).context()
+                    if settings.base_url.startswith("https://") else None)
         self.factory = RequestFactory(
             api=settings.api, model=settings.model, seed=settings.seed, base_url=settings.base_url,
             profile=settings.profile, trace=settings.trace, time_scale=settings.time_scale,
             nonce=settings.nonce, calibrate=settings.calibrate, headers=self.headers,
-            max_model_len=settings.max_model_len,
+            max_model_len=settings.max_model_len, tls=self.tls,
         )
         total = self.factory.total
         seqs = (range(worker_index, total, self.n_workers) if total is not None
@@ -153,7 +158,7 @@ class LoadContext:
     def _client(self) -> StreamingClient:
         if self._clients:
             return self._clients.pop()
-        transport = SocketTransport(self.settings.base_url)
+        transport = SocketTransport(self.settings.base_url, tls=self.tls)
         return StreamingClient(transport, self.settings.api, headers=self.headers,
                                timeout_s=self.settings.timeout_s)
 

@@ -3,9 +3,11 @@
 Steps of :func:`preflight` (one request, httpx, from :func:`loadlab.experiment.point.run_point`
 before the load starts):
 
-1. :func:`check_url`: ``http://host[:port][/prefix]`` only. ``https://`` is refused
-   plainly (the load generator's transport speaks plain HTTP: point it at the
-   server's own http:// address, or a TLS-terminating proxy's).
+1. :func:`check_url`: ``http(s)://host[:port][/prefix]``. An https target's certificate
+   is checked here first, as the load generator and the collector will check it
+   (:class:`loadlab.spec.tls.TlsSettings`: the system trust store, ``--ca-bundle``, or
+   nothing with ``--insecure``), so a refused certificate is one line before any load:
+   the URL, the reason (``self-signed certificate``, a hostname mismatch) and the fix.
 2. :func:`api_key`: the key from the named environment variable, refused if it holds
    control or non-ASCII characters (a CR/LF would end the header and inject others).
 3. ``GET {base}/v1/models`` with the key. vLLM protects every ``/v1`` route with
@@ -13,6 +15,7 @@ before the load starts):
    check a wrong key shows up only as a run of 401s. Outcomes:
 
    - no connection (refused, unknown host, timeout): InputError, check ``--target``;
+   - a certificate that does not verify: InputError naming ``--ca-bundle``;
    - 401/403: InputError, the key is missing or wrong (the variable is named, the key
      never printed);
    - 404, or a body that is not an OpenAI model list: InputError, no OpenAI API there;
@@ -34,6 +37,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from loadlab.errors import InputError, TargetError
+from loadlab.spec.tls import FIX as TLS_FIX
+from loadlab.spec.tls import TlsSettings, verify_failure
 
 TIMEOUT_S = 10.0
 
@@ -49,19 +54,12 @@ class TargetInfo:
 def check_url(url: str, flag: str = "--target") -> str:
     """The base URL without a trailing slash, or InputError saying what is wrong with it."""
     parts = urlsplit(url)
-    if parts.scheme == "https":
-        raise InputError(
-            f"https targets are not supported ({url})",
-            field=flag,
-            fix="the load generator speaks plain HTTP: give the server's http:// address "
-            "(or a TLS-terminating proxy's)",
-        )
     try:
         port = parts.port
     except ValueError:
         port = -1
-    if parts.scheme != "http" or not parts.hostname or port == -1:
-        raise InputError(f"{url!r} is not an http://HOST:PORT URL", field=flag,
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise InputError(f"{url!r} is not an http(s)://HOST:PORT URL", field=flag,
                          fix="e.g. --target http://127.0.0.1:8000")
     return url.rstrip("/")
 
@@ -107,16 +105,22 @@ def api_key(env_var: str) -> str | None:
     return key
 
 
-def preflight(base_url: str, model: str | None, api_key_env: str) -> TargetInfo:
+def preflight(base_url: str, model: str | None, api_key_env: str,
+              tls: TlsSettings | None = None) -> TargetInfo:
     """Ask ``base_url`` for its models with the run's key; see the module docstring."""
     import httpx
 
     key = api_key(api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     url = f"{base_url}/v1/models"
+    verify = (tls or TlsSettings()).context() if base_url.startswith("https://") else True
     try:
-        resp = httpx.get(url, headers=headers, timeout=TIMEOUT_S)
+        resp = httpx.get(url, headers=headers, timeout=TIMEOUT_S, verify=verify)
     except httpx.HTTPError as exc:
+        reason = verify_failure(exc)
+        if reason is not None:
+            raise InputError(f"the TLS certificate of {base_url} is refused: {reason}",
+                             field="--ca-bundle", fix=TLS_FIX) from None
         raise InputError(f"cannot reach {base_url} ({type(exc).__name__}: {exc})", field="--target",
                          fix="start the server, or check the host and port") from None
     if resp.status_code in (401, 403):

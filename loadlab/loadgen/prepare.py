@@ -24,6 +24,7 @@ requests to count tokens.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -100,8 +101,8 @@ class SocketTokenCounter:
     """
 
     def __init__(self, base_url: str, model: str, chat: bool, headers: Mapping[str, str],
-                 timeout_s: float = 30.0) -> None:
-        self.transport = SocketTransport(base_url)
+                 timeout_s: float = 30.0, tls: ssl.SSLContext | None = None) -> None:
+        self.transport = SocketTransport(base_url, tls=tls)
         self.model = model
         self.chat = chat
         self.headers = {"Content-Type": "application/json", **headers}
@@ -167,7 +168,7 @@ class RequestFactory:
     def __init__(self, *, api: str, model: str, seed: int, base_url: str, profile: str | None,
                  trace: str | None = None, time_scale: float = 1.0, nonce: str = "",
                  calibrate: bool = True, headers: Mapping[str, str] | None = None,
-                 max_model_len: int | None = None) -> None:
+                 max_model_len: int | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.api = api
         self.model = model
         self.seed = seed
@@ -182,7 +183,7 @@ class RequestFactory:
         counter = None
         self.calibration = Calibration(requested=calibrate)
         if calibrate:
-            counter = SocketTokenCounter(base_url, model, api == "chat", headers or {})
+            counter = SocketTokenCounter(base_url, model, api == "chat", headers or {}, tls=tls)
             try:
                 probe = counter.count("the")
             except _TRANSPORT_ERRORS as exc:

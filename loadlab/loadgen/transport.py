@@ -34,11 +34,19 @@ deadline per request (connect + headers + body), enforced two ways:
 - with plain sockets: the socket's timeout, set again only when it has drifted
   ``_TIMEOUT_SLACK_S`` from the time left, so a read ends at most that long after the
   deadline.
+
+``https://`` targets: the same socket calls, with TLS done in memory between them
+(:mod:`loadlab.loadgen.tls_link`: encrypt before ``sendall``, decrypt after ``recv``), so
+the watcher, the timers and the idle check above all apply unchanged and a connection is
+kept alive over TLS exactly as over plain http. The certificate is checked as the
+``ssl.SSLContext`` given says (:meth:`loadlab.spec.tls.TlsSettings.context`; by default
+the system trust store), with SNI and the hostname check on the URL's host.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -46,6 +54,9 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from geventhttpclient._parser import HTTPParseError, HTTPResponseParser
+
+from loadlab.loadgen.tls_link import TlsEof, TlsLink
+from loadlab.spec.tls import TlsSettings
 
 _RECV_BYTES = 65536
 # A read may wait this long past the request's deadline; in exchange the socket's timeout
@@ -171,14 +182,19 @@ class _Parser(HTTPResponseParser):
 
 
 class SocketTransport:
-    """HTTP/1.1 over one kept-alive socket to ``base_url`` (http only)."""
+    """HTTP/1.1 over one kept-alive socket to ``base_url``; https is verified with ``tls``
+    (default: the system trust store)."""
 
-    def __init__(self, base_url: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, base_url: str, clock: Callable[[], float] = time.time,
+                 tls: ssl.SSLContext | None = None) -> None:
         parts = urlsplit(base_url)
-        if parts.scheme != "http":
-            raise ValueError(f"only http:// targets are supported, got {base_url!r}")
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"only http:// and https:// targets are supported, got {base_url!r}")
         self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or 80
+        https = parts.scheme == "https"
+        self.port = parts.port or (443 if https else 80)
+        self._tls = (tls or TlsSettings().context()) if https else None
+        self._link: TlsLink | None = None   # https: the connection's TLS session (with _sock)
         self.prefix = parts.path.rstrip("/")
         self._host_header = parts.netloc
         self._sock: socket.socket | None = None
@@ -195,11 +211,13 @@ class SocketTransport:
         head += [f"{k}: {v}" for k, v in headers.items()]
         head.append(f"Content-Length: {len(body)}")
         payload = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-        if self._sock is not None and _closed_by_peer(self._sock):
+        if self._sock is not None and self._closed_by_peer(self._sock):
             self._drop()
         timer = _Timer(deadline) if self._cooperative else None
         try:
             sock = self._connected(deadline)
+            if self._link is not None:
+                payload = self._link.encrypt(payload)
             # Blocking again (the peer check left it non-blocking): gevent's timer, or a timeout.
             self._timeout_s = None if timer is not None else max(1e-3, deadline - time.monotonic())
             sock.settimeout(self._timeout_s)
@@ -288,6 +306,11 @@ class SocketTransport:
         except OSError as exc:
             self._drop()
             raise StreamClosed(f"connection lost: {exc}") from exc
+        if self._link is not None and data:
+            plain = self._decrypt(self._link, sock, data)
+            if plain is None:   # no whole record yet, or only session housekeeping
+                return
+            data = plain
         try:
             parser.feed(data)  # b"" tells the parser the peer closed
         except HTTPParseError as exc:
@@ -299,6 +322,35 @@ class SocketTransport:
             self._drop()
             if not parser.message_complete:
                 raise StreamClosed("server closed the connection mid-response")
+
+    def _decrypt(self, link: TlsLink, sock: socket.socket, data: bytes) -> bytes | None:
+        """The plaintext of ``data``; b"" when the server ended the session, None when
+        nothing is readable yet."""
+        try:
+            return link.decrypt(data, sock) or None
+        except TlsEof:
+            return b""
+        except (ssl.SSLError, OSError) as exc:
+            self._drop()
+            raise StreamClosed(f"TLS error: {exc}") from exc
+
+    def _closed_by_peer(self, sock: socket.socket) -> bool:
+        """True when an idle kept-alive socket has been closed (or reset) by the server.
+
+        Over TLS the bytes of an idle connection are read (not peeked): a close_notify
+        ends it (also one read already, behind the last response), session tickets do not."""
+        if self._link is not None and self._link.ended:
+            return True
+        try:
+            sock.settimeout(0)
+            if self._link is None:
+                return sock.recv(1, socket.MSG_PEEK) == b""
+            data = sock.recv(_RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+        return not data or self._link.idle_closed(data, sock)
 
     def _connected(self, deadline: float) -> socket.socket:
         if self._sock is not None:
@@ -313,16 +365,34 @@ class SocketTransport:
         except OSError as exc:
             raise ConnectionFailed(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls is not None:
+            self._link = self._handshake(sock, self._tls)
         self._sock = sock
         if self._cooperative:
             self._readable = _Readable(sock)
         return sock
+
+    def _handshake(self, sock: socket.socket, context: ssl.SSLContext) -> TlsLink:
+        """The connection's TLS session; the socket is closed when it cannot be made."""
+        link = TlsLink(context, self.host)
+        try:
+            link.handshake(sock)
+        except BaseException as exc:
+            sock.close()
+            if isinstance(exc, TimeoutError):
+                raise TransportTimeout("TLS handshake timed out") from None
+            if isinstance(exc, OSError):   # ssl.SSLError (a refused certificate) is one too
+                raise ConnectionFailed(
+                    f"TLS handshake with {self.host}:{self.port} failed: {exc}") from exc
+            raise
+        return link
 
     def _first_body_read(self) -> None:
         if self._readable is not None:
             self._readable.urgent(False)
 
     def _drop(self) -> None:
+        self._link = None
         readable, self._readable = self._readable, None
         if readable is not None:
             readable.close()
@@ -399,14 +469,3 @@ class _Readable:
     def close(self) -> None:
         self._watcher.close()
         self._raw.detach()
-
-
-def _closed_by_peer(sock: socket.socket) -> bool:
-    """True when an idle kept-alive socket has been closed (or reset) by the server."""
-    try:
-        sock.settimeout(0)
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return True

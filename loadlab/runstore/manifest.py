@@ -92,6 +92,8 @@ class TargetInfo(_Open):
     api: str = "completions"
     launch: Launch | None = None
     max_model_len: int | None = Field(None, description="as /v1/models reported it")
+    tls: dict[str, Any] | None = Field(None, description="https: how its certificate was "
+                                       "checked, {verify, ca_bundle} (verify false: --insecure)")
 
 
 class EndpointInfo(_Open):

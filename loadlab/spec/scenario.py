@@ -20,12 +20,21 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    PlainSerializer,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from loadlab.spec.cpulist import FIX as CPU_FIX
 from loadlab.spec.cpulist import format_cpu_list, parse_cpu_list
 from loadlab.spec.fields import Scalar, Strict, bad
 from loadlab.spec.plan import LoadPlan
+from loadlab.spec.tls import TlsSettings, check_ca_bundle
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 SCRAPE_INTERVAL_MIN_S = 0.1   # the collector's finest interval
@@ -63,6 +72,26 @@ class Target(Strict):
                                             "to answer /health (sim 60, vllm 300)")
     probe: bool = Field(False, description="launched vllm: load loadlab_probe (--scheduler-cls) "
                         "and collect its loadlab: series of the scheduler's refusals")
+    ca_bundle: str | None = Field(
+        None, description="https url: PEM file of the CAs to trust instead of the system store")
+    insecure: bool = Field(False, description="https url: do not verify the server's certificate "
+                           "(warned, recorded in the manifest)")
+
+    @field_validator("ca_bundle", "insecure")
+    @classmethod
+    def _https_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None or value is False:
+            return value
+        if not str(info.data.get("url") or "").startswith("https://"):
+            raise bad("only an https:// url is verified", "drop it, or give the server's "
+                      "https:// URL (a launched server is served over http)")
+        if info.field_name == "insecure" and info.data.get("ca_bundle") is not None:
+            raise bad("insecure skips the verification ca_bundle is for", "keep one of them")
+        problem = check_ca_bundle(value) if info.field_name == "ca_bundle" else None
+        if problem is not None:
+            raise bad("CA bundle: {problem}", "give a readable PEM file of the CA certificates "
+                      "that signed the server's", problem=problem)
+        return value
 
     @model_validator(mode="after")
     def _one_target(self) -> Target:
@@ -84,6 +113,11 @@ class Target(Strict):
                 "loadlab run: --model, or first after --)",
             )
         return self
+
+    @property
+    def tls(self) -> TlsSettings:
+        """How an https url's certificate is checked."""
+        return TlsSettings(ca_bundle=self.ca_bundle, insecure=self.insecure)
 
 
 def _cpus(value: Any) -> Any:

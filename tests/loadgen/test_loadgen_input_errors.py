@@ -22,11 +22,11 @@ def _main(capsys, *args: str) -> tuple[int, str]:
     [
         (
             ["--target", "notaurl", "--model", "m", "--concurrency", "1"],
-            ["--target", "'notaurl' is not an http://"],
+            ["--target", "'notaurl' is not an http(s)://"],
         ),
         (
-            ["--target", "https://example.com", "--model", "m", "--concurrency", "1"],
-            ["https targets are not supported", "plain HTTP"],
+            ["--target", "ftp://example.com", "--model", "m", "--concurrency", "1"],
+            ["--target", "'ftp://example.com' is not an http(s)://"],
         ),
         (["--join", "nohost"], ["--join", "'nohost' is not HOST:PORT"]),
         (["--join", "nohost.invalid:5557"], ["--join", "'nohost.invalid' does not resolve"]),

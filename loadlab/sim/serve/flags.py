@@ -11,10 +11,13 @@ simulator points are checked against before anything starts.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from typing import Any
 
 import click
+
+from loadlab.errors import InputError
 
 
 class GroupedOption(click.Option):
@@ -129,6 +132,10 @@ SERVE_OPTIONS: list[Callable] = [
          help="Require 'Authorization: Bearer KEY' on /v1 routes (or $VLLM_API_KEY)."),
     option("--stream-interval", section=_FRONT, type=click.IntRange(min=1), default=1,
          show_default=True, help="Stream every N tokens (first and last always sent)."),
+    option("--ssl-certfile", section=_FRONT, default=None, metavar="FILE",
+         help="Serve https with this PEM certificate (chain); needs --ssl-keyfile."),
+    option("--ssl-keyfile", section=_FRONT, default=None, metavar="FILE",
+         help="The private key of --ssl-certfile (PEM)."),
     option("--metrics-names", section=_FRONT, type=click.Choice(["v1", "v0"]), default="v1",
          show_default=True, help="Metric names of vLLM V1 or of the V0 era."),
     option("--time-scale", section=_SIMU, type=float, default=1.0, show_default=True,
@@ -158,6 +165,26 @@ def _surface(**_: Any) -> None:
     """``loadlab sim serve``'s parameters, without its body: what :func:`accepted_flags` reads."""
 
 
+def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
+    """The server side of ``--ssl-certfile`` / ``--ssl-keyfile`` (None: plain http);
+    InputError naming the flag when the pair cannot be loaded."""
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None or keyfile is None:
+        raise InputError("https needs both a certificate and its key",
+                         field="--ssl-certfile/--ssl-keyfile", fix="give both flags")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        ctx.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise InputError(f"cannot load the certificate and key ({exc})", source=certfile,
+                         field="--ssl-certfile/--ssl-keyfile",
+                         fix="give a PEM certificate and the PEM private key that matches it"
+                         ) from None
+    return ctx
+
+
 def accepted_flags() -> set[str]:
     """Every flag ``loadlab sim serve`` takes, as parameter names (``max_num_seqs``)."""
-    return {str(p.name) for p in _surface.params} - {"model_tag", "host", "port"}
+    own = {"model_tag", "host", "port", "ssl_certfile", "ssl_keyfile"}  # a launch serves http
+    return {str(p.name) for p in _surface.params} - own

@@ -36,6 +36,7 @@ import dataclasses
 import hmac
 import json
 import signal
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -317,12 +318,14 @@ async def _replica_metrics(request: web.Request) -> web.Response:
 
 
 async def start(cfg: SimConfig | FleetConfig, host: str, port: int,
-                resolved: ResolvedConfig | None = None) -> tuple[web.AppRunner, str]:
-    """Start serving on ``host:port`` (0 picks a free port); return the runner and URL."""
+                resolved: ResolvedConfig | None = None,
+                tls: ssl.SSLContext | None = None) -> tuple[web.AppRunner, str]:
+    """Start serving on ``host:port`` (0 picks a free port), https with ``tls``; return the
+    runner and URL."""
     runner = web.AppRunner(build_app(cfg, resolved), handler_cancellation=True,
                            access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=tls)
     try:
         await site.start()
     except OSError as exc:  # address in use, not this machine's, or a name that does not resolve
@@ -334,15 +337,16 @@ async def start(cfg: SimConfig | FleetConfig, host: str, port: int,
         ) from None
     bound = runner.addresses[0][1]
     shown = f"[{host}]" if ":" in host else host
-    return runner, f"http://{shown}:{bound}"
+    return runner, f"{'https' if tls else 'http'}://{shown}:{bound}"
 
 
 def serve(cfg: SimConfig | FleetConfig, host: str, port: int, resolved: ResolvedConfig,
-          announce: Callable[[str], None]) -> None:
-    """Serve until SIGINT/SIGTERM; ``announce`` receives the bound URL once listening."""
+          announce: Callable[[str], None], tls: ssl.SSLContext | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (https with ``tls``); ``announce`` receives the bound URL
+    once listening."""
 
     async def main() -> None:
-        runner, url = await start(cfg, host, port, resolved)
+        runner, url = await start(cfg, host, port, resolved, tls)
         announce(url)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -45,7 +45,7 @@ from loadlab.errors import LoadlabError, TargetError
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.fleet.config import FleetConfig
 
-URL_LINE = re.compile(r"Starting vLLM API server on (http://\S+)")
+URL_LINE = re.compile(r"Starting vLLM API server on (https?://\S+)")
 _BOOL_WITH_NO = {"enable_prefix_caching", "enable_chunked_prefill", "scheduler_reserve_full_isl"}
 
 
@@ -67,8 +67,10 @@ def sim_argv(**flags: Any) -> list[str]:
 
 
 def wait_healthy(url: str, deadline: float, alive: Any = lambda: True) -> None:
-    """Poll ``url/health`` until 200; TargetError at the deadline or if ``alive()`` fails."""
-    with httpx.Client(timeout=1.0) as client:
+    """Poll ``url/health`` until 200; TargetError at the deadline or if ``alive()`` fails.
+
+    An https simulator's certificate is not checked here: tests make their own."""
+    with httpx.Client(timeout=1.0, verify=False) as client:
         while True:
             if not alive():
                 raise TargetError(f"the simulator at {url} exited before it became healthy")
