@@ -45,7 +45,7 @@ class StepImbalance:
     step: int
     imbalance: float | None
     queued: str | None = None      # the replica that held most of the stranded waiting
-    room: str | None = None        # the replica that had room most often meanwhile
+    room: str | None = None        # the other replica that had room most often meanwhile
     stranded_mean: float = 0.0     # stranded waiting requests per scrape
 
     def as_dict(self) -> dict[str, object]:
@@ -76,12 +76,15 @@ def step_imbalance(metrics: pd.DataFrame, endpoints: Sequence[str],
         if total <= 0:
             out.append(StepImbalance(int(w.step), 0.0))
             continue
-        when = inside & (stranded.sum(axis=1) > 0)
-        rooms = room[when].sum(axis=0)
+        if held.sum() <= 0:
+            out.append(StepImbalance(int(w.step), 0.0))
+            continue
+        queued = int(np.argmax(held))
+        rooms = room[inside & (stranded[:, queued] > 0)].sum(axis=0)
+        rooms[queued] = -1
         out.append(StepImbalance(
-            int(w.step), float(held.sum()) / total,
-            queued=endpoints[int(np.argmax(held))] if held.sum() > 0 else None,
-            room=endpoints[int(np.argmax(rooms))] if when.any() else None,
+            int(w.step), float(held.sum()) / total, queued=endpoints[queued],
+            room=endpoints[int(np.argmax(rooms))],
             stranded_mean=float(held.sum()) / int(inside.sum())))
     return out
 
