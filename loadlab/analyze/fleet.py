@@ -10,9 +10,10 @@ its own flags: the fleet's load levels and requests, that replica's queue, KV an
 counters. Its step table is kept compact (:data:`REPLICA_COLUMNS`), with
 ``requests_done`` from the replica's ``vllm:request_success_total``.
 
-The replicas are those the manifest lists: ``target.replica_metrics`` (``loadlab run
---replica-metrics``), else a simulated fleet's ``sim.fleet.replicas``, else endpoints
-named ``.../replica/<i>`` (``loadlab sim serve --replicas``) when there are two or more.
+The replicas are those the manifest lists: ``replicas`` (``loadlab run`` and ``loadlab
+collect`` with ``--replica-metrics``), else a simulated fleet's ``sim.fleet.replicas``,
+else endpoints named ``.../replica/<i>`` (``loadlab sim serve --replicas``) when there
+are two or more.
 
 ``routing_imbalance`` (:mod:`loadlab.analyze.fleet_imbalance` defines the measure) is
 ranked with the other causes at the share of the fleet's stalled steps that are
@@ -68,7 +69,7 @@ class Replica:
 
 def replicas_of(manifest: dict[str, Any], metrics: pd.DataFrame) -> list[Replica]:
     """The fleet's replicas (see the module docstring); [] for a run of one server."""
-    listed = (manifest.get("target") or {}).get("replica_metrics") or []
+    listed = manifest.get("replicas") or []
     if listed:
         return [Replica(str(e), server=manifest.get("server") or {}) for e in listed]
     sim = ((manifest.get("sim") or {}).get("fleet") or {}).get("replicas") or []

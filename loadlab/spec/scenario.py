@@ -63,6 +63,9 @@ class Target(Strict):
                                             "to answer /health (sim 60, vllm 300)")
     probe: bool = Field(False, description="launched vllm: load loadlab_probe (--scheduler-cls) "
                         "and collect its loadlab: series of the scheduler's refusals")
+    replica_metrics: list[str] | None = Field(
+        None, description="url behind a gateway: each replica's /metrics base URL; the load "
+        "goes to url, the analysis judges each replica and the routing between them")
 
     @model_validator(mode="after")
     def _one_target(self) -> Target:
@@ -73,6 +76,8 @@ class Target(Strict):
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise bad("url '{url}' is not an http(s) URL", "write e.g. http://127.0.0.1:8000",
                       url=self.url)
+        if self.replica_metrics is not None:
+            self._check_replicas(self.replica_metrics)
         if self.probe and self.launch != "vllm":
             raise bad("probe is for a vllm loadlab launches",
                       "use it with launch: vllm; the simulator exports the loadlab: series "
@@ -84,6 +89,20 @@ class Target(Strict):
                 "loadlab run: --model, or first after --)",
             )
         return self
+
+    def _check_replicas(self, urls: list[str]) -> None:
+        if self.url is None:
+            raise bad("replica_metrics are the replicas behind a url target",
+                      "give url: the gateway's URL, or drop replica_metrics (launch: sim "
+                      "scrapes each replica of its fleet itself)")
+        if len(urls) < 2 or len(set(urls)) < len(urls):
+            raise bad("replica_metrics names {n} distinct replica(s); a fleet has two or more",
+                      "list each replica's base URL once, e.g. [http://10.0.0.5:8000, "
+                      "http://10.0.0.6:8000]", n=len(set(urls)))
+        for u in urls:
+            if not u.startswith(("http://", "https://")):
+                raise bad("replica_metrics '{url}' is not an http(s) URL",
+                          "write each replica's base URL, e.g. http://10.0.0.5:8000", url=u)
 
 
 def _cpus(value: Any) -> Any:
