@@ -86,6 +86,12 @@ class MeasuredCause(_Open):
     head_running: Number | None = None
     kv_usage: Number | None = Field(None, description="KV usage over the stalled steps "
                                    "(median of their means)")
+    typical_request_blocks: Number | None = Field(
+        None, description="blocks of the median request sent; kv_blocks refusals are "
+        "head_blocked when the free blocks would have held it")
+    typical_fits_share: Number | None = Field(
+        None, description="share of kv_blocks refusals whose free blocks would have held "
+        "the median request")
 
 
 class KneeBlock(_Open):
