@@ -22,6 +22,13 @@ ITL. Beside it the client ITL (mean of the requests' ``itl_mean_s``, the same re
 vLLM's histograms counted) and requests/s. Per pair (a plain run and the probe run after
 it) the ratio probe / plain; printed per level with the median and the range of the pairs.
 
+Wall-clock figures on a shared 2-core host swing by tens of percent from one run to the
+next (other jobs share the server's core), so beside them the engine core's CPU time per
+engine step: the CPU seconds of vLLM's ``EngineCore`` process (the scheduler and, on the
+CPU backend, the model) over the whole load, over the steps vLLM counted in that time
+(the ``vllm:iteration_tokens_total`` histogram's count). Time lost to other processes does
+not enter it, so it shows a cost per ``schedule()`` call far below the wall-clock noise.
+
 Usage: ``flock /tmp/loadlab-vllm.lock python benchmarks/bench_probe.py [--pairs 3]``
 """
 
@@ -39,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "vllm"))  # reuse the e2e tests' server and load helpers
 
+import psutil
 from loadrun import LoadResult, run_steps
 from realvllm import ISOLATION, missing_reason, tiny_vllm
 
@@ -46,6 +54,7 @@ SERVER = {"max_num_seqs": 4, "num_gpu_blocks_override": 512, "gpu_memory_utiliza
 LEVELS = [2, 8]
 STEP_S, WARMUP_S = 12.0, 3.0
 FIGURES = ("server_itl_ms", "client_itl_ms", "req_s")
+ENGINE_CORE = "VLLM::EngineCor"   # the engine-core process title, as ps shows it (15 chars)
 
 
 def figures(res: LoadResult) -> dict[int, dict[str, float]]:
@@ -64,6 +73,22 @@ def figures(res: LoadResult) -> dict[int, dict[str, float]]:
     return out
 
 
+def engine_core(server_pid: int) -> psutil.Process:
+    return next(p for p in psutil.Process(server_pid).children(recursive=True)
+                if p.name().startswith(ENGINE_CORE))
+
+
+def cpu_s(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+def engine_steps(res: LoadResult) -> float:
+    """Engine steps over the run: the increase of the iteration histogram's count."""
+    count = res.metrics[res.metrics.metric == "vllm:iteration_tokens_total_count"].value
+    return float(count.max() - count.min())
+
+
 def pair_ratios(runs: list[dict]) -> dict[int, dict[str, list[float]]]:
     """probe / plain for each pair of consecutive runs, per level and figure."""
     out: dict[int, dict[str, list[float]]] = {c: {f: [] for f in FIGURES} for c in LEVELS}
@@ -72,6 +97,11 @@ def pair_ratios(runs: list[dict]) -> dict[int, dict[str, list[float]]]:
             for f in FIGURES:
                 out[c][f].append(probe["levels"][c][f] / plain["levels"][c][f])
     return out
+
+
+def cpu_ratios(runs: list[dict]) -> list[float]:
+    return [probe["cpu_ms_per_step"] / plain["cpu_ms_per_step"]
+            for plain, probe in zip(runs[::2], runs[1::2])]
 
 
 def main() -> None:
@@ -91,15 +121,19 @@ def main() -> None:
                    for name in ("plain", "probe")}
         for i in range(2 * args.pairs):
             name = ("plain", "probe")[i % 2]
+            core = engine_core(servers[name].pid)
+            cpu0 = cpu_s(core)
             res = run_steps(servers[name], work / f"load-{i}", "tiny-short", LEVELS, STEP_S,
                             WARMUP_S, client_limited_ok=True)
+            cpu_ms = (cpu_s(core) - cpu0) * 1e3
             runs.append({"server": name, "load_avg": round(os.getloadavg()[0], 1),
-                         "levels": figures(res)})
+                         "cpu_ms_per_step": cpu_ms / engine_steps(res), "levels": figures(res)})
             print(json.dumps(runs[-1]), flush=True)
-    print(f"\n{'server':6} {'load':>5} {'users':>5} " + " ".join(f"{f:>14}" for f in FIGURES))
+    print(f"\n{'server':6} {'load':>5} {'cpu ms/step':>11} {'users':>5} "
+          + " ".join(f"{f:>14}" for f in FIGURES))
     for r in runs:
         for c, row in r["levels"].items():
-            print(f"{r['server']:6} {r['load_avg']:5.1f} {c:5d} "
+            print(f"{r['server']:6} {r['load_avg']:5.1f} {r['cpu_ms_per_step']:11.4f} {c:5d} "
                   + " ".join(f"{row[f]:14.3f}" for f in FIGURES))
     print("\nprobe / plain per pair: median [min, max]")
     ratios = pair_ratios(runs)
@@ -107,6 +141,8 @@ def main() -> None:
         print(f"{c:3d} users  " + "  ".join(
             f"{f} {statistics.median(v):.4f} [{min(v):.4f}, {max(v):.4f}]"
             for f, v in ratios[c].items()))
+    cpu = cpu_ratios(runs)
+    print(f"engine-core CPU per step {statistics.median(cpu):.4f} [{min(cpu):.4f}, {max(cpu):.4f}]")
     (work / "probe.json").write_text(json.dumps({"runs": runs, "ratios": ratios}, indent=2))
     print(f"written {work / 'probe.json'}")
 
