@@ -26,8 +26,10 @@ Wall-clock figures on a shared 2-core host swing by tens of percent from one run
 next (other jobs share the server's core), so beside them the engine core's CPU time per
 engine step: the CPU seconds of vLLM's ``EngineCore`` process (the scheduler and, on the
 CPU backend, the model) over the whole load, over the steps vLLM counted in that time
-(the ``vllm:iteration_tokens_total`` histogram's count). Time lost to other processes does
-not enter it, so it shows a cost per ``schedule()`` call far below the wall-clock noise.
+(the ``vllm:iteration_tokens_total`` histogram's count). The model runs in a separate
+``VLLM::Worker`` process, so this is the scheduler's side of a step, where the probe runs.
+Time spent waiting for the core does not enter it; shared caches and cores still move it
+(0.63-1.00 ms per step between runs of one server at load average 4.5-8 on 2 cores).
 
 Usage: ``flock /tmp/loadlab-vllm.lock python benchmarks/bench_probe.py [--pairs 3]``
 """
