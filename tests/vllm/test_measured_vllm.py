@@ -4,8 +4,9 @@
 scheduler class and samples the probe's ``loadlab:`` series beside vLLM's own; the
 analyzer puts ``knee.measured`` / ``cause.measured`` (read from the scheduler's refusals)
 beside the inferred verdict (read from what any vLLM exports). The loads are those of
-test_analyzer_vllm.py, the seq-cap one and the KV-bound one, three runs each (a server per
-run: loadlab launches it). In every run the measured cause must exist and carry the
+test_analyzer_vllm.py, the seq-cap one and the KV-bound one, once each in the suite and
+``LOADLAB_VLLM_REPEATS`` times each for the record (three: a server per run, loadlab
+launches it). In every run the measured cause must exist and carry the
 inferred cause's name, and the measured knee must sit within one level of the inferred.
 Server and load generator run on CPUs of their own (realvllm.isolation_flags).
 """
@@ -26,6 +27,7 @@ from loadlab.experiment.server_flags import to_argv
 
 pytestmark = pytest.mark.vllm
 STARTUP_S = 300
+REPEATS = int(os.environ.get("LOADLAB_VLLM_REPEATS", "1"))
 # (server flags, profile, levels, step seconds, warm-up seconds): test_analyzer_vllm's loads
 LOADS: dict[str, tuple[dict[str, object], str, list[int], float, float]] = {
     "seq_cap": (SEQ_CAP, "tiny-short", LEVELS, 5.0, 1.5),
@@ -51,11 +53,12 @@ def summary(a: dict[str, Any]) -> str:
             f"measured knee ({mk.get('lower')}, {mk.get('upper')}] cause {mc.get('name')} "
             f"reason {mc.get('reason')} shares {mc.get('reason_share')} "
             f"head needed {mc.get('head_blocks_needed')} free {mc.get('head_free_blocks')} "
-            f"running {mc.get('head_running')} kv {mc.get('kv_usage')} | "
+            f"running {mc.get('head_running')} kv {mc.get('kv_usage')} "
+            f"typical fits {mc.get('typical_fits_share')} | "
             f"refused share {mk.get('refused_share')}")
 
 
-@pytest.mark.parametrize("run", range(3))
+@pytest.mark.parametrize("run", range(REPEATS))
 @pytest.mark.parametrize("name", list(LOADS))
 def test_measured_verdict_equals_the_inferred(name: str, run: int, tmp_path: Path) -> None:
     flags, profile, levels, step_s, warmup_s = LOADS[name]
