@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from groundtruth import SCENARIOS, run_scenario
+from groundtruth import SCENARIOS, Scenario, run_scenario
 
 from loadlab.analyze.knee import bracket, find_knee
 from loadlab.analyze.steps import build_step_table, load_run
@@ -42,3 +44,18 @@ def test_a_noisy_top_step_is_a_knee_with_a_note_and_less_confidence(seq_cap):
     assert (knee.found, knee.lower, knee.upper) == (True, truth.lower, truth.upper)
     assert any("top step (24) read ok" in r for r in knee.reasons), knee.reasons
     assert knee.confidence in ("medium", "low")
+
+
+def test_a_one_deep_queue_above_a_cap_of_64_is_the_knee(tmp_path):
+    """Dashboard caliber with 65 blocks of 256 tokens (~100-token requests): 66 users keep
+    one request waiting all the time. A floor growing with in-flight (5% of 66 = 3.3)
+    judged that step ok and put the knee one step late."""
+    base = SCENARIOS["dashboard_caliber"]
+    sc = Scenario("caliber64", replace(base.cfg, num_gpu_blocks_override=66),
+                  (48, 56, 64, 66, 70, 80), base.profile, step_s=40.0, warmup_s=10.0)
+    truth = run_scenario(sc, tmp_path, seed=0, metrics_interval_s=1.0)
+    assert (truth.lower, truth.upper, truth.cause) == (64, 66, "dashboard_caliber")
+    run = load_run(tmp_path)
+    knee = find_knee(run, build_step_table(run))
+    assert knee.detectors["little"]["per_step"][3] is True
+    assert (knee.found, knee.lower, knee.upper) == (True, 64, 66)
