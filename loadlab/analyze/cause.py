@@ -16,17 +16,38 @@ stalled steps that show the signature (0..1):
   rounding, not tokens, fills the pool. Takes the KV score; kv_exhausted keeps 0.6 of it.
 - ``token_budget``: tokens per engine step ((prompt computed + generated tokens/s) x
   mean ITL) >= BUDGET_FILL (0.8) of ``max_num_batched_tokens``, running below the cap,
-  KV below full. Without the flag: tokens per step within 15% across the stalled steps
-  (a ceiling), score x 0.6.
-- ``prefix_held``: prefix caching on, hit rate >= 0.5, KV max in [0.5, KV_FULL),
-  running below the cap and the budget not filled: blocks held by shared prefixes.
+  KV below full. Without the flag it scores 0: any saturated server runs full steps,
+  so a flat tokens-per-step figure does not single the budget out.
+- The probe (``loadlab:scheduler_refused_steps_total{reason}``, when the server exports
+  it) outranks every signature: the reason most refused steps in the stalled steps
+  give is the cause (``preempted`` and ``kv_blocks`` read as ``kv_exhausted``, or
+  ``head_blocked`` when the head needed more blocks than were free while KV usage stayed
+  below HEAD_KV_MEAN), scored by its share of refused steps.
+- ``head_blocked``: KV usage *mean* below HEAD_KV_MEAN (0.75) while requests wait and
+  running is below the cap, and the longest prompt sent in the step (client records)
+  needs more blocks than the pool has free at that mean (``num_gpu_blocks`` x (1 - KV
+  mean), blocks of ``block_size``). In V1 a cached block no running request references
+  is evictable and counts as free, so shared prefixes do not hold the pool; what stops
+  admission at low usage is a long prompt at the head that must fit whole
+  (``allocate_slots(..., full_sequence_must_fit=scheduler_reserve_full_isl)`` in
+  ``vllm/v1/core/sched/scheduler.py``), blocking everyone behind it. It takes its
+  steps from ``kv_exhausted`` (whose KV *max* a long admission drives to full).
 - ``frontend_starved`` (every step with server figures): client TTFT mean exceeds the
   server's own by max(50 ms, the server's figure) and >= 20% of streams came whole.
 - ``client_limited``: a client-limited step at or below the knee (1.0).
 
 Choice: client_limited when the knee was precluded by the client; unknown without
 server metrics; with no knee, frontend_starved if it scores >= 0.5, else none; with a
-knee, the best server cause scoring >= 0.5, else frontend_starved, else unknown.
+knee, the best server cause scoring >= 0.5, else frontend_starved, else
+``undetermined`` when /metrics fit two causes the flags would tell apart (KV below full
+with ``max_num_seqs`` and ``max_num_batched_tokens`` unknown: ``seq_cap`` when running
+max varies by at most 1, and ``token_budget``), with ``candidates`` and ``separate_by``
+(the probe, the flags), else unknown.
+
+Confidence (``cause.confidence``): high when the probe's refusals name it (share >=
+0.8) or a flag-backed signature holds in every stalled step (>= 2 of them) with a
+margin >= 0.5 over the runner-up; medium when it scores >= MIN_SCORE with a margin
+>= 0.25 (an inferred cap is at most medium); else low (always for ``undetermined``).
 """
 
 from __future__ import annotations
@@ -39,12 +60,17 @@ import pandas as pd
 
 from loadlab.analyze.capacity import as_int
 from loadlab.analyze.detectors import column
+from loadlab.analyze.windows import counter_windows
 
 KV_FULL = 0.9
 CALIBER = 0.5
 BUDGET_FILL = 0.8
 MIN_SCORE = 0.5
-SERVER_CAUSES = ("seq_cap", "kv_exhausted", "dashboard_caliber", "token_budget", "prefix_held")
+HEAD_KV_MEAN = 0.75
+SERVER_CAUSES = ("seq_cap", "kv_exhausted", "dashboard_caliber", "token_budget", "head_blocked")
+REFUSALS = "loadlab:scheduler_refused_steps_total"
+PROBE_CAUSE = {"preempted": "kv_exhausted", "token_budget": "token_budget",
+               "seq_cap": "seq_cap", "kv_blocks": "kv_exhausted"}
 
 
 @dataclass
@@ -59,11 +85,14 @@ class Signals:
     waiting: np.ndarray
     tokens_per_step: np.ndarray
     fill: np.ndarray
-    hit_rate: np.ndarray
+    kv_mean: np.ndarray | None = None
+    prompt_max: np.ndarray | None = None
+    pool_blocks: int | None = None
+    block_size: int | None = None
+    refused: dict[str, float] = field(default_factory=dict)
     cap: int | None = None
     cap_inferred: bool = False
     budget: int | None = None
-    prefix_caching: bool | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -102,11 +131,11 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         ),
         tokens_per_step=tokens_per_step(rows),
         fill=fill,
-        hit_rate=column(rows, "prefix_hit_rate"),
+        kv_mean=column(rows, "kv_mean"),
+        prompt_max=column(rows, "prompt_tokens_max"),
+        pool_blocks=as_int(config.get("num_gpu_blocks")),
+        block_size=as_int(config.get("block_size")),
         budget=as_int(server.get("max_num_batched_tokens")),
-        prefix_caching=_bool(
-            config.get("enable_prefix_caching", server.get("enable_prefix_caching"))
-        ),
     )
     sig.cap = as_int(server.get("max_num_seqs"))
     runs = sig.running_max[~np.isnan(sig.running_max)]
@@ -120,27 +149,115 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
 
 
 def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
-           config: dict[str, Any], capacity: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+           config: dict[str, Any], capacity: dict[str, Any], verdict: Verdict,
+           requests: pd.DataFrame | None = None,
+           metrics: pd.DataFrame | None = None) -> dict[str, Any]:
     """The ``cause`` block of analysis.json: scores, choice, evidence, facts and knob.
 
     ``stalled``: the knee's stalled steps (step-table rows with ``token_fill``);
-    ``table``: every step (for frontend_starved). ``notes`` says what was inferred.
+    ``table``: every step (for frontend_starved); ``requests``: the client records (the
+    prompt-length tail); ``metrics``: the samples (the probe's refusals). ``notes`` says
+    what was inferred.
     """
+    stalled = stalled.assign(prompt_tokens_max=prompt_max(stalled, requests))
     fill = stalled["token_fill"].to_numpy(dtype=float) if "token_fill" in stalled else \
         np.full(len(stalled), np.nan)
     sig = signals(stalled, server, config, fill, verdict.psi)
+    sig.refused = refusals(metrics, stalled)
     candidates = signatures(sig) + [frontend_starved(table)]
     limited = verdict.client_limited_steps
     candidates.append(Candidate(
         "client_limited", 1.0 if verdict.client_before else 0.5 * bool(limited),
         [{"what": "client-limited step", "value": 1, "step": s} for s in limited]))
-    name = choose(candidates, verdict.knee_found, verdict.client_before, verdict.server_metrics)
+    probe = probe_cause(sig)
+    name = probe[0] if probe and verdict.knee_found and not verdict.client_before else \
+        choose(candidates, verdict.knee_found, verdict.client_before, verdict.server_metrics)
+    out: dict[str, Any] = {}
+    if name == "unknown" and verdict.knee_found and verdict.server_metrics:
+        pair = ambiguous(sig)
+        if len(pair) >= 2:
+            name = "undetermined"
+            out = {"candidates": pair, "separate_by": SEPARATE_BY}
     chosen = next((c for c in candidates if c.name == name), None)
     ranked = sorted(candidates, key=lambda c: -c.score)
     return {"name": name, "evidence": chosen.evidence if chosen else [],
             "knob": knob(name, sig, capacity), "facts": facts(sig, verdict.closed_loop),
             "ranked": [{"name": c.name, "score": round(c.score, 3)} for c in ranked],
+            "confidence": confidence(name, candidates, sig, probe), **out,
             "notes": sig.notes}
+
+
+SEPARATE_BY = ("run the server with the probe (--probe): its "
+               "loadlab:scheduler_refused_steps_total{reason} counts why the head was refused; "
+               "or give the server's --max-num-seqs and --max-num-batched-tokens")
+
+
+def prompt_max(rows: pd.DataFrame, requests: pd.DataFrame | None) -> np.ndarray:
+    """Per step: the longest prompt (tokens) the client sent in its window."""
+    out = np.full(len(rows), np.nan)
+    if requests is None or requests.empty or "prompt_tokens" not in requests:
+        return out
+    sent = requests["t_sent"].to_numpy(dtype=float)
+    tokens = requests["prompt_tokens"].to_numpy(dtype=float)
+    for i, (a, b) in enumerate(zip(column(rows, "t_start"), column(rows, "t_end"))):
+        inside = tokens[(sent >= a) & (sent < b) & ~np.isnan(tokens)]
+        if len(inside):
+            out[i] = inside.max()
+    return out
+
+
+def refusals(metrics: pd.DataFrame | None, rows: pd.DataFrame) -> dict[str, float]:
+    """Refused engine steps by reason over the steps' windows (the probe); {} without it."""
+    if metrics is None or metrics.empty or not (metrics["family"] == REFUSALS).any() \
+            or rows.empty:
+        return {}
+    counts = counter_windows(metrics, REFUSALS, rows[["t_start", "t_end"]], by=["reason"])
+    counts = counts.dropna(subset=["reason"])
+    return {str(k): float(v) for k, v in counts.groupby("reason")["delta"].sum().items()}
+
+
+def probe_cause(sig: Signals) -> tuple[str, float] | None:
+    """The cause the probe's refusals name, with its share of refused steps."""
+    total = sum(sig.refused.values())
+    if total <= 0:
+        return None
+    reason = max(sig.refused, key=lambda r: sig.refused[r])
+    name = PROBE_CAUSE.get(reason)
+    if name is None:
+        return None
+    kv_mean = _agg(np.nanmean, sig.kv_mean) if sig.kv_mean is not None else None
+    if reason == "kv_blocks" and kv_mean is not None and kv_mean < HEAD_KV_MEAN:
+        name = "head_blocked"
+    return name, sig.refused[reason] / total
+
+
+def ambiguous(sig: Signals) -> list[str]:
+    """The causes /metrics cannot tell apart here without the probe or the flags."""
+    if not len(sig.steps) or not np.all(sig.kv_max < KV_FULL):
+        return []
+    out = []
+    runs = sig.running_max[~np.isnan(sig.running_max)]
+    if sig.cap is None and len(runs) and np.ptp(runs) <= 1:
+        out.append("seq_cap")
+    if sig.budget is None:
+        out.append("token_budget")
+    return out
+
+
+def confidence(name: str, candidates: list[Candidate], sig: Signals,
+               probe: tuple[str, float] | None) -> str:
+    """How sure the cause is (the module docstring's last paragraph)."""
+    if probe is not None and probe[0] == name:
+        return "high" if probe[1] >= 0.8 else "medium"
+    scores = sorted((c.score for c in candidates if c.name in SERVER_CAUSES), reverse=True)
+    if name not in SERVER_CAUSES or not scores:
+        return "low"
+    mine = next(c.score for c in candidates if c.name == name)
+    margin = mine - (scores[1] if len(scores) > 1 else 0.0)
+    inferred = name == "seq_cap" and sig.cap_inferred
+    if mine >= 0.99 and margin >= 0.5 and len(sig.steps) >= 2 and not inferred:
+        return "high"
+    return "medium" if mine >= MIN_SCORE and margin >= 0.25 else "low"
 
 
 def facts(sig: Signals, closed_loop: bool = True) -> dict[str, Any]:
@@ -153,11 +270,23 @@ def facts(sig: Signals, closed_loop: bool = True) -> dict[str, Any]:
     return {"cap": sig.cap, "cap_inferred": sig.cap_inferred, "budget": sig.budget,
             "kv_max": _agg(np.nanmax, sig.kv_max), "running_max": _agg(np.nanmax, sig.running_max),
             "waiting_excess": excess, "preemptions": _agg(np.nansum, sig.preemptions),
-            "token_fill": _agg(np.nanmin, sig.fill),
+            "token_fill": _agg(np.nanmin, sig.fill), "kv_mean": _agg(np.nanmean, sig.kv_mean),
+            "prompt_max": _agg(np.nanmax, sig.prompt_max),
+            "head_blocks_needed": _agg(np.nanmax, head_need(sig)) if sig.steps else None,
+            "free_blocks": _agg(np.nanmean, free_blocks(sig)) if sig.steps else None,
+            "pool_blocks": sig.pool_blocks, "refused": dict(sig.refused),
             "tokens_per_step": _agg(np.nanmax, sig.tokens_per_step)}
 
 
-def _agg(fn: Any, x: np.ndarray) -> float | None:
+def _pool(sig: Signals | None) -> str:
+    if sig is None or not sig.pool_blocks or not sig.block_size:
+        return ""
+    return f"; the pool holds {sig.pool_blocks} blocks of {sig.block_size} tokens"
+
+
+def _agg(fn: Any, x: np.ndarray | None) -> float | None:
+    if x is None:
+        return None
     return None if x.size == 0 or np.all(np.isnan(x)) else round(float(fn(x)), 4)
 
 
@@ -203,7 +332,8 @@ def signatures(sig: Signals) -> list[Candidate]:
             ),
         )
     )
-    kv_like = kv_full & (below_cap | (np.nan_to_num(sig.preemptions) > 0))
+    head = head_blocked(sig, below_cap)
+    kv_like = kv_full & (below_cap | (np.nan_to_num(sig.preemptions) > 0)) & ~head
     caliber = kv_like & (sig.fill < CALIBER)
     kv_score = float(kv_like.mean())
     cal_score = float(caliber.mean())
@@ -224,11 +354,38 @@ def signatures(sig: Signals) -> list[Candidate]:
     out.append(Candidate("dashboard_caliber", cal_score, _ev(sig, [
         ("token-level / block-level KV usage", sig.fill), ("KV usage max", sig.kv_max)])))
     out.append(_budget(sig, below_cap, kv_ok))
-    held = (kv_ok & (sig.kv_max >= 0.5) & below_cap & (sig.hit_rate >= 0.5)
-            & (_budget_fill(sig) < BUDGET_FILL) if sig.prefix_caching else np.zeros(n, dtype=bool))
-    out.append(Candidate("prefix_held", float(held.mean()), _ev(sig, [
-        ("prefix hit rate", sig.hit_rate), ("KV usage max", sig.kv_max)])))
+    out.append(Candidate("head_blocked", float(head.mean()), _ev(sig, [
+        ("longest prompt (tokens)", _arr(sig.prompt_max, n)),
+        ("blocks the longest prompt needs", head_need(sig)),
+        ("free blocks at mean KV usage", free_blocks(sig)),
+        ("KV usage mean", _arr(sig.kv_mean, n)), ("KV usage max", sig.kv_max)])))
     return out
+
+
+def head_need(sig: Signals) -> np.ndarray:
+    """Blocks the longest prompt of each step needs to be admitted whole."""
+    n = len(sig.steps)
+    if not sig.block_size:
+        return np.full(n, np.nan)
+    return np.ceil(_arr(sig.prompt_max, n) / sig.block_size)
+
+
+def free_blocks(sig: Signals) -> np.ndarray:
+    """Free blocks at each step's mean KV usage (evictable cached blocks count free)."""
+    n = len(sig.steps)
+    if not sig.pool_blocks:
+        return np.full(n, np.nan)
+    return sig.pool_blocks * (1.0 - _arr(sig.kv_mean, n))
+
+
+def head_blocked(sig: Signals, below_cap: np.ndarray) -> np.ndarray:
+    """Per stalled step: a long head needs more blocks than are free, usage well below full."""
+    kv_mean = _arr(sig.kv_mean, len(sig.steps))
+    return (kv_mean < HEAD_KV_MEAN) & below_cap & (head_need(sig) > free_blocks(sig))
+
+
+def _arr(x: np.ndarray | None, n: int) -> np.ndarray:
+    return np.full(n, np.nan) if x is None else x
 
 
 def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray) -> Candidate:
@@ -238,10 +395,7 @@ def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray) -> Candidate
         score = float(hit.mean())
         extra = [{"what": "max_num_batched_tokens", "value": sig.budget, "step": sig.steps[0]}]
     else:
-        tps = sig.tokens_per_step[~np.isnan(sig.tokens_per_step)]
-        flat = len(tps) >= 2 and tps.min() >= 0.85 * tps.max()
-        score = 0.6 * float((below_cap & kv_ok).mean()) if flat else 0.0
-        extra = []
+        score, extra = 0.0, []
     return Candidate(
         "token_budget",
         score,
@@ -298,12 +452,6 @@ def _ev(sig: Signals, series: list[tuple[str, np.ndarray]],
     return ev
 
 
-def _bool(v: Any) -> bool | None:
-    if isinstance(v, str):
-        return v.lower() == "true"
-    return None if v is None else bool(v)
-
-
 def knob(name: str, sig: Signals | None, capacity: dict[str, Any]) -> str:
     """The setting that moves this cause, with the run's numbers where known."""
     fits = capacity.get("formula_max_concurrency")
@@ -322,8 +470,10 @@ def knob(name: str, sig: Signals | None, capacity: dict[str, Any]) -> str:
         "token_budget": f"raise --max-num-batched-tokens{f' (now {budget})' if budget else ''}, or "
                         "set --long-prefill-token-threshold so one long prompt cannot take the "
                         "whole step",
-        "prefix_held": "more KV blocks, or --no-enable-prefix-caching if the shared prefixes "
-                       "are not reused",
+        "head_blocked": "cap the longest prompts with --max-model-len, serve long prompts on "
+                        "an instance of their own, or give the KV cache more blocks "
+                        f"(--gpu-memory-utilization, --kv-cache-dtype fp8){_pool(sig)}",
+        "undetermined": "tell the candidates apart: " + SEPARATE_BY,
         "frontend_starved": "give vLLM's API server CPU of its own (pin the server and the "
                             "client to separate cores), or --api-server-count > 1",
         "client_limited": "give the load generator more CPU (--workers, separate cores from "
