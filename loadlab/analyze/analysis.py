@@ -6,9 +6,11 @@ have to change), modelled by :class:`loadlab.runstore.analysis_model.Analysis`.
 builds the per-step table, finds the knee (:mod:`~loadlab.analyze.knee`), names the
 cause (:mod:`~loadlab.analyze.cause`), checks capacity (:mod:`~loadlab.analyze.capacity`)
 and the SLOs (:mod:`~loadlab.analyze.slo`), and lists in ``warnings`` what it could not
-use. It returns the typed :class:`~loadlab.runstore.analysis_model.Analysis`;
-everything in it is plain JSON: NaN becomes null. ``verdict`` is the one-line answer
-(:func:`loadlab.analyze.display.verdict_line`).
+use. Where the server exports the scheduler's own refusals (loadlab's simulator), the
+knee and cause measured from them (:mod:`~loadlab.analyze.measured`) sit beside the
+inferred ones as ``knee.measured`` and ``cause.measured``. It returns the typed
+:class:`~loadlab.runstore.analysis_model.Analysis`; everything in it is plain JSON: NaN
+becomes null. ``verdict`` is the one-line answer (:func:`loadlab.analyze.display.verdict_line`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from loadlab.analyze import cause as causes
 from loadlab.analyze.capacity import capacity, pool_config, token_fill
 from loadlab.analyze.display import verdict_line
 from loadlab.analyze.knee import Knee, find_knee
+from loadlab.analyze.measured import measure
 from loadlab.analyze.slo import evaluate, parse_slo
 from loadlab.analyze.steps import RunData, build_step_table, load_run
 from loadlab.collect import catalog
@@ -53,13 +56,17 @@ def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> A
     table["token_fill"] = token_fill(table, config)
     cause = _cause(run, table, knee, config, cap)
     slo_block = evaluate(targets, run.requests, table)
+    knee_block = knee.as_dict()
+    truth = measure(run.metrics, table)
+    if truth is not None:
+        knee_block["measured"], cause["measured"] = truth["knee"], truth["cause"]
     out = {
         "schema": SCHEMA,
         "run": {"dir": str(run.run_dir), "kind": run.manifest.get("kind"),
                 "status": run.manifest.get("status"), "point": run.manifest.get("point"),
                 "unit": knee.unit, "server_metrics": not run.metrics.empty},
         "steps": _records(table),
-        "knee": knee.as_dict(),
+        "knee": knee_block,
         "slo": slo_block,
         "cause": cause,
         "capacity": cap,

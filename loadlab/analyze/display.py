@@ -127,10 +127,41 @@ def cause_text(cause: dict[str, Any]) -> str:
     }.get(name, name)
 
 
+def measured_line(analysis: dict[str, Any]) -> str | None:
+    """The verdict measured from the scheduler's own refusals, and whether the inferred one
+    agrees; None where the server exported no refusals."""
+    knee, cause = analysis["knee"], analysis["cause"]
+    mk, mc = knee.get("measured"), cause.get("measured")
+    if mk is None or mc is None:
+        return None
+    unit = UNITS.get(knee.get("unit"), "")
+    where = (f"knee between {_n(mk['lower'])} and {_n(mk['upper'])} {unit}" if mk["found"]
+             else f"never stalled up to {_n(mk['lower'])} {unit}")
+    shares = mc.get("reason_share") or {}
+    why = f"cause {mc['name']}" + (
+        f" ({mc['reason']} in {shares.get(mc['reason'], 0):.0%} of refused steps)"
+        if mc.get("reason") else "")
+    off = []
+    if (knee["found"], knee.get("upper")) != (mk["found"], mk.get("upper")):
+        off.append(f"knee inferred {_span(knee)}, measured {_span(mk)}")
+    if cause.get("name") != mc["name"]:
+        off.append(f"cause inferred {cause.get('name')}, measured {mc['name']}")
+    verdict = ("DISAGREES with the inferred verdict: " + "; ".join(off) if off
+               else "agrees with the inferred verdict")
+    return f"measured (the scheduler's own refusals): {where}, {why} — {verdict}"
+
+
+def _span(knee: dict[str, Any]) -> str:
+    return f"({_n(knee.get('lower'))}, {_n(knee.get('upper'))}]" if knee["found"] else "none"
+
+
 def format_details(analysis: dict[str, Any]) -> str:
-    """Confidence reasons, ranked causes, capacity, SLOs and warnings, a line each."""
+    """The measured verdict, confidence reasons, ranked causes, capacity, SLOs and
+    warnings, a line each."""
     knee, cause, cap = analysis["knee"], analysis["cause"], analysis["capacity"]
-    lines = [f"confidence {knee['confidence']}: " + "; ".join(knee.get("reasons") or [])]
+    measured = measured_line(analysis)
+    lines = [measured] if measured else []
+    lines.append(f"confidence {knee['confidence']}: " + "; ".join(knee.get("reasons") or []))
     lines.append(
         "causes ranked: " + ", ".join(f"{c['name']} {c['score']:.2f}" for c in cause["ranked"])
     )

@@ -1,4 +1,4 @@
-"""The one table of vLLM metric names loadlab knows, and what each one means.
+"""The one table of metric names loadlab samples (vLLM's, and its own), and their meaning.
 
 Every family vLLM has exposed since the V0 engine is listed once with its
 Prometheus type, a canonical *role* (what the analyzer asks for: "kv_usage",
@@ -10,6 +10,9 @@ Prometheus type, a canonical *role* (what the analyzer asks for: "kv_usage",
 - ``renamed``: an older name of a V1 metric (``gpu_cache_usage_perc`` ->
   ``kv_cache_usage_perc``, ``gpu_prefix_cache_*`` -> ``prefix_cache_*``,
   ``time_per_output_token_seconds`` -> ``inter_token_latency_seconds``)
+- ``loadlab``: not vLLM's own: the scheduler's refusals (``loadlab:scheduler_*``),
+  served by loadlab's simulator and by its probe inside a real vLLM; sampled like
+  vLLM's families, but no sign of an engine generation
 
 Names are *family* names as ``prometheus_client``'s parser reports them: a
 counter's family has no ``_total`` (its samples do, or did not in some old
@@ -32,7 +35,7 @@ class MetricDef:
     family: str
     type: str  # counter | gauge | histogram
     role: str
-    era: str  # v1 | both | v0 | renamed
+    era: str  # v1 | both | v0 | renamed | loadlab
 
 
 def _defs(type_: str, era: str, pairs: Iterable[tuple[str, str]]) -> list[MetricDef]:
@@ -103,6 +106,13 @@ CATALOG: tuple[MetricDef, ...] = tuple(
         ("gpu_prefix_cache_hits", "prefix_hits"),
     ])
     + _defs("histogram", "renamed", [("time_per_output_token_seconds", "itl")])
+    + [MetricDef(f"loadlab:{name}", type_, role, "loadlab") for name, type_, role in (
+        ("scheduler_steps", "counter", "scheduler_steps"),
+        ("scheduler_refused_steps", "counter", "refused_steps"),
+        ("scheduler_head_blocks_needed", "gauge", "head_blocks_needed"),
+        ("scheduler_head_free_blocks", "gauge", "head_free_blocks"),
+        ("scheduler_head_running", "gauge", "head_running"),
+    )]
     + _defs("gauge", "v0", [
         ("cpu_cache_usage_perc", "cpu_kv_usage"),
         ("num_requests_swapped", "swapped"),
@@ -147,7 +157,7 @@ def family_of(sample_name: str) -> MetricDef | None:
 
 def families_for_role(role: str) -> list[str]:
     """Every family name that carries ``role``, current name first."""
-    order = {"v1": 0, "both": 0, "renamed": 1, "v0": 2}
+    order = {"v1": 0, "both": 0, "loadlab": 0, "renamed": 1, "v0": 2}
     defs = sorted((d for d in CATALOG if d.role == role), key=lambda d: order[d.era])
     return [d.family for d in defs]
 

@@ -10,7 +10,8 @@ sample line's identity:
    the key, the right part the value.
 3. Unknown key: parse ``<type line>\\n<line>`` with prometheus_client and store
    what it says (family, type, labels) under the key: a series id, or DROP for
-   samples loadlab does not keep (families not starting with ``vllm:``, and the
+   samples loadlab does not keep (families starting with neither ``vllm:`` nor
+   ``loadlab:``, the scheduler's refusal series of loadlab's simulator and probe; and the
    ``*_created`` timestamps prometheus_client adds to counters and histograms).
 4. Known key: ``float(value)``, nothing else.
 
@@ -36,7 +37,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadlab.runstore.schema import canonical_labels
 
-KEEP_PREFIX = "vllm:"
+KEEP_PREFIXES = ("vllm:", "loadlab:")
+KEEP_NAME_REGEX = "(vllm|loadlab):.+"  # the same names, as a PromQL __name__ matcher
 CACHE_CONFIG_FAMILY = "vllm:cache_config_info"
 DROP = -1
 _MAX_KEYS = 200_000  # forget memoised lines beyond this (label churn), rebuilt on demand
@@ -71,8 +73,8 @@ class ExpositionParser:
     parser's lifetime, so a writer can keep per-series columns once.
     """
 
-    def __init__(self, keep_prefix: str = KEEP_PREFIX) -> None:
-        self.keep_prefix = keep_prefix
+    def __init__(self, keep_prefixes: tuple[str, ...] = KEEP_PREFIXES) -> None:
+        self.keep_prefixes = keep_prefixes
         self.series: list[Series] = []
         self.families: dict[str, str] = {}  # family -> type, of kept samples
         self._ids: dict[Series, int] = {}
@@ -116,7 +118,7 @@ class ExpositionParser:
             raise ExpositionError(f"cannot parse line {line[:80]!r}")
         family, sample = samples[0]
         name = _exposed_name(line)
-        if not name.startswith(self.keep_prefix) or name.endswith("_created"):
+        if not name.startswith(self.keep_prefixes) or name.endswith("_created"):
             sid = DROP
         else:
             ftype = "unknown" if family.type == "untyped" else family.type

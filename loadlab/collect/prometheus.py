@@ -5,7 +5,7 @@ their metrics from there instead of sampling them itself. The rows are the same
 METRICS rows the direct scraper writes (``source`` = "prometheus"), so the
 analyzer cannot tell the difference:
 
-1. Raw samples (default): the range selector ``{__name__=~"vllm:.+"}[chunk]``
+1. Raw samples (default): the range selector ``{__name__=~"(vllm|loadlab):.+"}[chunk]``
    (plus any ``match`` label matchers, to pick this run's servers out of a shared
    Prometheus)
    evaluated at the end of each chunk of ``[start, end]`` (default chunks of 10
@@ -38,7 +38,7 @@ from typing import Any
 import pandas as pd
 
 from loadlab.collect import catalog
-from loadlab.collect.parse import KEEP_PREFIX
+from loadlab.collect.parse import KEEP_NAME_REGEX, KEEP_PREFIXES
 from loadlab.errors import InputError, TargetError
 from loadlab.runstore import METRICS, SCRAPES, PartWriter, update_manifest
 from loadlab.runstore.schema import canonical_labels
@@ -124,7 +124,7 @@ def metrics_rows(series: Iterable[dict], types: _Types, scheme: str = "http") ->
     for item in series:
         labels = dict(item["metric"])
         name = labels.get("__name__", "")
-        if not name.startswith(KEEP_PREFIX) or name.endswith("_created"):
+        if not name.startswith(KEEP_PREFIXES) or name.endswith("_created"):
             continue
         endpoint = endpoint_of(labels.get("instance", ""), scheme)
         for drop in _DROPPED_LABELS:
@@ -187,7 +187,7 @@ def read_prometheus(url: str, start: float, end: float, *, step_s: float | None 
     pc = _client(url, headers)
     try:
         extra = f",{match}" if match else ""
-        selector = f'{{__name__=~"{KEEP_PREFIX}.+"{extra}}}'
+        selector = f'{{__name__=~"{KEEP_NAME_REGEX}"{extra}}}'
         if step_s is None:
             series = _raw_series(pc, selector, start, end, chunk_s)
         else:

@@ -55,6 +55,39 @@ class StepRow(_Open):
     state: str | None = Field(None, description="ok | stalled | client_limited | unjudged")
 
 
+class LevelShare(_Open):
+    level: Number
+    share: Number = Field(description="refused engine steps / engine steps at this level")
+
+
+class MeasuredKnee(_Open):
+    """The knee from the scheduler's own refusal counters (``loadlab:`` series), not inferred."""
+
+    found: bool
+    lower: Number | None = None
+    upper: Number | None = Field(None, description="the lowest level from which every higher "
+                                 "level refused the head in >= material_share of its steps")
+    material_share: Number | None = None
+    refused_share: list[LevelShare] = Field(default_factory=list)
+
+
+class MeasuredCause(_Open):
+    """The cause from the scheduler's refusal reasons over the measured stalled levels."""
+
+    name: str = Field(description="seq_cap | kv_exhausted | head_blocked | token_budget | "
+                      "unknown | none")
+    reason: str | None = Field(None, description="the scheduler's reason behind most refusals")
+    reason_share: dict[str, Number] = Field(default_factory=dict,
+                                            description="reason -> share of refused steps")
+    refused_steps: int = 0
+    engine_steps: int = 0
+    head_blocks_needed: Number | None = None
+    head_free_blocks: Number | None = None
+    head_running: Number | None = None
+    kv_usage: Number | None = Field(None, description="KV usage over the stalled steps "
+                                   "(median of their means)")
+
+
 class KneeBlock(_Open):
     """The knee: the last level that held and the first that stalled."""
 
@@ -67,6 +100,8 @@ class KneeBlock(_Open):
     detectors: dict[str, Any] = Field(default_factory=dict, description="each detector's vote")
     psi: Number | None = Field(None, description="the hinge fit's breakpoint")
     client_limited_before_knee: bool | None = None
+    measured: MeasuredKnee | None = Field(None, description="from the scheduler's own refusals, "
+                                          "where the server exports them")
 
 
 class Evidence(_Open):
@@ -95,6 +130,8 @@ class CauseBlock(_Open):
         None, description="undetermined: the causes /metrics cannot tell apart"
     )
     separate_by: str | None = Field(None, description="undetermined: what would tell them apart")
+    measured: MeasuredCause | None = Field(None, description="from the scheduler's own "
+                                           "refusals, where the server exports them")
 
 
 class SloBlock(_Open):

@@ -328,6 +328,9 @@ class KVCacheManager:
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.enable_caching = pool.enable_caching
+        # Blocks the last refused allocate_slots needed (vLLM's num_blocks_to_allocate):
+        # kept on failure only, so a successful call costs nothing more.
+        self.refused_need = 0
 
     def lookup(self, req: KVRequest) -> list[Block]:
         """Prefix hit for a request not yet holding blocks: at most num_tokens - 1 tokens."""
@@ -339,9 +342,10 @@ class KVCacheManager:
                        full_sequence_must_fit: bool = False) -> bool:
         """Give ``req`` blocks for ``num_new_tokens`` more tokens after its computed and hit ones.
 
-        Returns False, changing nothing, when the free queue is too short. Hit blocks
-        that sit in the free queue count as needed blocks, since touching removes them.
-        With ``full_sequence_must_fit`` the whole current sequence must fit first.
+        Returns False, changing nothing, when the free queue is too short; the blocks
+        that check asked for are then in :attr:`refused_need`. Hit blocks that sit in the
+        free queue count as needed blocks, since touching removes them. With
+        ``full_sequence_must_fit`` the whole current sequence must fit first.
         """
         bs = self.block_size
         pool = self.pool
@@ -353,11 +357,14 @@ class KVCacheManager:
         total_computed = req.num_computed + len(hit) * bs
         if full_sequence_must_fit:
             full = min(req.num_tokens, self.max_model_len)
-            if -(-full // bs) - held + evictable > pool.num_free:
+            need = -(-full // bs) - held + evictable
+            if need > pool.num_free:
+                self.refused_need = need
                 return False
         need_tokens = min(total_computed + num_new_tokens, self.max_model_len)
         num_new_blocks = -(-need_tokens // bs) - held
         if num_new_blocks + evictable > pool.num_free:
+            self.refused_need = num_new_blocks + evictable
             return False
         if hit:
             pool.touch(hit)

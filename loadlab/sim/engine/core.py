@@ -10,7 +10,8 @@ replay passes virtual time, so the same engine serves both. One :meth:`Engine.st
 3. ``scheduler.update(plan)`` applies the forward pass as of ``t_end``.
 4. Per-request timestamps: first scheduled = ``now`` of its first admission (not reset by
    preemption, as vLLM's queue time); first token and finish = ``t_end``.
-5. Build a :class:`StepOutput` (state after the step), hand it to the observer, return it.
+5. Build a :class:`StepOutput` (state after the step, with the scheduler's refusal: why
+   the head of waiting stayed there, if it did), hand it to the observer, return it.
 
 Checked against vllm-project/vllm ``vllm/v1/engine/core.py`` (schedule -> execute ->
 update_from_output) and ``vllm/v1/metrics/stats.py`` (timestamps behind the queue,
@@ -80,7 +81,7 @@ class Engine:
             iteration_tokens=res.iteration_tokens, num_running=sched.num_running,
             num_waiting=sched.num_waiting, kv_usage=sched.kv_usage(),
             admitted=[r.request_id for r in plan.admitted],
-            prompt_tokens_cached=res.prompt_tokens_cached)
+            prompt_tokens_cached=res.prompt_tokens_cached, refusal=plan.refusal)
         if self.observer is not None:
             self.observer(out)
         return out

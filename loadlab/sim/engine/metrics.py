@@ -39,6 +39,8 @@ parser in the tests; all state is on the instance, no global registry),
 :meth:`values` just their values, in exposition order (the series set is fixed at
 construction, so a writer can learn the series once from one rendered page).
 No _created samples: vLLM omits them in multiprocess mode too.
+The ``loadlab:scheduler_*`` series (:mod:`loadlab.sim.engine.refusal_metrics`) follow
+vLLM's, in both namings.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from prometheus_client.utils import floatToGoString
 from loadlab.errors import InputError
 from loadlab.runstore.schema import canonical_labels
 from loadlab.sim.engine.hardware import ResolvedConfig
+from loadlab.sim.engine.refusal_metrics import RefusalMetrics
 from loadlab.sim.engine.types import EngineRequest, FinishedRequest, StepOutput
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
@@ -147,6 +150,7 @@ class EngineMetrics:
             0.0,
         )
         self.success = dict.fromkeys(FINISH_REASONS, 0.0)
+        self.refusals = RefusalMetrics()
         self.by_source = dict.fromkeys(PROMPT_SOURCES, 0.0)
         tokens = buckets_1_2_5(resolved.max_model_len)
         self.hists = {
@@ -176,6 +180,7 @@ class EngineMetrics:
         t_end = out.t_end
         self.running, self.waiting, self.kv_usage = out.num_running, out.num_waiting, out.kv_usage
         c = self.counters
+        self.refusals.observe(out.refusal)
         c["preemptions"] += len(out.preempted)
         c["prefix_queries"] += out.prefix_queries_tokens
         c["prefix_hits"] += out.prefix_hits_tokens
@@ -330,6 +335,7 @@ class EngineMetrics:
             yield name, "histogram", text, self._histogram_samples(name, h[key])
         yield ("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig.",
                [("vllm:cache_config_info", self._cache_config_labels(), 1.0)])
+        yield from self.refusals.families(base)
 
     def _cache_config_labels(self) -> dict[str, str]:
         """vLLM's CacheConfig labels (engine, but no model_name, as the real server)."""
@@ -444,6 +450,7 @@ class EngineMetrics:
                 out.append(hist.count)
                 out.append(hist.sum)
         out.append(1.0)  # cache_config_info
+        out += self.refusals.values()
         return [float(v) for v in out]
 
     def samples(self) -> list[Sample]:

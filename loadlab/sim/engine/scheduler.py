@@ -34,6 +34,12 @@ One step (:meth:`Scheduler.schedule`, then :meth:`Scheduler.update`):
    ``output_len`` tokens ("stop", or "length" when that equals max_tokens) or reaches
    ``max_model_len`` tokens ("length"), and frees its blocks (tail first: hashed ones
    join the free queue's tail, unhashed ones its head).
+5. A step that ends with requests still waiting is *refused* (``SchedulePlan.refusal``,
+   :class:`~loadlab.sim.engine.types.Refusal`), for the first limit that stopped step 3 in
+   vLLM's order: ``preempted`` (step 3 skipped), ``token_budget`` (budget spent, or chunked
+   prefill off and the head's prompt larger than what is left), ``seq_cap``, then
+   ``kv_blocks`` (the head's allocation failed; the blocks it asked for are recorded).
+   Nothing is built on a step whose waiting queue ends empty.
 
 Refused with :class:`~loadlab.errors.InputError` (as vLLM refuses them): chunked prefill
 off with ``max_num_batched_tokens < max_model_len``; a pool that cannot hold one
@@ -58,7 +64,7 @@ from dataclasses import dataclass, field
 
 from loadlab.errors import InputError
 from loadlab.sim.engine.blocks import Block, BlockPool, KVCacheManager, prompt_block_hashes
-from loadlab.sim.engine.types import EngineRequest, SchedulerSettings
+from loadlab.sim.engine.types import EngineRequest, Refusal, SchedulerSettings
 
 SchedulerConfig = SchedulerSettings  # what the scheduler reads (ResolvedConfig is one)
 
@@ -143,6 +149,7 @@ class SchedulePlan:
     preempted_prefix_hits_tokens: int = 0
     fast: bool = False                     # planned by FastScheduler's decode fast path
     finishing: list[SimRequest] = field(default_factory=list)  # fast path: last token now
+    refusal: Refusal | None = None         # why waiting is not empty after this step (step 5)
 
 
 @dataclass
@@ -308,6 +315,8 @@ class Scheduler:
         plan.context_tokens = context
         if not preempted:
             self._admit(plan, budget, thr)
+        else:
+            self._refuse(plan, "preempted", 0)
         return plan
 
     def step_threshold(self) -> int:
@@ -316,13 +325,18 @@ class Scheduler:
         return self.threshold if len(self.running) + len(self.waiting) > 1 else 0
 
     def _admit(self, plan: SchedulePlan, budget: int, thr: int) -> None:
-        """Step 3: admit from the head of waiting into ``plan`` with what budget is left."""
+        """Step 3: admit from the head of waiting into ``plan`` with what budget is left;
+        a head left waiting is the step's refusal (step 5)."""
         bs = self.block_size
         kv = self.kv
         running = self.running
         waiting = self.waiting
         scheduled = plan.scheduled
-        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+        while waiting:
+            if budget <= 0:
+                return self._refuse(plan, "token_budget", 0)
+            if len(running) >= self.max_num_seqs:
+                return self._refuse(plan, "seq_cap", 0)
             r = waiting[0]
             hit = kv.lookup(r)
             n_hit = len(hit) * bs
@@ -330,10 +344,10 @@ class Scheduler:
             if 0 < thr < n:
                 n = thr
             if not self.chunked_prefill and n > budget:
-                break
+                return self._refuse(plan, "token_budget", 0)
             n = min(n, budget)
             if not kv.allocate_slots(r, n, hit, self.reserve_full_isl):
-                break
+                return self._refuse(plan, "kv_blocks", kv.refused_need)
             if self.enable_caching:
                 if r.num_preemptions:
                     plan.preempted_prefix_queries_tokens += r.num_tokens
@@ -355,6 +369,9 @@ class Scheduler:
             plan.context_tokens += n_hit + n
             plan.num_prefill_tokens += n
             plan.num_prefill_requests += 1
+
+    def _refuse(self, plan: SchedulePlan, reason: str, blocks_needed: int) -> None:
+        plan.refusal = Refusal(reason, blocks_needed, self.pool.num_free, len(self.running))
 
     def update(self, plan: SchedulePlan) -> StepResult:
         """Apply the step's forward pass: advance, emit tokens, finish (step 4)."""

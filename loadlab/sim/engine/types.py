@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+# Why the head of the waiting queue stayed there, in the order vLLM's
+# ``Scheduler.schedule`` (vllm/v1/core/sched/scheduler.py) checks the limits: a preemption
+# skips the waiting loop; ``while token_budget > 0`` (or a whole prompt that does not fit
+# the budget left, chunked prefill off); ``len(running) >= max_num_seqs``;
+# ``allocate_slots`` returning None. "other" (LoRA, remote KV, pause) the simulator never
+# produces; it is exported so every reason's counter exists on every server.
+REFUSAL_REASONS = ("preempted", "token_budget", "seq_cap", "kv_blocks", "other")
 
 
 @dataclass
@@ -62,6 +71,23 @@ class BatchShape:
     context_tokens: int              # sum over scheduled requests of (computed + scheduled) tokens
 
 
+class Refusal(NamedTuple):
+    """The limit that kept the head of waiting out in one step, and the state behind it.
+
+    ``blocks_needed`` is what the failed block check compared with ``free_blocks``
+    (vLLM's ``num_blocks_to_allocate``: the whole sequence under reserve-full-ISL, else
+    the chunk, less the head's prefix-hit blocks, plus those of them sitting in the free
+    queue); 0 for the other reasons, for which vLLM never computes it. ``free_blocks``
+    counts evictable cached blocks as free; ``free_blocks`` and ``running`` are as
+    ``schedule`` leaves them. ``_asdict()`` is the step trace's ``refusal`` record.
+    """
+
+    reason: str
+    blocks_needed: int
+    free_blocks: int
+    running: int
+
+
 @dataclass
 class StepOutput:
     """Everything observable about one engine step.
@@ -91,6 +117,7 @@ class StepOutput:
     prompt_tokens_cached: int = 0  # prompt tokens served by the prefix cache (local_cache_hit),
     #                                  counted with prompt_tokens_computed when the first token
     #                                  comes out
+    refusal: Refusal | None = None  # None: waiting was empty when schedule() ended
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,257 @@
+"""Score the analyzer's inferred verdict against the measured one on generated scenarios.
+
+Per seed of the chosen set (``seeds.json``): :func:`generate.generate` draws a scenario,
+the simulator replays it in virtual time into a run folder, and the truth is measured
+from that folder's ``loadlab:`` refusal series (:func:`loadlab.analyze.measured.measure`
+on those series alone, with vLLM's KV usage gauge for the head-of-line split). Then the
+folder is copied with every ``loadlab:`` series removed (metrics.parquet rewritten
+without those rows, the manifest's lists of families cleaned) and, where the scenario
+says so, without the server flags in its manifest: what a live vLLM run would give the
+analyzer. The analyzer judges the copy. Scores:
+
+- cause right: the inferred cause is the measured cause;
+- knee within one level: the inferred and measured first stalled levels are at most one
+  level apart among the plan's distinct levels ("no knee" counts as one past the top);
+- calibration: per knee confidence (high, medium, low), the share of right causes,
+  right knees and both.
+
+Prints the confusion matrix (rows truth, columns inferred) and the calibration table, and
+writes every seed's row with the summary as JSON. At most two processes.
+
+The ``validation`` set is scored once, after tuning, and never tuned on.
+
+    PYTHONPATH=. python benchmarks/heldout/score.py --set tuning [--limit N] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from multiprocessing import Pool
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from generate import generate, load_plan, sim_config, write_profile
+
+from loadlab.analyze.analysis import analyze_run
+from loadlab.analyze.measured import SERIES_PREFIX, measure
+from loadlab.analyze.steps import measured_windows
+from loadlab.analyze.tables import METRIC_COLUMNS, read_metrics
+from loadlab.replay.driver import ReplayOptions, run_replay
+from loadlab.runstore import read_manifest
+from loadlab.runstore.layout import MANIFEST, METRICS_TABLE
+from loadlab.spec.scenario import Workload
+
+SEEDS = Path(__file__).resolve().parent / "seeds.json"
+MAX_JOBS = 2
+CONFIDENCES = ("high", "medium", "low")
+
+
+def truth_of(run_dir: Path) -> dict[str, Any]:
+    """The measured knee and cause of a replayed folder, from its ``loadlab:`` series (and
+    vLLM's KV usage gauge) only: nothing the analyzer infers."""
+    metrics = read_metrics(run_dir, columns=METRIC_COLUMNS)
+    kept = metrics["family"].astype(str)
+    metrics = metrics[kept.str.startswith(SERIES_PREFIX) | (kept == "vllm:kv_cache_usage_perc")]
+    windows = measured_windows(read_manifest(run_dir))
+    windows["level"] = windows["concurrency"].where(windows["concurrency"].notna(),
+                                                    windows["target_rate"])
+    measured = measure(metrics, windows)
+    if measured is None:
+        raise RuntimeError(f"{run_dir}: the replay exported no loadlab: series")
+    return measured
+
+
+def stripped_copy(run_dir: Path, dest: Path, strip_flags: bool) -> Path:
+    """``run_dir`` copied to ``dest`` without ``loadlab:`` series (and without the server
+    flags when ``strip_flags``): what the analyzer is scored on."""
+    shutil.copytree(run_dir, dest)
+    for part in sorted((dest / METRICS_TABLE).glob("*.parquet")):
+        table = pq.read_table(part)
+        keep = pc.invert(pc.starts_with(table.column("family"), SERIES_PREFIX))
+        pq.write_table(table.filter(keep), part)
+    manifest = json.loads((dest / MANIFEST).read_text())
+    _drop_families(manifest.get("metrics") or {})
+    if strip_flags:
+        manifest.pop("server", None)
+        manifest.pop("sim", None)
+        launch = (manifest.get("target") or {}).get("launch") or {}
+        launch.pop("flags", None)
+        launch.pop("argv", None)
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return dest
+
+
+def _drop_families(info: dict[str, Any]) -> None:
+    """Remove ``loadlab:`` families from the manifest's metrics block, endpoints included."""
+    for block in [info, *(info.get("endpoints") or {}).values()]:
+        if "families" in block:
+            block["families"] = [f for f in block["families"] if not f.startswith(SERIES_PREFIX)]
+        names = block.get("names_found") or {}
+        for role in [r for r, f in names.items() if f.startswith(SERIES_PREFIX)]:
+            del names[role]
+
+
+def knee_index(levels: list[float], upper: float | None) -> int:
+    """The position of a first stalled level among the distinct levels; None: past the top."""
+    if upper is None:
+        return len(levels)
+    return min(range(len(levels)), key=lambda i: abs(levels[i] - float(upper)))
+
+
+def score_seed(seed: int, keep: Path | None = None) -> dict[str, Any]:
+    """Generate, replay, measure, strip, analyse and score one seed."""
+    spec = generate(seed)
+    with tempfile.TemporaryDirectory(prefix=f"heldout-{seed}-") as tmp:
+        folder = Path(tmp)
+        profile = write_profile(spec, folder)
+        run_dir = folder / "run"
+        t0 = time.perf_counter()
+        run_replay(sim_config(spec), load_plan(spec), Workload(profile=str(profile), seed=seed),
+                   run_dir, ReplayOptions(metrics_interval_s=spec["metrics_interval_s"],
+                                          start_epoch=1.7e9))
+        replay_s = time.perf_counter() - t0
+        truth = truth_of(run_dir)
+        copy = stripped_copy(run_dir, folder / "analysed", spec["strip_flags"])
+        t0 = time.perf_counter()
+        inferred = analyze_run(copy).as_json()
+        analyse_s = time.perf_counter() - t0
+        if keep is not None:
+            shutil.copytree(folder, keep / str(seed), dirs_exist_ok=True)
+    plan = spec["plan"]
+    levels = sorted({float(v) for v in plan.get("concurrency") or plan.get("rate")})
+    knee = inferred["knee"]
+    got = knee["upper"] if knee["found"] else None
+    want = truth["knee"]["upper"] if truth["knee"]["found"] else None
+    return {
+        "seed": seed,
+        "truth_cause": truth["cause"]["name"],
+        "inferred_cause": inferred["cause"]["name"],
+        "truth_knee": [truth["knee"]["lower"], want],
+        "inferred_knee": [knee.get("lower"), got],
+        "confidence": knee.get("confidence"),
+        "cause_right": truth["cause"]["name"] == inferred["cause"]["name"],
+        "knee_right": abs(knee_index(levels, got) - knee_index(levels, want)) <= 1,
+        "loop": "closed" if "concurrency" in plan else "open",
+        "scrape_s": spec["metrics_interval_s"],
+        "flags_stripped": spec["strip_flags"],
+        "top_step": spec["top_step"],
+        "chunked": spec["server"]["enable_chunked_prefill"],
+        "replay_s": round(replay_s, 2),
+        "analyse_s": round(analyse_s, 2),
+    }
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals, the confusion matrix and the calibration table of scored rows."""
+    n = len(rows)
+    confusion = Counter((r["truth_cause"], r["inferred_cause"]) for r in rows)
+    calibration = {}
+    for conf in sorted({str(r["confidence"]) for r in rows},
+                       key=lambda c: (CONFIDENCES + (c,)).index(c)):
+        group = [r for r in rows if str(r["confidence"]) == conf]
+        calibration[conf] = {
+            "n": len(group),
+            "cause_right": _share(group, lambda r: r["cause_right"]),
+            "knee_right": _share(group, lambda r: r["knee_right"]),
+            "both_right": _share(group, lambda r: r["cause_right"] and r["knee_right"]),
+        }
+    return {
+        "n": n,
+        "cause_right": _share(rows, lambda r: r["cause_right"]),
+        "knee_right": _share(rows, lambda r: r["knee_right"]),
+        "both_right": _share(rows, lambda r: r["cause_right"] and r["knee_right"]),
+        "confusion": [{"truth": t, "inferred": i, "n": c}
+                      for (t, i), c in sorted(confusion.items())],
+        "calibration": calibration,
+    }
+
+
+def _share(rows: list[dict[str, Any]], test: Any) -> float | None:
+    return round(sum(bool(test(r)) for r in rows) / len(rows), 4) if rows else None
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The confusion matrix and the calibration table as text."""
+    cells = {(c["truth"], c["inferred"]): c["n"] for c in summary["confusion"]}
+    names = sorted({t for t, _ in cells} | {i for _, i in cells})
+    width = max(len(x) for x in [*names, "truth \\ inferred"]) + 2
+    lines = ["confusion (rows: measured truth, columns: inferred)",
+             "truth \\ inferred".ljust(width) + "".join(x[:12].rjust(14) for x in names)]
+    for t in names:
+        if any(cells.get((t, i)) for i in names):
+            lines.append(t.ljust(width) + "".join(str(cells.get((t, i), 0)).rjust(14)
+                                                  for i in names))
+    lines += ["", "calibration (knee confidence: share right)",
+              f"{'confidence':12s}{'n':>6s}{'cause':>9s}{'knee':>9s}{'both':>9s}"]
+    for conf, c in summary["calibration"].items():
+        lines.append(f"{conf:12s}{c['n']:6d}" + "".join(
+            f"{c[k]:9.0%}" for k in ("cause_right", "knee_right", "both_right")))
+    lines.append(f"\nall {summary['n']}: cause right {summary['cause_right']:.0%}, knee within "
+                 f"one level {summary['knee_right']:.0%}, both {summary['both_right']:.0%}")
+    return "\n".join(lines)
+
+
+def seeds_of(name: str) -> list[int]:
+    return [int(s) for s in json.loads(SEEDS.read_text())[name]]
+
+
+def score(seeds: list[int], jobs: int = MAX_JOBS, keep: Path | None = None,
+          say: Any = None) -> dict[str, Any]:
+    """Every seed's row and the summary; ``say`` gets a line per seed as it finishes."""
+    jobs = max(1, min(jobs, MAX_JOBS))
+    args = [(s, keep) for s in seeds]
+    if jobs == 1:
+        rows = _collect(map(_score_args, args), say)
+    else:
+        with Pool(jobs) as pool:
+            rows = _collect(pool.imap(_score_args, args), say)
+    return {"rows": rows, "summary": summarise(rows)}
+
+
+def _score_args(args: tuple[int, Path | None]) -> dict[str, Any]:
+    return score_seed(*args)
+
+
+def _collect(results: Any, say: Any) -> list[dict[str, Any]]:
+    rows = []
+    for r in results:
+        rows.append(r)
+        if say:
+            say(f"seed {r['seed']:6d}: truth {r['truth_cause']:13s} {str(r['truth_knee']):14s} "
+                f"inferred {r['inferred_cause']:17s} {str(r['inferred_knee']):14s} "
+                f"{str(r['confidence']):6s} {'ok' if r['cause_right'] else 'CAUSE'} "
+                f"{'ok' if r['knee_right'] else 'KNEE'}  ({r['replay_s']} s + {r['analyse_s']} s)")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", dest="which", choices=("tuning", "validation"), required=True)
+    ap.add_argument("--limit", type=int, default=None, help="the first N seeds of the set")
+    ap.add_argument("--jobs", type=int, default=MAX_JOBS, help=f"processes (at most {MAX_JOBS})")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="JSON result (default: heldout-SET.json)")
+    ap.add_argument("--keep", type=Path, default=None, help="keep each seed's folders here")
+    args = ap.parse_args()
+    seeds = seeds_of(args.which)[: args.limit]
+    result = score(seeds, args.jobs, args.keep, say=lambda line: print(line, flush=True))
+    print()
+    print(render(result["summary"]))
+    out = args.out or Path(f"heldout-{args.which}.json")
+    out.write_text(json.dumps({"set": args.which, **result}, indent=1) + "\n")
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

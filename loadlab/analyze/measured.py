@@ -1,0 +1,165 @@
+"""The measured verdict: the knee and cause read from the scheduler's own refusals.
+
+The inferred verdict (:mod:`loadlab.analyze.knee`, :mod:`loadlab.analyze.cause`) reads
+what any vLLM exposes: gauges, counters, client latencies. loadlab's simulator (and a
+vLLM with loadlab's probe) also exports why the scheduler left the head of the waiting
+queue waiting, one engine step at a time, following ``Scheduler.schedule`` in
+vllm-project/vllm ``vllm/v1/core/sched/scheduler.py``:
+
+- ``loadlab:scheduler_steps`` (counter): engine steps;
+- ``loadlab:scheduler_refused_steps{reason}`` (counter): steps that ended with a non-empty
+  waiting queue, by the limit that stopped the waiting loop (``preempted``,
+  ``token_budget``, ``seq_cap``, ``kv_blocks``, ``other``);
+- gauges of the last refused step: ``loadlab:scheduler_head_blocks_needed``,
+  ``loadlab:scheduler_head_free_blocks``, ``loadlab:scheduler_head_running``.
+
+Per load step (its measured window, after the warm-up cut) the *refused share* is the
+counter increase of refused steps over that of engine steps. Steps at one level (a top
+level run twice) are added up. The measured knee is the lowest level from which every
+higher level has a refused share of at least :data:`MATERIAL_REFUSED_SHARE`; the measured
+cause is the reason behind most refused steps of those stalled levels, named as the
+analyzer names causes (:data:`CAUSE_OF_REASON`; a ``kv_blocks`` refusal becomes
+``head_blocked`` or ``kv_exhausted`` by :func:`kv_cause`). A folder without these series
+(a live vLLM) has no measured verdict: :func:`measure` returns None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from loadlab.analyze.windows import counter_windows, gauge_windows, resolve_family
+
+SERIES_PREFIX = "loadlab:"
+STEPS = "loadlab:scheduler_steps"
+REFUSED = "loadlab:scheduler_refused_steps"
+HEAD_NEEDED = "loadlab:scheduler_head_blocks_needed"
+HEAD_FREE = "loadlab:scheduler_head_free_blocks"
+HEAD_RUNNING = "loadlab:scheduler_head_running"
+REASONS = ("preempted", "token_budget", "seq_cap", "kv_blocks", "other")
+
+MATERIAL_REFUSED_SHARE = 0.5
+"""A level is stalled when the scheduler refuses the head in at least half its engine
+steps. Below a sustained overload the queue forms at a burst and is drained within a
+step or two, so refusals stay a small share (well under a tenth on the simulator's
+ground-truth scenarios below their knee); past it the queue stays, and nearly every step
+ends with someone waiting. Half is the point where waiting is the rule rather than the
+exception: the same bar the analyzer's ground truth uses for the time the queue is
+non-empty (tests/analyze/groundtruth.py)."""
+
+HEAD_BLOCKED_KV_USAGE = 0.9
+"""A ``kv_blocks`` refusal with the pool under 90% used is head-of-line blocking: the
+head's whole sequence (reserve-full-ISL) needs more blocks than are free while a tenth or
+more of the pool stays unused, so a smaller request behind it would have fitted. At 90%
+and over the pool itself is full: KV exhaustion."""
+
+CAUSE_OF_REASON: Mapping[str, str] = {
+    "preempted": "kv_exhausted",   # vLLM preempts only when a running request needs a block
+    "token_budget": "token_budget",
+    "seq_cap": "seq_cap",
+    "kv_blocks": "kv_exhausted",   # or head_blocked: see kv_cause
+    "other": "unknown",
+}
+
+
+def has_refusals(metrics: pd.DataFrame) -> bool:
+    """Whether the folder's metrics carry the scheduler's step counter."""
+    return not metrics.empty and bool((metrics["family"] == STEPS).any())
+
+
+def measure(metrics: pd.DataFrame, table: pd.DataFrame) -> dict[str, dict[str, Any]] | None:
+    """``{"knee": ..., "cause": ...}`` measured from the refusal series, or None without them.
+
+    ``table``: the load steps' measured windows with their level (the analyzer's step
+    table, or :func:`loadlab.analyze.steps.measured_windows` with a ``level``). Besides
+    the ``loadlab:`` series only vLLM's KV usage gauge is read, to split ``kv_blocks``.
+    """
+    if not has_refusals(metrics) or table.empty:
+        return None
+    wins = table[["t_start", "t_end"]]
+    steps = _deltas(counter_windows(metrics, STEPS, wins))
+    refused = {reason: _deltas(counter_windows(metrics, REFUSED, wins, where={"reason": reason}))
+               for reason in REASONS}
+    frame = pd.DataFrame({"level": table["level"].to_numpy(dtype=float), "steps": steps,
+                          **refused})
+    by_level = frame.groupby("level", sort=True).sum()
+    total = by_level[list(REASONS)].sum(axis=1)
+    share = (total / by_level["steps"].where(by_level["steps"] > 0)).fillna(0.0)
+    knee = _knee(share)
+    stalled = (frame["level"] >= knee["upper"]).to_numpy() if knee["found"] else np.zeros(
+        len(frame), dtype=bool)
+    return {"knee": knee, "cause": _cause(metrics, table, frame, stalled)}
+
+
+def _deltas(frame: pd.DataFrame) -> np.ndarray:
+    """A counter's increase per window, 0 where the window had no sample."""
+    return frame["delta"].fillna(0.0).to_numpy(dtype=float)
+
+
+def _knee(share: pd.Series) -> dict[str, Any]:
+    """The lowest level from which every higher level is stalled (levels ascending)."""
+    stalled = (share >= MATERIAL_REFUSED_SHARE).to_numpy()
+    levels = [_plain(v) for v in share.index]
+    upper_i = next((i for i in range(len(levels)) if stalled[i:].all()), None)
+    lower: int | float | None
+    upper: int | float | None
+    if upper_i is None:   # never stalled: judged up to the top level, as the analyzer says
+        lower, upper = levels[-1], None
+    else:
+        lower, upper = (levels[upper_i - 1] if upper_i > 0 else None), levels[upper_i]
+    return {
+        "found": upper is not None,
+        "lower": lower,
+        "upper": upper,
+        "material_share": MATERIAL_REFUSED_SHARE,
+        "refused_share": [{"level": lv, "share": round(float(s), 4)}
+                          for lv, s in zip(levels, share.to_numpy())],
+    }
+
+
+def _cause(metrics: pd.DataFrame, table: pd.DataFrame, frame: pd.DataFrame,
+           stalled: np.ndarray) -> dict[str, Any]:
+    counts = {r: float(frame.loc[stalled, r].sum()) for r in REASONS}
+    refused = sum(counts.values())
+    out: dict[str, Any] = {
+        "name": "none",
+        "refused_steps": int(refused),
+        "engine_steps": int(frame.loc[stalled, "steps"].sum()),
+        "reason_share": {r: round(c / refused, 4) for r, c in counts.items()} if refused else {},
+    }
+    if not stalled.any() or not refused:
+        return out
+    reason = max(REASONS, key=lambda r: counts[r])
+    wins = table.loc[stalled, ["t_start", "t_end"]]
+    needed, free = _gauge(metrics, HEAD_NEEDED, wins), _gauge(metrics, HEAD_FREE, wins)
+    family = resolve_family(metrics, "kv_usage")
+    kv = _gauge(metrics, family, wins, 4) if family else None
+    out.update(reason=reason, head_blocks_needed=needed, head_free_blocks=free,
+               head_running=_gauge(metrics, HEAD_RUNNING, wins), kv_usage=kv)
+    out["name"] = kv_cause(needed, free, out["kv_usage"]) if reason == "kv_blocks" else (
+        CAUSE_OF_REASON[reason])
+    return out
+
+
+def kv_cause(needed: float | None, free: float | None, kv_usage: float | None) -> str:
+    """``head_blocked`` when the head needed more blocks than were free while the pool was
+    under :data:`HEAD_BLOCKED_KV_USAGE` used, else ``kv_exhausted``."""
+    if needed is None or free is None or kv_usage is None:
+        return "kv_exhausted"
+    return "head_blocked" if needed > free and kv_usage < HEAD_BLOCKED_KV_USAGE else "kv_exhausted"
+
+
+def _gauge(metrics: pd.DataFrame, family: str, wins: pd.DataFrame,
+           digits: int = 2) -> float | None:
+    """A head gauge's typical value over the windows: the median of the per-window means
+    (a burst of odd refusals in one window does not move it); None without samples."""
+    stats = gauge_windows(metrics, family, wins, by=())
+    values = stats["mean"].dropna() if "mean" in stats else pd.Series(dtype=float)
+    return round(float(values.median()), digits) if len(values) else None
+
+
+def _plain(v: float) -> int | float:
+    return int(v) if float(v).is_integer() else float(v)

@@ -1,0 +1,110 @@
+"""The measured verdict: knee and cause read from the scheduler's own refusal series of
+real ``sim replay`` folders, beside the inferred verdict in analysis.json and the console."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from groundtruth import SCENARIOS, Scenario, _profile, run_scenario
+
+from loadlab.analyze.analysis import analyze_run
+from loadlab.analyze.display import format_details, measured_line
+from loadlab.analyze.measured import HEAD_BLOCKED_KV_USAGE, MATERIAL_REFUSED_SHARE, kv_cause
+from loadlab.runstore.analysis_model import read_analysis, write_analysis_file
+from loadlab.runstore.layout import ANALYSIS
+from loadlab.sim.engine.config import SimConfig
+
+# Two ~3k-token prompts fill 60-70% of a 500-block pool; a third's whole sequence
+# (reserve-full-ISL) does not fit in what is left: the head waits while the pool is not full.
+HEAD_BLOCKED = Scenario(
+    "head_blocked",
+    SimConfig(model="llama-3.1-8b", gpu="h100", max_num_seqs=64, num_gpu_blocks_override=500,
+              max_model_len=4096),
+    (1, 2, 4, 8), _profile("long-prompt"), step_s=30.0, warmup_s=5.0,
+)
+
+
+def _short(sc: Scenario) -> Scenario:
+    """The scenario in 30 s steps: the same knee, a third of the virtual time."""
+    return replace(sc, step_s=30.0, warmup_s=5.0)
+
+
+@pytest.mark.parametrize("name,lower,upper,reason", [
+    ("seq_cap", 8, 12, "seq_cap"),
+    ("kv_exhausted", 8, 12, "kv_blocks"),
+    ("token_budget", 6, 8, "token_budget"),
+])
+def test_measured_knee_and_cause_follow_the_refusal_counters(tmp_path: Path, name: str,
+                                                             lower: int, upper: int,
+                                                             reason: str) -> None:
+    sc = SCENARIOS[name]
+    run_scenario(sc, tmp_path)
+    a = analyze_run(tmp_path).as_json()
+    knee, cause = a["knee"]["measured"], a["cause"]["measured"]
+    assert (knee["found"], knee["lower"], knee["upper"]) == (True, lower, upper), knee
+    shares = {row["level"]: row["share"] for row in knee["refused_share"]}
+    assert shares[lower] < MATERIAL_REFUSED_SHARE <= min(
+        s for lv, s in shares.items() if lv >= upper), shares
+    assert cause["name"] == name and cause["reason"] == reason, cause
+    assert cause["reason_share"][reason] > 0.9
+    assert 0 < cause["refused_steps"] <= cause["engine_steps"]
+
+
+def test_kv_blocks_refusals_with_a_full_pool_are_kv_exhausted(tmp_path: Path) -> None:
+    run_scenario(SCENARIOS["kv_exhausted"], tmp_path)
+    cause = analyze_run(tmp_path).as_json()["cause"]["measured"]
+    assert cause["kv_usage"] >= HEAD_BLOCKED_KV_USAGE
+    assert cause["head_blocks_needed"] > cause["head_free_blocks"]
+
+
+def test_a_head_that_does_not_fit_a_half_empty_pool_is_head_blocked(tmp_path: Path) -> None:
+    run_scenario(HEAD_BLOCKED, tmp_path)
+    cause = analyze_run(tmp_path).as_json()["cause"]["measured"]
+    assert cause["name"] == "head_blocked", cause
+    assert cause["kv_usage"] < HEAD_BLOCKED_KV_USAGE
+    assert cause["head_blocks_needed"] > cause["head_free_blocks"] > 0
+
+
+def test_kv_cause_splits_on_usage_and_needs_all_three_figures() -> None:
+    assert kv_cause(200, 120, 0.6) == "head_blocked"
+    assert kv_cause(200, 120, 0.95) == "kv_exhausted"
+    assert kv_cause(100, 120, 0.6) == "kv_exhausted"   # it fitted: not the head's size
+    assert kv_cause(None, 120, 0.6) == "kv_exhausted"
+
+
+def test_no_stall_measures_no_knee_and_cause_none(tmp_path: Path) -> None:
+    sc = _short(SCENARIOS["none"])
+    run_scenario(sc, tmp_path)
+    a = analyze_run(tmp_path).as_json()
+    knee, cause = a["knee"]["measured"], a["cause"]["measured"]
+    assert (knee["found"], knee["lower"], knee["upper"]) == (False, sc.levels[-1], None)
+    assert cause["name"] == "none" and cause["refused_steps"] == 0
+
+
+def test_console_says_plainly_when_measured_and_inferred_disagree(tmp_path: Path) -> None:
+    run_scenario(_short(SCENARIOS["seq_cap"]), tmp_path)
+    a = analyze_run(tmp_path).as_json()
+    line = measured_line(a)
+    assert line is not None and format_details(a).splitlines()[0] == line
+    assert "knee between 8 and 12 concurrent, cause seq_cap" in line
+    assert line.endswith("agrees with the inferred verdict")
+    a["cause"]["name"] = "kv_exhausted"   # an inferred verdict the refusals contradict
+    assert "DISAGREES with the inferred verdict: cause inferred kv_exhausted, measured seq_cap" \
+        in measured_line(a)
+
+
+def test_analysis_json_keeps_measured_and_old_files_still_load(tmp_path: Path) -> None:
+    run_scenario(_short(SCENARIOS["seq_cap"]), tmp_path)
+    write_analysis_file(tmp_path, analyze_run(tmp_path))
+    back = read_analysis(tmp_path)
+    assert back.knee.measured is not None and back.knee.measured.upper == 12
+    assert back.cause.measured is not None and back.cause.measured.name == "seq_cap"
+    old = json.loads((tmp_path / ANALYSIS).read_text())
+    del old["knee"]["measured"], old["cause"]["measured"]
+    (tmp_path / ANALYSIS).write_text(json.dumps(old))
+    before = read_analysis(tmp_path)
+    assert before.knee.measured is None and before.cause.measured is None
+    assert measured_line(before.as_json()) is None
