@@ -59,3 +59,16 @@ def test_a_one_deep_queue_above_a_cap_of_64_is_the_knee(tmp_path):
     knee = find_knee(run, build_step_table(run))
     assert knee.detectors["little"]["per_step"][3] is True
     assert (knee.found, knee.lower, knee.upper) == (True, 64, 66)
+
+
+def test_one_stalled_step_is_never_high_confidence(tmp_path):
+    """Only the top step stalls: however stable under resampling, it is one piece of
+    evidence (before, agreement alone made it high)."""
+    base = SCENARIOS["seq_cap"]
+    sc = Scenario("top_only", base.cfg, (2, 4, 6, 8, 12), base.profile)
+    truth = run_scenario(sc, tmp_path, seed=0, metrics_interval_s=1.0)
+    assert truth.upper == 12
+    run = load_run(tmp_path)
+    knee = find_knee(run, build_step_table(run))
+    assert (knee.found, knee.upper) == (True, 12)
+    assert knee.confidence != "high", knee.reasons
