@@ -87,7 +87,7 @@ def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any]
     return causes.assess(stalled, table, run.manifest.get("server") or {}, config, cap,
                          causes.Verdict(knee.found, knee.client_limited_before, limited,
                                         not run.metrics.empty, knee.psi, run.closed_loop),
-                         run.requests, run.metrics)
+                         run.requests)
 
 
 def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:

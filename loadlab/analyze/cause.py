@@ -18,11 +18,6 @@ stalled steps that show the signature (0..1):
   mean ITL) >= BUDGET_FILL (0.8) of ``max_num_batched_tokens``, running below the cap,
   KV below full. Without the flag it scores 0: any saturated server runs full steps,
   so a flat tokens-per-step figure does not single the budget out.
-- The probe (``loadlab:scheduler_refused_steps_total{reason}``, when the server exports
-  it) outranks every signature: the reason most refused steps in the stalled steps
-  give is the cause (``preempted`` and ``kv_blocks`` read as ``kv_exhausted``, or
-  ``head_blocked`` when the head needed more blocks than were free while KV usage stayed
-  below HEAD_KV_MEAN), scored by its share of refused steps.
 - ``head_blocked``: KV usage *mean* below HEAD_KV_MEAN (0.75) while requests wait and
   running is below the cap, and the longest prompt sent in the step (client records)
   needs more blocks than the pool has free at that mean (``num_gpu_blocks`` x (1 - KV
@@ -44,10 +39,10 @@ with ``max_num_seqs`` and ``max_num_batched_tokens`` unknown: ``seq_cap`` when r
 max varies by at most 1, and ``token_budget``), with ``candidates`` and ``separate_by``
 (the probe, the flags), else unknown.
 
-Confidence (``cause.confidence``): high when the probe's refusals name it (share >=
-0.8) or a flag-backed signature holds in every stalled step (>= 2 of them) with a
-margin >= 0.5 over the runner-up; medium when it scores >= MIN_SCORE with a margin
->= 0.25 (an inferred cap is at most medium); else low (always for ``undetermined``).
+Confidence (``cause.confidence``): high when a flag-backed signature holds in every
+stalled step (>= 2 of them) with a margin >= 0.5 over the runner-up; medium when it
+scores >= MIN_SCORE with a margin >= 0.25 (an inferred cap is at most medium); else low
+(always for ``undetermined``).
 """
 
 from __future__ import annotations
@@ -60,7 +55,6 @@ import pandas as pd
 
 from loadlab.analyze.capacity import as_int
 from loadlab.analyze.detectors import column
-from loadlab.analyze.windows import counter_windows
 
 KV_FULL = 0.9
 CALIBER = 0.5
@@ -68,9 +62,6 @@ BUDGET_FILL = 0.8
 MIN_SCORE = 0.5
 HEAD_KV_MEAN = 0.75
 SERVER_CAUSES = ("seq_cap", "kv_exhausted", "dashboard_caliber", "token_budget", "head_blocked")
-REFUSALS = "loadlab:scheduler_refused_steps_total"
-PROBE_CAUSE = {"preempted": "kv_exhausted", "token_budget": "token_budget",
-               "seq_cap": "seq_cap", "kv_blocks": "kv_exhausted"}
 
 
 @dataclass
@@ -89,7 +80,6 @@ class Signals:
     prompt_max: np.ndarray | None = None
     pool_blocks: int | None = None
     block_size: int | None = None
-    refused: dict[str, float] = field(default_factory=dict)
     cap: int | None = None
     cap_inferred: bool = False
     budget: int | None = None
@@ -150,28 +140,26 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
 
 def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
            config: dict[str, Any], capacity: dict[str, Any], verdict: Verdict,
-           requests: pd.DataFrame | None = None,
-           metrics: pd.DataFrame | None = None) -> dict[str, Any]:
+           requests: pd.DataFrame | None = None) -> dict[str, Any]:
     """The ``cause`` block of analysis.json: scores, choice, evidence, facts and knob.
 
     ``stalled``: the knee's stalled steps (step-table rows with ``token_fill``);
     ``table``: every step (for frontend_starved); ``requests``: the client records (the
-    prompt-length tail); ``metrics``: the samples (the probe's refusals). ``notes`` says
-    what was inferred.
+    prompt-length tail). ``notes`` says what was inferred. Nothing here reads the probe's
+    ``loadlab:`` series: this is the verdict any vLLM's /metrics support; the measured one
+    (:mod:`loadlab.analyze.measured`) sits beside it, and agreement between the two means
+    something only while they stay independent.
     """
     stalled = stalled.assign(prompt_tokens_max=prompt_max(stalled, requests))
     fill = stalled["token_fill"].to_numpy(dtype=float) if "token_fill" in stalled else \
         np.full(len(stalled), np.nan)
     sig = signals(stalled, server, config, fill, verdict.psi)
-    sig.refused = refusals(metrics, stalled)
     candidates = signatures(sig) + [frontend_starved(table)]
     limited = verdict.client_limited_steps
     candidates.append(Candidate(
         "client_limited", 1.0 if verdict.client_before else 0.5 * bool(limited),
         [{"what": "client-limited step", "value": 1, "step": s} for s in limited]))
-    probe = probe_cause(sig)
-    name = probe[0] if probe and verdict.knee_found and not verdict.client_before else \
-        choose(candidates, verdict.knee_found, verdict.client_before, verdict.server_metrics)
+    name = choose(candidates, verdict.knee_found, verdict.client_before, verdict.server_metrics)
     out: dict[str, Any] = {}
     if name == "unknown" and verdict.knee_found and verdict.server_metrics:
         pair = ambiguous(sig)
@@ -183,7 +171,7 @@ def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
     return {"name": name, "evidence": chosen.evidence if chosen else [],
             "knob": knob(name, sig, capacity), "facts": facts(sig, verdict.closed_loop),
             "ranked": [{"name": c.name, "score": round(c.score, 3)} for c in ranked],
-            "confidence": confidence(name, candidates, sig, probe), **out,
+            "confidence": confidence(name, candidates, sig), **out,
             "notes": sig.notes}
 
 
@@ -206,31 +194,6 @@ def prompt_max(rows: pd.DataFrame, requests: pd.DataFrame | None) -> np.ndarray:
     return out
 
 
-def refusals(metrics: pd.DataFrame | None, rows: pd.DataFrame) -> dict[str, float]:
-    """Refused engine steps by reason over the steps' windows (the probe); {} without it."""
-    if metrics is None or metrics.empty or not (metrics["family"] == REFUSALS).any() \
-            or rows.empty:
-        return {}
-    counts = counter_windows(metrics, REFUSALS, rows[["t_start", "t_end"]], by=["reason"])
-    counts = counts.dropna(subset=["reason"])
-    return {str(k): float(v) for k, v in counts.groupby("reason")["delta"].sum().items()}
-
-
-def probe_cause(sig: Signals) -> tuple[str, float] | None:
-    """The cause the probe's refusals name, with its share of refused steps."""
-    total = sum(sig.refused.values())
-    if total <= 0:
-        return None
-    reason = max(sig.refused, key=lambda r: sig.refused[r])
-    name = PROBE_CAUSE.get(reason)
-    if name is None:
-        return None
-    kv_mean = _agg(np.nanmean, sig.kv_mean) if sig.kv_mean is not None else None
-    if reason == "kv_blocks" and kv_mean is not None and kv_mean < HEAD_KV_MEAN:
-        name = "head_blocked"
-    return name, sig.refused[reason] / total
-
-
 def ambiguous(sig: Signals) -> list[str]:
     """The causes /metrics cannot tell apart here without the probe or the flags."""
     if not len(sig.steps) or not np.all(sig.kv_max < KV_FULL):
@@ -244,11 +207,8 @@ def ambiguous(sig: Signals) -> list[str]:
     return out
 
 
-def confidence(name: str, candidates: list[Candidate], sig: Signals,
-               probe: tuple[str, float] | None) -> str:
+def confidence(name: str, candidates: list[Candidate], sig: Signals) -> str:
     """How sure the cause is (the module docstring's last paragraph)."""
-    if probe is not None and probe[0] == name:
-        return "high" if probe[1] >= 0.8 else "medium"
     scores = sorted((c.score for c in candidates if c.name in SERVER_CAUSES), reverse=True)
     if name not in SERVER_CAUSES or not scores:
         return "low"
@@ -274,7 +234,7 @@ def facts(sig: Signals, closed_loop: bool = True) -> dict[str, Any]:
             "prompt_max": _agg(np.nanmax, sig.prompt_max),
             "head_blocks_needed": _agg(np.nanmax, head_need(sig)) if sig.steps else None,
             "free_blocks": _agg(np.nanmean, free_blocks(sig)) if sig.steps else None,
-            "pool_blocks": sig.pool_blocks, "refused": dict(sig.refused),
+            "pool_blocks": sig.pool_blocks,
             "tokens_per_step": _agg(np.nanmax, sig.tokens_per_step)}
 
 
