@@ -62,6 +62,8 @@ BUDGET_FILL = 0.8
 MIN_SCORE = 0.5
 HEAD_KV_MEAN = 0.75
 SERVER_CAUSES = ("seq_cap", "kv_exhausted", "dashboard_caliber", "token_budget", "head_blocked")
+NAMES = SERVER_CAUSES + ("undetermined", "frontend_starved", "client_limited", "none", "unknown")
+"""Every name ``cause.name`` can take."""
 
 
 @dataclass

@@ -11,6 +11,7 @@ from groundtruth import SCENARIOS, Scenario, _profile, run_scenario
 from test_analysis import rewrite
 
 from loadlab.analyze.analysis import analyze_run
+from loadlab.analyze.cause import NAMES, knob
 from loadlab.runstore import METRICS, read_manifest, read_table, write_manifest
 from loadlab.sim.engine.config import SimConfig
 
@@ -92,3 +93,11 @@ def test_a_flag_backed_cause_is_high(tmp_path):
     run_scenario(SCENARIOS["seq_cap"], tmp_path, seed=0, metrics_interval_s=1.0)
     cause = analyze_run(tmp_path).as_json()["cause"]
     assert (cause["name"], cause["confidence"]) == ("seq_cap", "high")
+
+
+def test_every_cause_name_has_a_knob_and_a_report_label() -> None:
+    from loadlab.report.summary import CAUSES
+
+    assert set(CAUSES) == set(NAMES)
+    for name in NAMES:
+        assert knob(name, None, {})
