@@ -3,27 +3,34 @@
 Scored over the knee's stalled steps (every judged step from the first stalled one up)
 with figures that survive gauge lag: maxima of gauges (a lagging gauge reads low, never
 high), counter rates and histogram deltas. :func:`signatures` is the pure part, shared
-with ``loadlab diagnose`` (which feeds it one live window). Each score is the share of
-stalled steps that show the signature (0..1):
+with ``loadlab diagnose`` (which feeds it its queued live windows). Each score is the
+share of stalled steps that show the signature (0..1):
 
-- ``seq_cap``: running max reached the cap and KV max stayed below KV_FULL (0.9). The
-  cap is ``server.max_num_seqs`` from the manifest, else inferred: running max equal in
-  every stalled step and within 1.5 of the hinge's psi (score x 0.9 when inferred).
-- ``kv_exhausted``: KV max >= KV_FULL with running below the cap (or preemptions); an
-  inferred cap does not count against it (a full pool makes a running plateau too).
+- ``seq_cap``: running max reached the cap (within CAP_SLACK, 1: a finished request's
+  slot stays free until the next step refills it) while the pool was not full on average
+  (KV mean < KV_FULL, 0.9): at the cap vLLM's waiting loop stops before it asks for
+  blocks, so a KV max touching full does not make it KV exhaustion. The cap is
+  ``server.max_num_seqs`` from the manifest, else inferred (:func:`plateau`): running
+  max held within CAP_SLACK over the top stalled steps while requests wait, confirmed by
+  the hinge's psi (within PSI_SLACK) or, without one, by PLATEAU_STEPS (2) steps (score
+  x 0.9 when inferred).
+- ``kv_exhausted``: KV max >= KV_FULL with running below the cap, or the pool full on
+  average (KV mean >= KV_FULL) whatever running is.
 - ``dashboard_caliber``: a KV-exhausted step whose token-level usage (client lengths x
   running / pool tokens) is below CALIBER (half) of the block-level gauge: block
   rounding, not tokens, fills the pool. Takes the KV score; kv_exhausted keeps 0.6 of it.
 - ``token_budget``: tokens per engine step ((prompt computed + generated tokens/s) x
   mean ITL) >= BUDGET_FILL (0.8) of ``max_num_batched_tokens``, running below the cap,
-  KV below full. Without the flag it scores 0: any saturated server runs full steps,
-  so a flat tokens-per-step figure does not single the budget out.
-- ``head_blocked``: KV usage *mean* below HEAD_KV_MEAN (0.75) while requests wait and
-  running is below the cap, and the longest prompt sent in the step (client records)
-  needs more blocks than the pool has free at that mean (``num_gpu_blocks`` x (1 - KV
-  mean), blocks of ``block_size``). In V1 a cached block no running request references
-  is evictable and counts as free, so shared prefixes do not hold the pool; what stops
-  admission at low usage is a long prompt at the head that must fit whole
+  KV below full. Without the flag (score x 0.9): tokens per step held within BUDGET_FLAT
+  of one value in PLATEAU_STEPS or more steps while running moves (by more than twice
+  CAP_SLACK) and no cap was inferred: a binding budget fills every step to itself.
+- ``head_blocked``: KV usage *mean* below HEAD_BLOCKED_KV_USAGE (0.9, the measured
+  verdict's bar: :mod:`loadlab.analyze.measured`) while requests wait and running is
+  below the cap, and the longest prompt sent in the step (client records) needs more
+  blocks than the pool has free at that mean (``num_gpu_blocks`` x (1 - KV mean),
+  blocks of ``block_size``). In V1 a cached block no running request references is
+  evictable and counts as free, so shared prefixes do not hold the pool; what stops
+  admission below full is a long prompt at the head that must fit whole
   (``allocate_slots(..., full_sequence_must_fit=scheduler_reserve_full_isl)`` in
   ``vllm/v1/core/sched/scheduler.py``), blocking everyone behind it. It takes its
   steps from ``kv_exhausted`` (whose KV *max* a long admission drives to full).
@@ -36,12 +43,13 @@ server metrics; with no knee, frontend_starved if it scores >= 0.5, else none; w
 knee, the best server cause scoring >= 0.5, else frontend_starved, else
 ``undetermined`` when /metrics fit two causes the flags would tell apart (KV below full
 with ``max_num_seqs`` and ``max_num_batched_tokens`` unknown: ``seq_cap`` when running
-max varies by at most 1, and ``token_budget``), with ``candidates`` and ``separate_by``
-(the probe, the flags), else unknown.
+max varies by at most twice CAP_SLACK, and ``token_budget``), with ``candidates`` and
+``separate_by`` (the probe, the flags), else unknown.
 
 Confidence (``cause.confidence``): high when a flag-backed signature holds in every
 stalled step (>= 2 of them) with a margin >= 0.5 over the runner-up; medium when it
-scores >= MIN_SCORE with a margin >= 0.25 (an inferred cap is at most medium); else low
+scores >= MIN_SCORE with a margin >= 0.25 (an inferred cap or budget, and head_blocked,
+are at most medium); else low
 (always for ``undetermined``).
 """
 
@@ -55,12 +63,24 @@ import pandas as pd
 
 from loadlab.analyze.capacity import as_int
 from loadlab.analyze.detectors import column
+from loadlab.analyze.measured import HEAD_BLOCKED_KV_USAGE
 
 KV_FULL = 0.9
 CALIBER = 0.5
 BUDGET_FILL = 0.8
 MIN_SCORE = 0.5
-HEAD_KV_MEAN = 0.75
+BUDGET_FLAT = 0.05
+"""Tokens per step within 5% of the stalled steps' highest read as held at one value."""
+CAP_SLACK = 1
+"""Running one below the cap still counts as at it: a request that finishes leaves its
+slot free until the next step's schedule refills it, and the gauge is read in between."""
+PSI_SLACK = 0.1
+"""An inferred cap's share the hinge (psi) may sit below it: the running curve bends into
+the cap smoothly, so a fitted hinge lands a few percent short."""
+MEAN_SLACK = 0.05
+"""Running mean's share below the plateau's max still held at a cap (slots refill a step
+after they free; with a long queue a few percent of the time they are empty)."""
+PLATEAU_STEPS = 2
 SERVER_CAUSES = ("seq_cap", "kv_exhausted", "dashboard_caliber", "token_budget", "head_blocked")
 NAMES = SERVER_CAUSES + ("undetermined", "frontend_starved", "client_limited", "none", "unknown")
 """Every name ``cause.name`` can take."""
@@ -73,6 +93,7 @@ class Signals:
     steps: list[int]
     levels: list[float]
     running_max: np.ndarray
+    running_mean: np.ndarray
     kv_max: np.ndarray
     preemptions: np.ndarray
     waiting: np.ndarray
@@ -114,6 +135,7 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         steps=[int(s) for s in rows["step"]],
         levels=rows["level"].astype(float).tolist(),
         running_max=column(rows, "running_max"),
+        running_mean=column(rows, "running_mean"),
         kv_max=column(rows, "kv_max"),
         preemptions=column(rows, "preemptions"),
         waiting=np.where(
@@ -130,14 +152,46 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         budget=as_int(server.get("max_num_batched_tokens")),
     )
     sig.cap = as_int(server.get("max_num_seqs"))
-    runs = sig.running_max[~np.isnan(sig.running_max)]
-    plateau = len(runs) > 0 and np.ptp(runs) == 0 and runs[0] > 0
-    if sig.cap is None and plateau and (psi is None or abs(psi - runs[0]) <= 1.5):
-        sig.cap, sig.cap_inferred = int(runs[0]), True
-        sig.notes.append(
-            f"max_num_seqs not known: inferred {int(runs[0])} from the running plateau"
-        )
+    if sig.cap is None and plateau(sig.running_max, sig.running_mean, sig.waiting, sig.levels, psi):
+        top = int(np.nanmax(sig.running_max))
+        sig.cap, sig.cap_inferred = top, True
+        sig.notes.append(f"max_num_seqs not known: inferred {top} from the running plateau")
     return sig
+
+
+def plateau(running_max: np.ndarray, running_mean: np.ndarray, waiting: np.ndarray,
+            levels: list[float], psi: float | None) -> bool:
+    """Whether running held one value while requests waited: the mark of a sequence cap.
+
+    The plateau is the steps whose running max is within CAP_SLACK of the highest, with
+    requests waiting in each and, in at least half of them (the first may see a light
+    queue), running *mean* there too (within CAP_SLACK or
+    MEAN_SLACK of it: at a cap every freed slot is refilled at the next step from the
+    queue, so running reads the cap nearly all the time; a token budget or a blocked
+    head admits as room allows and running wanders below its max); every step at a higher
+    level than its first must be on it (a cap, once reached, holds at every higher load;
+    the first queued step may sit below it). Its evidence is several steps agreeing
+    (:data:`PLATEAU_STEPS`) or, where a hinge was fitted to the running curve over the
+    levels, ``psi`` at the plateau's value. One window's running max alone is whatever
+    running happened to be when the queue formed.
+    """
+    known = ~np.isnan(running_max)
+    if not known.any() or np.nanmax(running_max) <= 0:
+        return False
+    top = float(np.nanmax(running_max))
+    on = known & (running_max >= top - CAP_SLACK)
+    level = np.asarray(levels, dtype=float)
+    first = level[on].min()
+    if not np.all(on[known & (level > first)]):
+        return False
+    if not np.all(np.nan_to_num(waiting[on]) > 0):
+        return False
+    held = np.nan_to_num(running_mean[on]) >= top - max(CAP_SLACK, MEAN_SLACK * top)
+    if held.mean() < 0.5:
+        return False
+    if psi is not None:
+        return bool(abs(psi - top) <= max(1.5, PSI_SLACK * top))
+    return int(on.sum()) >= PLATEAU_STEPS
 
 
 def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
@@ -202,7 +256,7 @@ def ambiguous(sig: Signals) -> list[str]:
         return []
     out = []
     runs = sig.running_max[~np.isnan(sig.running_max)]
-    if sig.cap is None and len(runs) and np.ptp(runs) <= 1:
+    if sig.cap is None and len(runs) and np.ptp(runs) <= 2 * CAP_SLACK:
         out.append("seq_cap")
     if sig.budget is None:
         out.append("token_budget")
@@ -216,7 +270,11 @@ def confidence(name: str, candidates: list[Candidate], sig: Signals) -> str:
         return "low"
     mine = next(c.score for c in candidates if c.name == name)
     margin = mine - (scores[1] if len(scores) > 1 else 0.0)
-    inferred = name == "seq_cap" and sig.cap_inferred
+    # head_blocked takes the longest prompt for the head; which request heads the queue
+    # at a refusal is not in /metrics
+    inferred = (name == "seq_cap" and sig.cap_inferred) or (name == "token_budget"
+                                                             and not sig.budget) or (
+        name == "head_blocked")
     if mine >= 0.99 and margin >= 0.5 and len(sig.steps) >= 2 and not inferred:
         return "high"
     return "medium" if mine >= MIN_SCORE and margin >= 0.25 else "low"
@@ -264,12 +322,16 @@ def signatures(sig: Signals) -> list[Candidate]:
     if n == 0:
         return []
     cap = sig.cap
-    # An inferred cap is only a running plateau, which a full pool makes too.
-    below_cap = (sig.running_max < cap) if cap and not sig.cap_inferred else np.ones(n, dtype=bool)
+    reached = sig.running_max >= cap - CAP_SLACK if cap else np.zeros(n, dtype=bool)
+    # A head too long for the free blocks stops admissions, so running stays flat behind
+    # it: an inferred cap (a plateau) does not rule head-of-line blocking out.
+    below_cap = ~reached if cap and not sig.cap_inferred else np.ones(n, dtype=bool)
+    kv_mean = _arr(sig.kv_mean, n)
     kv_ok = sig.kv_max < KV_FULL
     kv_full = sig.kv_max >= KV_FULL
+    pool_full = kv_mean >= KV_FULL
     out: list[Candidate] = []
-    at_cap = (sig.running_max >= cap) & kv_ok if cap else np.zeros(n, dtype=bool)
+    at_cap = reached & ~pool_full
     score = float(at_cap.mean()) * (0.9 if sig.cap_inferred else 1.0)
     out.append(
         Candidate(
@@ -295,7 +357,9 @@ def signatures(sig: Signals) -> list[Candidate]:
         )
     )
     head = head_blocked(sig, below_cap)
-    kv_like = kv_full & (below_cap | (np.nan_to_num(sig.preemptions) > 0)) & ~head
+    # At the cap vLLM's waiting loop stops before it asks for blocks (a full pool on
+    # average still binds first); below it, a pool that reaches full refuses the head.
+    kv_like = kv_full & (~reached | pool_full) & ~head
     caliber = kv_like & (sig.fill < CALIBER)
     kv_score = float(kv_like.mean())
     cal_score = float(caliber.mean())
@@ -343,7 +407,7 @@ def free_blocks(sig: Signals) -> np.ndarray:
 def head_blocked(sig: Signals, below_cap: np.ndarray) -> np.ndarray:
     """Per stalled step: a long head needs more blocks than are free, usage well below full."""
     kv_mean = _arr(sig.kv_mean, len(sig.steps))
-    return (kv_mean < HEAD_KV_MEAN) & below_cap & (head_need(sig) > free_blocks(sig))
+    return (kv_mean < HEAD_BLOCKED_KV_USAGE) & below_cap & (head_need(sig) > free_blocks(sig))
 
 
 def _arr(x: np.ndarray | None, n: int) -> np.ndarray:
@@ -351,13 +415,25 @@ def _arr(x: np.ndarray | None, n: int) -> np.ndarray:
 
 
 def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray) -> Candidate:
-    fill = _budget_fill(sig)
+    """With the flag: tokens per step near it. Without: tokens per step held at one value
+    (BUDGET_FLAT) in PLATEAU_STEPS or more steps while no running plateau marks a cap.
+    When ``max_num_batched_tokens`` binds, vLLM's scheduler fills every step up to it
+    (``token_budget`` in ``Scheduler.schedule``), so tokens per step stop growing with the
+    load while running still moves; a cap flattens running instead."""
     if sig.budget:
-        hit = (fill >= BUDGET_FILL) & below_cap & kv_ok
+        hit = (_budget_fill(sig) >= BUDGET_FILL) & below_cap & kv_ok
         score = float(hit.mean())
         extra = [{"what": "max_num_batched_tokens", "value": sig.budget, "step": sig.steps[0]}]
-    else:
+    elif sig.cap_inferred or not np.any(sig.tokens_per_step > 0):
         score, extra = 0.0, []
+    else:
+        tps = sig.tokens_per_step
+        flat = tps >= (1.0 - BUDGET_FLAT) * np.nanmax(tps)
+        hit = flat & below_cap & kv_ok
+        moves = np.ptp(sig.running_max[hit]) > 2 * CAP_SLACK if hit.any() else False
+        score = float(hit.mean()) * 0.9 if hit.sum() >= PLATEAU_STEPS and moves else 0.0
+        extra = [{"what": "max_num_batched_tokens (inferred)",
+                  "value": round(float(np.nanmax(tps))), "step": sig.steps[0]}] if score else []
     return Candidate(
         "token_budget",
         score,
