@@ -185,7 +185,7 @@ def probe_line(result: dict[str, Any]) -> str | None:
     if inferred["name"] == cause["name"]:
         return said + " — agrees with the inference"
     if cause["name"] in (inferred.get("candidates") or []):
-        return said + " — settles the inferred " + " or ".join(inferred["candidates"])
+        return said + " — it settles the inferred " + " or ".join(inferred["candidates"])
     return said + f" — DISAGREES with the inferred {inferred['name']}"
 
 

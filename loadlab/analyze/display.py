@@ -144,10 +144,14 @@ def measured_line(analysis: dict[str, Any]) -> str | None:
     off = []
     if (knee["found"], knee.get("upper")) != (mk["found"], mk.get("upper")):
         off.append(f"knee inferred {_span(knee)}, measured {_span(mk)}")
-    if cause.get("name") != mc["name"]:
+    settles = mc["name"] in (cause.get("candidates") or [])
+    if cause.get("name") != mc["name"] and not settles:
         off.append(f"cause inferred {cause.get('name')}, measured {mc['name']}")
+    settled = "it settles the inferred " + " or ".join(cause["candidates"]) if settles else ""
     verdict = ("DISAGREES with the inferred verdict: " + "; ".join(off) if off
-               else "agrees with the inferred verdict")
+               else settled or "agrees with the inferred verdict")
+    if off and settled:
+        verdict += f"; {settled}"
     return f"measured (the scheduler's own refusals): {where}, {why} — {verdict}"
 
 

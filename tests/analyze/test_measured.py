@@ -128,3 +128,14 @@ def test_the_inferred_verdict_never_reads_the_probe(tmp_path: Path) -> None:
     for block in ("cause", "knee"):
         keep = {k: v for k, v in before[block].items() if k != "measured"}
         assert keep == {k: v for k, v in after[block].items() if k != "measured"}
+
+
+def test_a_measured_cause_among_the_candidates_settles_undetermined(tmp_path: Path) -> None:
+    run_scenario(_short(SCENARIOS["seq_cap"]), tmp_path)
+    a = analyze_run(tmp_path).as_json()
+    a["cause"].update(name="undetermined", candidates=["seq_cap", "token_budget"])
+    line = measured_line(a)
+    assert line is not None and "DISAGREES" not in line, line
+    assert line.endswith("— it settles the inferred seq_cap or token_budget"), line
+    a["cause"]["candidates"] = ["kv_exhausted", "token_budget"]
+    assert "cause inferred undetermined, measured seq_cap" in measured_line(a)
