@@ -62,7 +62,8 @@ MIN_SCRAPES = 2
 
 
 def sample(url: str, duration_s: float, interval_s: float, api_key_env: str) -> RunData:
-    """Scrape ``url`` for ``duration_s`` into a temporary folder; the window as a one-step run."""
+    """Scrape ``url`` for ``duration_s`` into a temporary folder; its windows as the steps
+    of a run (:func:`windows`)."""
     with tempfile.TemporaryDirectory(prefix="loadlab-diagnose-") as tmp:
         out = Path(tmp)
         t0 = time.time()
@@ -109,7 +110,7 @@ def diagnose_window(run: RunData, server: dict[str, Any]) -> dict[str, Any]:
     whole = _table(_one_window(run))
     whole["token_fill"] = token_fill(whole, config)
     return {"row": whole.iloc[0].to_dict(), "stalled": stalled, "config": config, "v0": v0,
-            "cause": cause, "windows": table.assign(state=states), "states": states,
+            "cause": cause, "windows": table.assign(state=states),
             "measured": measure(run.metrics, table.assign(level=0.0))}
 
 
@@ -141,7 +142,7 @@ def checklist(url: str, result: dict[str, Any], duration_s: float, interval_s: f
     inferred = " (inferred from a plateau across windows)" if facts.get("cap_inferred") else ""
     caching = "on" if cfg.get("enable_prefix_caching") else "off or unknown"
     wins = result["windows"]
-    per_window = ", ".join(f"{_f(m)} ({s})" for m, s in zip(wins["running_max"], result["states"]))
+    per_window = ", ".join(f"{_f(m)} ({s})" for m, s in zip(wins["running_max"], wins["state"]))
     lines = [
         f"diagnose {url}: {duration_s:g} s of /metrics every {interval_s:g} s in "
         f"{len(wins)} window(s) ({names})",
