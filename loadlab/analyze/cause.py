@@ -333,29 +333,12 @@ def signatures(sig: Signals) -> list[Candidate]:
     out: list[Candidate] = []
     at_cap = reached & ~pool_full
     score = float(at_cap.mean()) * (0.9 if sig.cap_inferred else 1.0)
-    out.append(
-        Candidate(
-            "seq_cap",
-            score,
-            _ev(
-                sig,
-                [
-                    ("running max", sig.running_max),
-                    ("KV usage max", sig.kv_max),
-                    ("waiting (mean)", sig.waiting),
-                ],
-                extra=[]
-                if cap is None
-                else [
-                    {
-                        "what": "max_num_seqs" + (" (inferred)" if sig.cap_inferred else ""),
-                        "value": cap,
-                        "step": sig.steps[0],
-                    }
-                ],
-            ),
-        )
-    )
+    cap_ev = [] if cap is None else [{
+        "what": "max_num_seqs" + (" (inferred)" if sig.cap_inferred else ""), "value": cap,
+        "step": sig.steps[0]}]
+    out.append(Candidate("seq_cap", score, _ev(sig, [
+        ("running max", sig.running_max), ("KV usage max", sig.kv_max),
+        ("waiting (mean)", sig.waiting)], extra=cap_ev)))
     head = head_blocked(sig, below_cap)
     # At the cap vLLM's waiting loop stops before it asks for blocks (a full pool on
     # average still binds first); below it, a pool that reaches full refuses the head.
@@ -363,20 +346,9 @@ def signatures(sig: Signals) -> list[Candidate]:
     caliber = kv_like & (sig.fill < CALIBER)
     kv_score = float(kv_like.mean())
     cal_score = float(caliber.mean())
-    out.append(
-        Candidate(
-            "kv_exhausted",
-            kv_score - 0.4 * cal_score,
-            _ev(
-                sig,
-                [
-                    ("KV usage max", sig.kv_max),
-                    ("preemptions", sig.preemptions),
-                    ("running max", sig.running_max),
-                ],
-            ),
-        )
-    )
+    out.append(Candidate("kv_exhausted", kv_score - 0.4 * cal_score, _ev(sig, [
+        ("KV usage max", sig.kv_max), ("preemptions", sig.preemptions),
+        ("running max", sig.running_max)])))
     out.append(Candidate("dashboard_caliber", cal_score, _ev(sig, [
         ("token-level / block-level KV usage", sig.fill), ("KV usage max", sig.kv_max)])))
     out.append(_budget(sig, below_cap, kv_ok))
