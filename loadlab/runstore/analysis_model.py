@@ -124,11 +124,18 @@ class Ranked(_Open):
 class CauseBlock(_Open):
     """Why the knee is where it is, and the knob to turn."""
 
-    name: str | None = Field(None, description="seq_cap | kv_exhausted | ... | unknown")
+    name: str | None = Field(
+        None, description="seq_cap | kv_exhausted | head_blocked | ... | undetermined | unknown"
+    )
     evidence: list[Evidence] = Field(default_factory=list)
     knob: str | None = None
     facts: dict[str, Any] = Field(default_factory=dict)
     ranked: list[Ranked] = Field(default_factory=list)
+    confidence: str | None = Field(None, description="high | medium | low (added later)")
+    candidates: list[str] | None = Field(
+        None, description="undetermined: the causes /metrics cannot tell apart"
+    )
+    separate_by: str | None = Field(None, description="undetermined: what would tell them apart")
     measured: MeasuredCause | None = Field(None, description="from the scheduler's own "
                                            "refusals, where the server exports them")
 

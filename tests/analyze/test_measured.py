@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from groundtruth import SCENARIOS, Scenario, _profile, run_scenario
 
@@ -123,3 +124,33 @@ def test_analysis_json_keeps_measured_and_old_files_still_load(tmp_path: Path) -
     before = read_analysis(tmp_path)
     assert before.knee.measured is None and before.cause.measured is None
     assert measured_line(before.as_json()) is None
+
+
+def test_the_inferred_verdict_never_reads_the_probe(tmp_path: Path) -> None:
+    """Relabel every refusal seq_cap -> token_budget: the measured cause follows, the
+    inferred one (vllm: series and client records only) does not move."""
+    run_scenario(_short(SCENARIOS["seq_cap"]), tmp_path)
+    before = analyze_run(tmp_path).as_json()
+    parts = sorted((tmp_path / "metrics.parquet").glob("*.parquet"))
+    for part in parts:
+        frame = pd.read_parquet(part)
+        frame["labels"] = frame["labels"].str.replace('"reason":"seq_cap"',
+                                                      '"reason":"token_budget"', regex=False)
+        frame.to_parquet(part, index=False)
+    after = analyze_run(tmp_path).as_json()
+    assert before["cause"]["measured"]["name"] == "seq_cap"
+    assert after["cause"]["measured"]["name"] == "token_budget"
+    for block in ("cause", "knee"):
+        keep = {k: v for k, v in before[block].items() if k != "measured"}
+        assert keep == {k: v for k, v in after[block].items() if k != "measured"}
+
+
+def test_a_measured_cause_among_the_candidates_settles_undetermined(tmp_path: Path) -> None:
+    run_scenario(_short(SCENARIOS["seq_cap"]), tmp_path)
+    a = analyze_run(tmp_path).as_json()
+    a["cause"].update(name="undetermined", candidates=["seq_cap", "token_budget"])
+    line = measured_line(a)
+    assert line is not None and "DISAGREES" not in line, line
+    assert line.endswith("— it settles the inferred seq_cap or token_budget"), line
+    a["cause"]["candidates"] = ["kv_exhausted", "token_budget"]
+    assert "cause inferred undetermined, measured seq_cap" in measured_line(a)
