@@ -169,7 +169,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "abstained": _share(rows, lambda r: r["inferred_cause"] == ABSTAIN),
         "cause_right_answered": _share(answered, lambda r: r["cause_right"]),
         "knee_right": _share(rows, lambda r: r["knee_right"]),
-        "knee_exact": _share(rows, lambda r: r["knee_exact"]),
+        "knee_exact": _share(rows, lambda r: r.get("knee_exact")),
         "both_right": _share(rows, lambda r: r["cause_right"] and r["knee_right"]),
         "confusion": [{"truth": t, "inferred": i, "n": c}
                       for (t, i), c in sorted(confusion.items())],

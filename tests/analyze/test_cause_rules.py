@@ -10,7 +10,8 @@ from loadlab.analyze.cause import Signals, plateau, signatures
 
 def sig(running_max: list[float], kv_max: float, kv_mean: float, cap: int | None = None,
         running_mean: list[float] | None = None, prompt_max: float = 500.0,
-        tokens_per_step: list[float] | None = None) -> Signals:
+        tokens_per_step: list[float] | None = None,
+        typical_blocks: float | None = 40.0) -> Signals:
     n = len(running_max)
     return Signals(
         steps=list(range(n)), levels=[float(10 * (i + 1)) for i in range(n)],
@@ -19,7 +20,7 @@ def sig(running_max: list[float], kv_max: float, kv_mean: float, cap: int | None
         kv_max=np.full(n, kv_max), preemptions=np.full(n, 5.0), waiting=np.full(n, 8.0),
         tokens_per_step=np.array(tokens_per_step or [100.0] * n), fill=np.full(n, 0.9),
         kv_mean=np.full(n, kv_mean), prompt_max=np.full(n, prompt_max), pool_blocks=1000,
-        block_size=16, cap=cap)
+        block_size=16, cap=cap, typical_blocks=typical_blocks)
 
 
 def best(s: Signals) -> str:
@@ -39,10 +40,15 @@ def test_one_below_the_cap_counts_as_at_it() -> None:
     assert best(sig([127, 128, 127], kv_max=0.34, kv_mean=0.33, cap=128)) == "seq_cap"
 
 
-def test_a_long_head_below_90_percent_mean_usage_is_head_blocked() -> None:
-    # 3000-token prompts need 188 blocks; 1000 x (1 - 0.86) = 140 are free
+def test_a_long_head_where_the_median_request_fits_is_head_blocked() -> None:
+    # 3000-token prompts need 188 blocks; 1000 x (1 - 0.86) = 140 are free, and the median
+    # request (40 blocks) would have fitted them: the head's size holds the queue
     s = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=64, prompt_max=3000)
     assert best(s) == "head_blocked"
+    # every request that long (median 188 blocks): no room for an ordinary one either
+    uniform = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=64, prompt_max=3000,
+                  typical_blocks=188.0)
+    assert best(uniform) == "kv_exhausted"
 
 
 def test_a_cap_is_inferred_from_a_plateau_across_steps_not_from_one() -> None:
