@@ -25,8 +25,9 @@ share of stalled steps that show the signature (0..1):
   of one value in PLATEAU_STEPS or more steps while running moves (by more than twice
   CAP_SLACK) and no cap was inferred: a binding budget fills every step to itself.
 - ``head_blocked``: while requests wait and running is below the cap, the longest prompt
-  sent in the step (client records) needs more blocks than the pool has free at the
-  step's KV mean (``num_gpu_blocks`` x (1 - KV mean), blocks of ``block_size``), and
+  sent in the step (client records) needs more blocks than the pool has free while
+  requests waited (``num_gpu_blocks`` x (1 - KV usage at the scrapes that saw a queue),
+  blocks of ``block_size``), and
   those free blocks would hold the median request sent
   (:func:`loadlab.analyze.measured.typical_request_blocks`, the measured verdict's own
   split of a ``kv_blocks`` refusal): the head's size, not a full pool, holds the queue.
@@ -108,6 +109,7 @@ class Signals:
     tokens_per_step: np.ndarray
     fill: np.ndarray
     kv_mean: np.ndarray | None = None
+    kv_queued: np.ndarray | None = None   # KV usage while requests waited (steps.kv_while_queued)
     prompt_max: np.ndarray | None = None
     pool_blocks: int | None = None
     block_size: int | None = None
@@ -155,6 +157,7 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         tokens_per_step=tokens_per_step(rows),
         fill=fill,
         kv_mean=column(rows, "kv_mean"),
+        kv_queued=column(rows, "kv_queued"),
         prompt_max=column(rows, "prompt_tokens_max"),
         pool_blocks=as_int(config.get("num_gpu_blocks")),
         block_size=as_int(config.get("block_size")),
@@ -382,11 +385,13 @@ def head_need(sig: Signals) -> np.ndarray:
 
 
 def free_blocks(sig: Signals) -> np.ndarray:
-    """Free blocks at each step's mean KV usage (evictable cached blocks count free)."""
+    """Free blocks at each step's KV usage while requests waited, else its mean (evictable
+    cached blocks count free)."""
     n = len(sig.steps)
     if not sig.pool_blocks:
         return np.full(n, np.nan)
-    return sig.pool_blocks * (1.0 - _arr(sig.kv_mean, n))
+    queued, mean = _arr(sig.kv_queued, n), _arr(sig.kv_mean, n)
+    return sig.pool_blocks * (1.0 - np.where(np.isnan(queued), mean, queued))
 
 
 def head_blocked(sig: Signals, below_cap: np.ndarray) -> np.ndarray:

@@ -45,6 +45,7 @@ from loadlab.analyze.windows import (
     histogram_windows,
     resolve_family,
     rows_in,
+    snapshots,
 )
 from loadlab.errors import InputError
 from loadlab.runstore import read_manifest, read_table
@@ -164,6 +165,7 @@ def _server_columns(table: pd.DataFrame, metrics: pd.DataFrame, requests: pd.Dat
             table[f"{name}_{stat}"] = _col(stats, stat, n)
         if name == "waiting":
             table["waiting_occupancy"] = _col(stats, "occupancy", n)
+    table["kv_queued"] = kv_while_queued(metrics, span)
     table["preemptions"] = _counter(metrics, "preemptions", span, "delta")
     hits = _counter(metrics, "prefix_hits", span, "delta")
     queries = _counter(metrics, "prefix_queries", span, "delta")
@@ -186,6 +188,24 @@ def _server_columns(table: pd.DataFrame, metrics: pd.DataFrame, requests: pd.Dat
     table["running_itl"] = lag["running_itl"].to_numpy()
     table["gauge_stale"] = lag["stale_share"].to_numpy()
     table["inflight"] = lag["inflight_client"].to_numpy()
+
+
+def kv_while_queued(metrics: pd.DataFrame, span: pd.DataFrame) -> np.ndarray:
+    """Per window: the median KV usage over the scrapes that saw a request waiting (NaN
+    without one). What was free when admission was refused, as near as /metrics come: the
+    step's mean mixes in the quiet moments, its max the moments a long request runs."""
+    kv, waiting = resolve_family(metrics, "kv_usage"), resolve_family(metrics, "waiting")
+    out = np.full(len(span), np.nan)
+    if not kv or not waiting:
+        return out
+    both = snapshots(metrics, kv).merge(
+        snapshots(metrics, waiting).rename(columns={"value": "waiting"}), on=["endpoint", "t"])
+    queued = both[both["waiting"] >= 1]
+    for i, w in enumerate(span.itertuples(index=False)):
+        inside = queued["value"][(queued["t"] >= w.t_start) & (queued["t"] < w.t_end)]
+        if len(inside):
+            out[i] = float(inside.median())
+    return out
 
 
 def _client_manifest(table: pd.DataFrame, steps: list[dict]) -> None:
