@@ -1,0 +1,42 @@
+"""What the gateway tests share: the nginx requirement, ``loadlab run`` in a subprocess, a
+server's own counters, and how busy nginx kept each replica."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterable
+
+import httpx
+import pytest
+from nginx_gateway import Routed, nginx_binary
+from prometheus_client.parser import text_string_to_metric_families
+
+NEEDS_NGINX = [
+    pytest.mark.nginx,
+    pytest.mark.skipif(nginx_binary() is None,
+                       reason="needs nginx: apt-get install -y nginx (Debian/Ubuntu)"),
+]
+
+
+def loadlab_run(*args: str, timeout_s: float = 240.0) -> subprocess.CompletedProcess:
+    """``loadlab run ARGS`` in a subprocess: Locust must not gevent-patch this process."""
+    return subprocess.run([sys.executable, "-m", "loadlab", "run", *args], capture_output=True,
+                          text=True, timeout=timeout_s, check=False)
+
+
+def counter(base_url: str, name: str) -> float:
+    """A counter on a server's own /metrics, summed over its label sets."""
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name == name)
+
+
+def mean_outstanding(routed: Iterable[Routed], t0: float, t1: float) -> dict[str, float]:
+    """Per replica, the mean number of its requests in flight between t0 and t1 (unix s):
+    each request's time inside the window, summed, over the window's length."""
+    busy: dict[str, float] = {}
+    for r in routed:
+        inside = min(r.ended, t1) - max(r.started, t0)
+        busy[r.upstream] = busy.get(r.upstream, 0.0) + max(inside, 0.0)
+    return {upstream: seconds / (t1 - t0) for upstream, seconds in busy.items()}
