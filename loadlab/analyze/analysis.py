@@ -8,7 +8,10 @@ cause (:mod:`~loadlab.analyze.cause`), checks capacity (:mod:`~loadlab.analyze.c
 and the SLOs (:mod:`~loadlab.analyze.slo`), and lists in ``warnings`` what it could not
 use. Where the server exports the scheduler's own refusals (loadlab's simulator), the
 knee and cause measured from them (:mod:`~loadlab.analyze.measured`) sit beside the
-inferred ones as ``knee.measured`` and ``cause.measured``. It returns the typed
+inferred ones as ``knee.measured`` and ``cause.measured``. A fleet's run (several replicas'
+series) adds each replica's knee and cause, the routing imbalance and, where the fleet
+stalled while a replica had room, the cause ``routing_imbalance``
+(:mod:`~loadlab.analyze.fleet`). It returns the typed
 :class:`~loadlab.runstore.analysis_model.Analysis`; everything in it is plain JSON: NaN
 becomes null. ``verdict`` is the one-line answer (:func:`loadlab.analyze.display.verdict_line`).
 """
@@ -23,9 +26,11 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze import cause as causes
+from loadlab.analyze import fleet
 from loadlab.analyze.capacity import capacity, pool_config, token_fill
 from loadlab.analyze.display import verdict_line
 from loadlab.analyze.failures import failure_warnings, unblame_client
+from loadlab.analyze.fleet import Judged
 from loadlab.analyze.knee import Knee, find_knee
 from loadlab.analyze.measured import measure
 from loadlab.analyze.slo import evaluate, parse_slo
@@ -42,22 +47,11 @@ COVERAGE_WARN = 0.9
 def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> Analysis:
     """The analysis of ``run_dir`` (see the module docstring)."""
     run = load_run(run_dir)
-    table = build_step_table(run)
-    unblame_client(table, run.manifest.get("server") or {})
     targets = parse_slo(slo)
+    judged = judge(run, seed)
+    table, knee, cause, cap = judged.table, judged.knee, judged.cause, judged.capacity
     warnings = _warnings(run, table)
-    knee = find_knee(run, table, seed=seed)
-    table["state"] = knee.states
-    config = pool_config(run.metrics, run.manifest)
-    v0 = (
-        catalog.engine_generation(run.metrics["family"].unique()) == "v0"
-        if not run.metrics.empty
-        else False
-    )
-    measured = knee.upper if knee.found else None
-    cap = capacity(config, run.requests, v0, _plain(measured))
-    table["token_fill"] = token_fill(table, config)
-    cause = _cause(run, table, knee, config, cap)
+    replicas = fleet.assess(run, judged, lambda sub: judge(sub, seed))
     slo_block = evaluate(targets, run.requests, table)
     knee_block = knee.as_dict()
     truth = measure(run.metrics, table)
@@ -74,9 +68,29 @@ def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> A
         "cause": cause,
         "capacity": cap,
         "warnings": warnings + (cause.pop("notes") or []),
+        **_plain(replicas),
     }
     out["verdict"] = verdict_line(out)
     return Analysis.model_validate(out)
+
+
+def judge(run: RunData, seed: int = 0) -> Judged:
+    """The step table, knee, cause and capacity of one loaded run (a whole run, or one
+    replica's series of a fleet, :mod:`loadlab.analyze.fleet`)."""
+    table = build_step_table(run)
+    unblame_client(table, run.manifest.get("server") or {})
+    knee = find_knee(run, table, seed=seed)
+    table["state"] = knee.states
+    config = pool_config(run.metrics, run.manifest)
+    v0 = (
+        catalog.engine_generation(run.metrics["family"].unique()) == "v0"
+        if not run.metrics.empty
+        else False
+    )
+    measured = knee.upper if knee.found else None
+    cap = capacity(config, run.requests, v0, _plain(measured))
+    table["token_fill"] = token_fill(table, config)
+    return Judged(table, knee, _cause(run, table, knee, config, cap), cap)
 
 
 def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any],
@@ -155,6 +169,8 @@ def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _plain(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
     if isinstance(v, (np.bool_, bool)):

@@ -116,6 +116,11 @@ def cause_text(cause: dict[str, Any]) -> str:
             "front end starved — vLLM's own TTFT is fine, the client's is not, "
             "streams arrive whole"
         ),
+        "routing_imbalance": (
+            f"routing imbalance — a replica queued while another had room in "
+            f"{f.get('imbalanced_share') or 0:.0%} of the stalled steps (mean share of the "
+            f"queue stranded {f.get('imbalance') or 0:.0%})"
+        ),
         "client_limited": "client limited — the load generator, not the server, fell short",
         "server_errors": "server errors — the server failed a material share of the requests",
         "none": "none",

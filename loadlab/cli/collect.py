@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -26,6 +27,7 @@ from loadlab.cli.options import (
     deprecated,
     interval_option,
     out_option,
+    replica_metrics_option,
     target_option,
     tls_options,
 )
@@ -59,6 +61,8 @@ def _seconds(text: str | None, name: str) -> float | None:
                multiple=True)
 @out_option("Run folder to write metrics.parquet/, scrapes.parquet/ and manifest.json into.",
             required=True)
+@replica_metrics_option("The replicas behind a gateway (base URLs): sampled like --target "
+                        "and listed in the manifest, so the analysis judges each replica.")
 @interval_option("Seconds between scrapes of each endpoint (0.1 at the finest).")
 @click.option("--timeout", "timeout_s", type=float, default=None,
               help="Per-scrape deadline in seconds, below the interval [default: 0.8 x interval].")
@@ -77,7 +81,8 @@ def _seconds(text: str | None, name: str) -> float | None:
 @click.option("--step", "step_s", type=float, default=None,
               help="With --prometheus-url: evaluate at this step instead of taking raw samples.")
 @click.pass_context
-def collect(ctx: click.Context, target: tuple[str, ...], out: Path, interval_s: float,
+def collect(ctx: click.Context, target: tuple[str, ...], replica_metrics: tuple[str, ...],
+            out: Path, interval_s: float,
             timeout_s: float | None, duration_s: float | None, api_key_env: str,
             ca_bundle: str | None, insecure: bool, prometheus_url: str | None, start: str | None,
             end: str | None, match: str | None, step_s: float | None) -> None:
@@ -85,12 +90,37 @@ def collect(ctx: click.Context, target: tuple[str, ...], out: Path, interval_s: 
 
     Or, with --prometheus-url, copy a time window of the same series out of Prometheus.
     """
-    endpoints = (*target, *_positional(ctx.args))
+    endpoints = (*target, *replica_metrics, *_positional(ctx.args))
     if prometheus_url:
+        if replica_metrics:
+            raise InputError("--replica-metrics names servers to scrape", field="--replica-metrics",
+                             fix="drop it when reading from Prometheus")
         _from_prometheus(prometheus_url, endpoints, out, start, end, step_s, match)
-    else:
-        tls = tls_from_flags(ca_bundle, insecure)
-        _scrape(endpoints, out, interval_s, timeout_s, duration_s, api_key_env, tls)
+        return
+    replicas = _replica_labels(replica_metrics)
+    tls = tls_from_flags(ca_bundle, insecure)
+    _scrape(endpoints, out, interval_s, timeout_s, duration_s, api_key_env, tls,
+            lambda: _list_replicas(out, replicas))
+
+
+def _replica_labels(urls: tuple[str, ...]) -> list[str]:
+    """The labels the scraper gives the replicas' series; InputError for fewer than two."""
+    from loadlab.collect.fetch import endpoint_urls
+
+    labels = list(dict.fromkeys(endpoint_urls(u)[0] for u in urls))
+    if urls and len(labels) < 2:
+        raise InputError(f"--replica-metrics names {len(labels)} distinct replica(s)",
+                         field="--replica-metrics",
+                         fix="list two or more replicas' base URLs, comma-separated")
+    return labels
+
+
+def _list_replicas(out_dir: Path, labels: list[str]) -> None:
+    """The manifest's ``replicas`` (read by the analysis of a fleet), once it exists."""
+    from loadlab.runstore import update_manifest
+
+    if labels:
+        update_manifest(out_dir, replicas=labels)
 
 
 def _positional(args: list[str]) -> list[str]:
@@ -117,7 +147,8 @@ def _from_prometheus(url: str, endpoints: tuple[str, ...], out_dir: Path, start:
 
 
 def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeout_s: float | None,
-            duration_s: float | None, api_key_env: str, tls: TlsSettings) -> None:
+            duration_s: float | None, api_key_env: str, tls: TlsSettings,
+            after: Callable[[], None] = lambda: None) -> None:
     from loadlab.collect.scraper import Scraper
     from loadlab.runstore import compact_run
     from loadlab.runstore.layout import SCRAPER_TABLES
@@ -145,6 +176,7 @@ def _scrape(endpoints: tuple[str, ...], out_dir: Path, interval_s: float, timeou
                 pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+    after()
     compact_run(out_dir, tables=SCRAPER_TABLES,
                 progress=lambda line: click.echo(line, err=True))
     for endpoint, st in scraper.stats().items():

@@ -1,11 +1,12 @@
 """The options several commands share, declared once so each concept has one spelling.
 
-``--target`` (the server), ``--out`` (what a command writes), ``--interval`` (seconds
-between /metrics scrapes), ``--api-key-env``, ``--ca-bundle`` / ``--insecure`` (an https
-target's certificate) and ``--json FILE`` mean the same on every command. A spelling that
-changed stays for one release as a hidden alias (not in ``--help``): it still works, and
-using it prints one line on stderr naming the new spelling, so scripts keep running while
-their authors are told what to change.
+``--target`` (the server), ``--replica-metrics`` (the replicas behind it), ``--out``
+(what a command writes), ``--interval`` (seconds between /metrics scrapes),
+``--api-key-env``, ``--ca-bundle`` / ``--insecure`` (an https target's certificate) and
+``--json FILE`` mean the same on every command. A spelling that changed stays for one
+release as a hidden alias (not in ``--help``): it still works, and using it prints one line
+on stderr naming the new spelling, so scripts keep running while their authors are told
+what to change.
 """
 
 from __future__ import annotations
@@ -76,6 +77,16 @@ def option(*decls: str, aliases: tuple[str, ...] = (), cls: type[click.Option] |
 def target_option(help: str = "Base URL of the server, e.g. http://127.0.0.1:8000",
                   aliases: tuple[str, ...] = (), **kwargs: Any) -> Decorator:
     return option("--target", "target", aliases=aliases, metavar="URL", help=help, **kwargs)
+
+
+def replica_metrics_option(help: str) -> Decorator:
+    """``--replica-metrics URL[,URL...]``: the replicas behind a gateway, as a tuple."""
+    return option("--replica-metrics", "replica_metrics", metavar="URL[,URL...]",
+                  callback=_url_list, help=help)
+
+
+def _url_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    return tuple(u.strip() for u in (value or "").split(",") if u.strip())
 
 
 def out_option(help: str, *, file: bool = False, **kwargs: Any) -> Decorator:

@@ -29,6 +29,7 @@ from loadlab.cli.options import (
     api_key_env_option,
     interval_option,
     out_option,
+    replica_metrics_option,
     target_option,
     tls_options,
 )
@@ -80,6 +81,9 @@ from loadlab.cli.options import (
               show_default=True, help="Seconds in-flight requests get at the end.")
 @click.option("--collect", is_flag=True,
               help="Also sample the target's /metrics into the run folder.")
+@replica_metrics_option("--target is a gateway: scrape each replica's /metrics (base URLs) "
+                        "instead of the gateway's, so the analysis judges each replica and "
+                        "the routing. Implies --collect.")
 @interval_option("With --collect: seconds between /metrics scrapes.",
                  aliases=("--collect-interval",))
 @click.option("--launch", type=click.Choice(["sim", "vllm"]),

@@ -50,6 +50,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from loadlab.collect.fetch import endpoint_urls
 from loadlab.collect.scraper import Scraper
 from loadlab.experiment.child import run_in_child
 from loadlab.experiment.cpus import pinned_process
@@ -149,7 +150,10 @@ def _target(spec: PointSpec) -> Iterator[_Live]:
 
 def _metrics_endpoints(spec: PointSpec, base_url: str) -> list[str]:
     """What the point scrapes: the server, or each replica of a simulated fleet on its own
-    path (``/replica/<i>``, labelled apart in metrics.parquet), not its replica-0 /metrics."""
+    path (``/replica/<i>``, labelled apart in metrics.parquet), not its replica-0 /metrics,
+    or the replicas a gateway target names (``target.replica_metrics``), not the gateway."""
+    if spec.target.replica_metrics:
+        return list(spec.target.replica_metrics)
     replicas = parse_flags(spec.server_args).values.get("replicas", 1)
     if spec.target.launch != "sim" or not isinstance(replicas, int) or replicas < 2:
         return [base_url]
@@ -189,6 +193,8 @@ def run_here(spec: PointSpec) -> dict[str, Any]:
         https = live.base_url.startswith("https://")
         extra["target"] = {**extra.get("target", {}), "max_model_len": info.max_model_len,
                            "tls": tls.manifest_entry() if https else None}
+        if spec.target.replica_metrics:   # the analysis judges each replica (analyze.fleet)
+            extra["replicas"] = [endpoint_urls(u)[0] for u in spec.target.replica_metrics]
         from loadlab.loadgen import driver  # Locust: only now (see the module docstring)
         from loadlab.loadgen.context import RunSettings
 

@@ -52,7 +52,8 @@ from loadlab.spec.validate import validate
 # model field -> the flag it comes from, so validation errors name the flag
 TARGET_FLAGS = {"": "--model", "url": "--target", "launch": "--launch", "model": "--model",
                 "api": "--api", "api_key_env": "--api-key-env", "probe": "--probe",
-                "ca_bundle": "--ca-bundle", "insecure": "--insecure"}
+                "ca_bundle": "--ca-bundle", "insecure": "--insecure",
+                "replica_metrics": "--replica-metrics"}
 WORKLOAD_FLAGS = {"profile": "--profile", "seed": "--seed"}
 LOADGEN_FLAGS = {"workers": "--workers", "timeout_s": "--timeout", "drain_s": "--drain",
                  "collect_interval_s": "--interval"}
@@ -82,6 +83,7 @@ class RunRequest:
     timeout_s: float = 600.0
     drain_s: float = 30.0
     collect: bool = False
+    replica_metrics: tuple[str, ...] = ()   # a gateway's replicas: their /metrics, scraped
     interval_s: float = 1.0              # between /metrics scrapes, with collect
     server_cpus: str | None = None
     client_cpus: str | None = None
@@ -146,7 +148,8 @@ def run_load(request: RunRequest, plan: LoadPlan, *, say: Say = print,
     stamp = time.strftime("%Y%m%d-%H%M%S")
     loadgen = {"workers": request.workers, "timeout_s": request.timeout_s,
                "drain_s": request.drain_s}
-    if request.collect:
+    collect = request.collect or bool(request.replica_metrics)
+    if collect:
         loadgen["collect_interval_s"] = request.interval_s
     spec = PointSpec(
         out=request.out or Path("reports") / f"run-{stamp}",
@@ -156,7 +159,7 @@ def run_load(request: RunRequest, plan: LoadPlan, *, say: Say = print,
         plan=plan,
         loadgen=validate(LoadgenSettings, loadgen, names=LOADGEN_FLAGS),
         isolation=cpus, point=request.point, server_args=list(request.server_args),
-        collect=request.collect, nonce=f"r{stamp}", remote_workers=request.remote_workers,
+        collect=collect, nonce=f"r{stamp}", remote_workers=request.remote_workers,
         master_bind=request.master_bind, progress=note,
     )
     if plan.trace is None:
@@ -200,7 +203,8 @@ def _target_fields(r: RunRequest) -> dict[str, Any]:
         model = next(iter(parse_flags(list(r.server_args)).positional), None)
     fields = {"url": r.target, "launch": r.launch, "model": model, "api": r.api,
               "api_key_env": r.api_key_env, "probe": r.probe or None,
-              "ca_bundle": r.ca_bundle, "insecure": r.insecure}
+              "ca_bundle": r.ca_bundle, "insecure": r.insecure,
+              "replica_metrics": list(r.replica_metrics) or None}
     return {k: v for k, v in fields.items() if v is not None}
 
 

@@ -146,6 +146,53 @@ class CapacityBlock(_Open):
     measured_knee: Any = Field(None, description="the knee's upper level")
 
 
+class ReplicaStep(_Open):
+    """One load step as one replica of a fleet saw it (the fleet's level, that replica's
+    series); other figures are extra keys."""
+
+    step: int
+    level: Number | None = None
+    state: str | None = None
+    requests_done: Number | None = Field(None, description="the replica's request_success "
+                                         "counter increase over the step")
+
+
+class ReplicaVerdict(_Open):
+    """One replica of a fleet: its knee and cause from its own series, at the fleet's load."""
+
+    endpoint: str
+    pool: str | None = None
+    knee: KneeBlock
+    cause: CauseBlock = Field(default_factory=CauseBlock)
+    capacity: CapacityBlock = Field(default_factory=CapacityBlock)
+    steps: list[ReplicaStep] = Field(default_factory=list)
+
+
+class StepImbalance(_Open):
+    step: int
+    imbalance: Number | None = Field(None, description="share of the queue stranded at a "
+                                     "replica while another had room")
+    queued: str | None = Field(None, description="the replica holding most stranded waiting")
+    room: str | None = Field(None, description="the replica with room most often meanwhile")
+    stranded_mean: Number | None = None
+
+
+class ImbalanceBlock(_Open):
+    """How much of a fleet's queue the router put where another replica had room."""
+
+    definition: str | None = None
+    imbalanced_step: Number | None = Field(None, description="a step's imbalance from which "
+                                           "it counts as imbalanced")
+    material_share: Number | None = Field(None, description="share of stalled steps from "
+                                          "which routing_imbalance is chosen")
+    stalled_share: Number | None = Field(None, description="share of the fleet's stalled "
+                                         "steps that are imbalanced")
+    chosen: bool = False
+    steps: list[StepImbalance] = Field(default_factory=list)
+    fleet_capacity: Number | None = Field(None, description="sum of the replicas' formula "
+                                          "max concurrency")
+
+
 class Analysis(_Open):
     """The whole of analysis.json."""
 
@@ -158,6 +205,9 @@ class Analysis(_Open):
     capacity: CapacityBlock = Field(default_factory=CapacityBlock)
     warnings: list[str] = Field(default_factory=list, description="what could not be used")
     verdict: str | None = Field(None, description="the one-line answer")
+    replicas: list[ReplicaVerdict] | None = Field(None, description="a fleet's replicas, "
+                                                  "each judged on its own series")
+    imbalance: ImbalanceBlock | None = Field(None, description="a fleet's routing imbalance")
 
     def as_json(self) -> dict[str, Any]:
         """The file's content: the keys that were given (defaults not filled in)."""

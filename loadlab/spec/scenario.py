@@ -93,6 +93,10 @@ class Target(Strict):
                       "that signed the server's", problem=problem)
         return value
 
+    replica_metrics: list[str] | None = Field(
+        None, description="url behind a gateway: each replica's /metrics base URL; the load "
+        "goes to url, the analysis judges each replica and the routing between them")
+
     @model_validator(mode="after")
     def _one_target(self) -> Target:
         if (self.url is None) == (self.launch is None):
@@ -102,6 +106,8 @@ class Target(Strict):
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise bad("url '{url}' is not an http(s) URL", "write e.g. http://127.0.0.1:8000",
                       url=self.url)
+        if self.replica_metrics is not None:
+            self._check_replicas(self.replica_metrics)
         if self.probe and self.launch != "vllm":
             raise bad("probe is for a vllm loadlab launches",
                       "use it with launch: vllm; the simulator exports the loadlab: series "
@@ -118,6 +124,20 @@ class Target(Strict):
     def tls(self) -> TlsSettings:
         """How an https url's certificate is checked."""
         return TlsSettings(ca_bundle=self.ca_bundle, insecure=self.insecure)
+
+    def _check_replicas(self, urls: list[str]) -> None:
+        if self.url is None:
+            raise bad("replica_metrics are the replicas behind a url target",
+                      "give url: the gateway's URL, or drop replica_metrics (launch: sim "
+                      "scrapes each replica of its fleet itself)")
+        if len(urls) < 2 or len(set(urls)) < len(urls):
+            raise bad("replica_metrics names {n} distinct replica(s); a fleet has two or more",
+                      "list each replica's base URL once, e.g. [http://10.0.0.5:8000, "
+                      "http://10.0.0.6:8000]", n=len(set(urls)))
+        for u in urls:
+            if not u.startswith(("http://", "https://")):
+                raise bad("replica_metrics '{url}' is not an http(s) URL",
+                          "write each replica's base URL, e.g. http://10.0.0.5:8000", url=u)
 
 
 def _cpus(value: Any) -> Any:
