@@ -1,15 +1,14 @@
-"""What the gateway tests share: the nginx requirement, ``loadlab run`` in a subprocess, a
-server's own counters, and how busy nginx kept each replica."""
+"""What the gateway tests share: the nginx requirement, ``loadlab run`` in a subprocess and
+a server's own counters."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterable
 
 import httpx
 import pytest
-from nginx_gateway import Routed, nginx_binary
+from nginx_gateway import nginx_binary
 from prometheus_client.parser import text_string_to_metric_families
 
 NEEDS_NGINX = [
@@ -31,12 +30,3 @@ def counter(base_url: str, name: str) -> float:
     return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
                if s.name == name)
 
-
-def mean_outstanding(routed: Iterable[Routed], t0: float, t1: float) -> dict[str, float]:
-    """Per replica, the mean number of its requests in flight between t0 and t1 (unix s):
-    each request's time inside the window, summed, over the window's length."""
-    busy: dict[str, float] = {}
-    for r in routed:
-        inside = min(r.ended, t1) - max(r.started, t0)
-        busy[r.upstream] = busy.get(r.upstream, 0.0) + max(inside, 0.0)
-    return {upstream: seconds / (t1 - t0) for upstream, seconds in busy.items()}

@@ -20,7 +20,6 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,8 +32,8 @@ from loadlab.collect.testing import free_port
 
 METHODS = ("round-robin", "least_conn")
 HEALTH = "/gateway-health"
-# one line per request: when it ended, what it was, which replica served it, for how long
-LOG_FORMAT = "$msec $request_method $uri $status $upstream_addr $request_time"
+# one line per request: when it ended, what it was, which replica served it
+LOG_FORMAT = "$msec $request_method $uri $status $upstream_addr"
 
 
 def nginx_binary() -> str | None:
@@ -54,11 +53,11 @@ class Routed:
     path: str
     status: int
     upstream: str         # host:port of the replica, "-" when nginx answered itself
-    seconds: float        # nginx's $request_time
 
     @property
-    def started(self) -> float:
-        return self.ended - self.seconds
+    def completion(self) -> bool:
+        """A completion (or chat completion) the replica answered 200."""
+        return self.method == "POST" and self.path.startswith("/v1/") and self.status == 200
 
 
 @dataclass(frozen=True)
@@ -70,16 +69,15 @@ class Gateway:
         """The proxied requests logged so far (nginx writes each line as it ends)."""
         rows = []
         for line in self.access_log.read_text().splitlines():
-            ended, method, path, status, upstream, seconds = line.split()
+            ended, method, path, status, upstream = line.split()
             if upstream != "-":
-                rows.append(Routed(float(ended), method, path, int(status), upstream,
-                                   float(seconds)))
+                rows.append(Routed(float(ended), method, path, int(status), upstream))
         return rows
 
-    def completions_by_replica(self) -> Counter[str]:
-        """POST /v1/completions answered 200, per replica host:port."""
-        return Counter(r.upstream for r in self.routed()
-                       if r.method == "POST" and r.path.startswith("/v1/") and r.status == 200)
+
+def netloc(url: str) -> str:
+    """A base URL as nginx's ``$upstream_addr`` names it (host:port)."""
+    return urlsplit(url).netloc
 
 
 def gateway_config(prefix: Path, port: int, replicas: list[str], method: str,
@@ -88,7 +86,7 @@ def gateway_config(prefix: Path, port: int, replicas: list[str], method: str,
     (base URLs) with ``method``."""
     if method not in METHODS:
         raise ValueError(f"method {method!r}: one of {', '.join(METHODS)}")
-    servers = "\n".join(f"        server {urlsplit(u).netloc};" for u in replicas)
+    servers = "\n".join(f"        server {netloc(u)};" for u in replicas)
     balance = "        least_conn;\n" if method == "least_conn" else ""
     # nginx run by root starts its workers as "nobody", who cannot enter pytest's private
     # temp folders (request bodies are spooled there): as root the workers stay root.

@@ -2,10 +2,13 @@
 ``--ca-bundle``) in front of two simulator replicas, each its own ``loadlab sim serve``.
 
 Replica B runs three times slower than A, so the balancing methods part ways: round-robin
-hands both the same number of requests (B then holds most of the users), least_conn hands
-each new request to the replica with fewer in flight (both hold the same number, A serves
-more). nginx's access log (``$upstream_addr``) says where each request went, and each
-replica's own ``vllm:request_success_total`` must agree with it.
+hands both the same number of requests (B then holds most of the users and queues while A
+has room: the fleet's knee comes early, cause ``routing_imbalance``), least_conn hands each
+new request to the replica with fewer in flight (both hold the same number, A serves more,
+the fleet queues only past its 2 + 2 running slots: ``seq_cap``). nginx's access log
+(``$upstream_addr``) says where each request went; each replica's own
+``vllm:request_success_total``, the run's rows and the per-replica series and tables of the
+analysis (``--replica-metrics``) must agree with it.
 """
 
 from __future__ import annotations
@@ -14,17 +17,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gateway_runs import NEEDS_NGINX, counter, loadlab_run, mean_outstanding
+from gateway_runs import NEEDS_NGINX, counter, loadlab_run
+from nginx_gateway import netloc
 
 from loadlab.cli import main
-from loadlab.runstore import REQUESTS, read_analysis, read_table
+from loadlab.runstore import METRICS, REQUESTS, read_analysis, read_manifest, read_table
 from loadlab.sim.serve.testing import running_sim
 
 pytestmark = NEEDS_NGINX
 
 MODEL = "m"
 LEVELS = (1, 2, 4, 8)          # 8 users over 2 + 2 running slots: the fleet queues
+USERS = LEVELS[-1]
 SEQS = 2
+SUCCESS = "vllm:request_success_total"
+# The fleet's knee and cause. Round-robin: at 4 users the slow replica already holds more
+# than its 2 slots while the fast one has room. least_conn: both queue only past 2 + 2.
+VERDICT = {"round-robin": (2, 4, "routing_imbalance"), "least_conn": (4, 8, "seq_cap")}
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +44,11 @@ def replicas() -> Iterator[tuple[str, str]]:
         yield fast, slow
 
 
-def _run(gateway_url: str, cert: Path, profile: Path, out: Path) -> None:
+def _run(gateway_url: str, cert: Path, replicas: tuple[str, str], profile: Path,
+         out: Path) -> None:
     res = loadlab_run(
         "--target", gateway_url, "--ca-bundle", str(cert), "--model", MODEL,
+        "--replica-metrics", ",".join(replicas), "--interval", "0.5",
         "--profile", str(profile), "--concurrency", ",".join(map(str, LEVELS)),
         "--step-duration", "3", "--warmup", "0.5", "--workers", "0", "--no-calibrate",
         "--out", str(out))
@@ -49,34 +60,54 @@ def test_a_run_through_the_gateway_is_counted_per_replica(
     method, replicas, gateway, cert, uniform_profile, tmp_path
 ) -> None:
     profile = uniform_profile("gateway", (20, 60), (8, 16))
-    before = {url: counter(url, "vllm:request_success_total") for url in replicas}
+    before = {url: counter(url, SUCCESS) for url in replicas}
     gw = gateway(list(replicas), method)
     out = tmp_path / "run"
-    _run(gw.url, cert[0], profile, out)
+    _run(gw.url, cert[0], replicas, profile, out)
 
     rows = read_table(out / "requests.parquet", REQUESTS)
     assert len(rows) > 0 and (rows["status"] == "ok").all(), rows["error"].dropna().head()
-    assert set(rows["endpoint"]) == {gw.url}             # every request went through https
+    assert set(rows["endpoint"]) == {gw.url}            # every request went through https
+    assert read_manifest(out)["target"]["tls"] == {"verify": True, "ca_bundle": str(cert[0])}
 
-    routed = gw.completions_by_replica()
-    port_of = {url: url.rsplit(":", 1)[1] for url in replicas}
-    served = {url: routed[f"127.0.0.1:{port_of[url]}"] for url in replicas}
+    # nginx's log, each replica's own counter and the rows: the same requests
+    log = gw.routed()
+    served = {url: sum(1 for r in log if r.upstream == netloc(url) and r.completion)
+              for url in replicas}
     assert sum(served.values()) == len(rows)
-    for url in replicas:            # each replica's own counter: what nginx routed there
-        assert counter(url, "vllm:request_success_total") - before[url] == served[url], url
+    for url in replicas:
+        assert counter(url, SUCCESS) - before[url] == served[url], url
+
+    # the run's per-replica series and tables: each replica's own, not swapped or summed
+    metrics = read_table(out / "metrics.parquet", METRICS)
+    main(["analyze", str(out)])
+    analysis = read_analysis(out)
+    assert analysis.replicas is not None
+    tables = {r.endpoint: r for r in analysis.replicas}
+    assert set(tables) == set(replicas)
+    for url in replicas:
+        mine = metrics[(metrics["endpoint"] == url) & (metrics["metric"] == SUCCESS)]
+        by_scrape = mine.groupby("t")["value"].sum().sort_index()
+        t_last, scraped = by_scrape.index[-1], by_scrape.iloc[-1]
+        logged = sum(1 for r in log if r.upstream == netloc(url) and r.completion
+                     and r.ended <= t_last)
+        # a request counted by one and not the other was in flight at that scrape
+        assert abs(scraped - before[url] - logged) <= USERS, (url, scraped, logged)
+        for step, replica_step in zip(analysis.steps, tables[url].steps, strict=True):
+            logged = sum(1 for r in log if r.upstream == netloc(url) and r.completion
+                         and step.t_start <= r.ended <= step.t_end)
+            # in flight at either edge of the step's window
+            assert abs(replica_step.requests_done - logged) <= 2 * USERS, (url, step.step)
+
+    knee, cause = analysis.knee, analysis.cause.name      # the fleet's verdict
+    assert knee.found and (knee.lower, knee.upper, cause) == VERDICT[method], (knee, cause)
 
     fast, slow = replicas
-    top = rows[rows["concurrency"] == LEVELS[-1]]
-    t0, t1 = top["t_sent"].min(), top["t_done"].max()
-    busy = mean_outstanding(gw.routed(), t0, t1)
-    busy_fast, busy_slow = (busy[f"127.0.0.1:{port_of[u]}"] for u in (fast, slow))
+    top = {url: tables[url].steps[-1] for url in replicas}
+    outstanding = {url: top[url].running_mean + top[url].waiting_mean for url in replicas}
     if method == "round-robin":
         assert abs(served[fast] - served[slow]) <= 1, served
-        assert busy_slow > 1.5 * busy_fast, busy
+        assert outstanding[slow] > 1.5 * outstanding[fast], outstanding
     else:
-        assert busy_slow == pytest.approx(busy_fast, rel=0.25), busy
         assert served[fast] > 1.5 * served[slow], served
-
-    main(["analyze", str(out)])
-    knee = read_analysis(out).knee       # the fleet's: 8 users over 2 + 2 slots queue
-    assert knee.found and (knee.lower, knee.upper) == (LEVELS[-2], LEVELS[-1]), knee
+        assert outstanding[slow] == pytest.approx(outstanding[fast], rel=0.25), outstanding
