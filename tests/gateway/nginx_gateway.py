@@ -20,7 +20,8 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,8 @@ from loadlab.collect.testing import free_port
 
 METHODS = ("round-robin", "least_conn")
 HEALTH = "/gateway-health"
-# one line per request: when it ended, what it was, which replica served it
-LOG_FORMAT = "$msec $request_method $uri $status $upstream_addr"
+# one line per request: when it ended, what it was, which replica served it, for how long
+LOG_FORMAT = "$msec $request_method $uri $status $upstream_addr $request_time"
 
 
 def nginx_binary() -> str | None:
@@ -53,6 +54,11 @@ class Routed:
     path: str
     status: int
     upstream: str         # host:port of the replica, "-" when nginx answered itself
+    seconds: float        # $request_time: from the request's first byte to the last sent
+
+    @property
+    def started(self) -> float:
+        return self.ended - self.seconds
 
     @property
     def completion(self) -> bool:
@@ -69,10 +75,21 @@ class Gateway:
         """The proxied requests logged so far (nginx writes each line as it ends)."""
         rows = []
         for line in self.access_log.read_text().splitlines():
-            ended, method, path, status, upstream = line.split()
+            ended, method, path, status, upstream, seconds = line.split()
             if upstream != "-":
-                rows.append(Routed(float(ended), method, path, int(status), upstream))
+                rows.append(Routed(float(ended), method, path, int(status), upstream,
+                                   float(seconds)))
         return rows
+
+
+def mean_in_flight(routed: Iterable[Routed], t0: float, t1: float) -> Counter[str]:
+    """Per replica, how many of its requests nginx had in flight on average between t0 and
+    t1 (unix seconds): each request's time inside the window, summed, over its length. This
+    is what ``least_conn`` balances (the upstream's active connections, as nginx counts)."""
+    busy: Counter[str] = Counter()
+    for r in routed:
+        busy[r.upstream] += max(min(r.ended, t1) - max(r.started, t0), 0.0) / (t1 - t0)
+    return busy
 
 
 def netloc(url: str) -> str:
