@@ -99,6 +99,14 @@ ProfileWriter = Callable[[str, tuple[int, int], tuple[int, int]], Path]
 
 
 @pytest.fixture(scope="session")
+def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate and its key for 127.0.0.1 and localhost (https tests)."""
+    from loadlab.sim.serve.selfsigned import self_signed
+
+    return self_signed(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="session")
 def uniform_profile(tmp_path_factory: pytest.TempPathFactory) -> ProfileWriter:
     """``uniform_profile(name, (lo, hi), (lo, hi))``: the path of a workload profile whose
     prompt and output lengths (tokens) are uniform over those ranges, no prefixes, no

@@ -13,7 +13,10 @@ analyzer. The analyzer judges the copy. Scores:
 - knee within one level: the inferred and measured first stalled levels are at most one
   level apart among the plan's distinct levels ("no knee" counts as one past the top);
 - calibration: per knee confidence (high, medium, low), the share of right causes,
-  right knees and both.
+  right knees and both; and per cause confidence, the share of right causes;
+- abstained: the share inferred ``undetermined`` (the analyzer naming candidates /metrics
+  cannot tell apart). An abstention is never right; the confusion matrix gives it its own
+  column, and "cause right when answered" leaves it out.
 
 Prints the confusion matrix (rows truth, columns inferred) and the calibration table, and
 writes every seed's row with the summary as JSON. At most two processes.
@@ -55,6 +58,7 @@ from loadlab.spec.scenario import Workload
 SEEDS = Path(__file__).resolve().parent / "seeds.json"
 MAX_JOBS = 2
 CONFIDENCES = ("high", "medium", "low")
+ABSTAIN = "undetermined"
 
 
 def truth_of(run_dir: Path) -> dict[str, Any]:
@@ -140,6 +144,7 @@ def score_seed(seed: int, keep: Path | None = None) -> dict[str, Any]:
         "truth_knee": [truth["knee"]["lower"], want],
         "inferred_knee": [knee.get("lower"), got],
         "confidence": knee.get("confidence"),
+        "cause_confidence": inferred["cause"].get("confidence"),
         "cause_right": truth["cause"]["name"] == inferred["cause"]["name"],
         "knee_right": abs(knee_index(levels, got) - knee_index(levels, want)) <= 1,
         "knee_exact": knee_index(levels, got) == knee_index(levels, want),
@@ -157,26 +162,35 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Totals, the confusion matrix and the calibration table of scored rows."""
     n = len(rows)
     confusion = Counter((r["truth_cause"], r["inferred_cause"]) for r in rows)
-    calibration = {}
-    for conf in sorted({str(r["confidence"]) for r in rows},
+    answered = [r for r in rows if r["inferred_cause"] != ABSTAIN]
+    return {
+        "n": n,
+        "cause_right": _share(rows, lambda r: r["cause_right"]),
+        "abstained": _share(rows, lambda r: r["inferred_cause"] == ABSTAIN),
+        "cause_right_answered": _share(answered, lambda r: r["cause_right"]),
+        "knee_right": _share(rows, lambda r: r["knee_right"]),
+        "knee_exact": _share(rows, lambda r: r.get("knee_exact")),
+        "both_right": _share(rows, lambda r: r["cause_right"] and r["knee_right"]),
+        "confusion": [{"truth": t, "inferred": i, "n": c}
+                      for (t, i), c in sorted(confusion.items())],
+        "calibration": _calibration(rows, "confidence"),
+        "cause_calibration": _calibration(rows, "cause_confidence"),
+    }
+
+
+def _calibration(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Per value of ``key`` (a confidence): the share of right causes, knees and both."""
+    out = {}
+    for conf in sorted({str(r.get(key)) for r in rows},
                        key=lambda c: (CONFIDENCES + (c,)).index(c)):
-        group = [r for r in rows if str(r["confidence"]) == conf]
-        calibration[conf] = {
+        group = [r for r in rows if str(r.get(key)) == conf]
+        out[conf] = {
             "n": len(group),
             "cause_right": _share(group, lambda r: r["cause_right"]),
             "knee_right": _share(group, lambda r: r["knee_right"]),
             "both_right": _share(group, lambda r: r["cause_right"] and r["knee_right"]),
         }
-    return {
-        "n": n,
-        "cause_right": _share(rows, lambda r: r["cause_right"]),
-        "knee_right": _share(rows, lambda r: r["knee_right"]),
-        "knee_exact": _share(rows, lambda r: r["knee_exact"]),
-        "both_right": _share(rows, lambda r: r["cause_right"] and r["knee_right"]),
-        "confusion": [{"truth": t, "inferred": i, "n": c}
-                      for (t, i), c in sorted(confusion.items())],
-        "calibration": calibration,
-    }
+    return out
 
 
 def _share(rows: list[dict[str, Any]], test: Any) -> float | None:
@@ -194,14 +208,18 @@ def render(summary: dict[str, Any]) -> str:
         if any(cells.get((t, i)) for i in names):
             lines.append(t.ljust(width) + "".join(str(cells.get((t, i), 0)).rjust(14)
                                                   for i in names))
-    lines += ["", "calibration (knee confidence: share right)",
-              f"{'confidence':12s}{'n':>6s}{'cause':>9s}{'knee':>9s}{'both':>9s}"]
-    for conf, c in summary["calibration"].items():
-        lines.append(f"{conf:12s}{c['n']:6d}" + "".join(
-            f"{c[k]:9.0%}" for k in ("cause_right", "knee_right", "both_right")))
+    for key, what in (("calibration", "knee"), ("cause_calibration", "cause")):
+        lines += ["", f"calibration ({what} confidence: share right)",
+                  f"{'confidence':12s}{'n':>6s}{'cause':>9s}{'knee':>9s}{'both':>9s}"]
+        for conf, c in summary.get(key, {}).items():
+            lines.append(f"{conf:12s}{c['n']:6d}" + "".join(
+                f"{c[k]:9.0%}" for k in ("cause_right", "knee_right", "both_right")))
+    answered = summary.get("cause_right_answered")
     lines.append(f"\nall {summary['n']}: cause right {summary['cause_right']:.0%}, knee within "
-                 f"one level {summary['knee_right']:.0%} "
-                 f"(the same level {summary['knee_exact']:.0%}), both {summary['both_right']:.0%}")
+                 f"one level {summary['knee_right']:.0%} (the same level "
+                 f"{summary.get('knee_exact') or 0:.0%}), both {summary['both_right']:.0%}; "
+                 f"abstained ({ABSTAIN}) {summary.get('abstained') or 0:.0%}, cause right when "
+                 f"answered {'-' if answered is None else f'{answered:.0%}'}")
     return "\n".join(lines)
 
 

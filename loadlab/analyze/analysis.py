@@ -27,12 +27,12 @@ import pandas as pd
 
 from loadlab.analyze import cause as causes
 from loadlab.analyze import fleet
-from loadlab.analyze.capacity import capacity, pool_config, token_fill
+from loadlab.analyze.capacity import as_int, capacity, pool_config, token_fill
 from loadlab.analyze.display import verdict_line
 from loadlab.analyze.failures import failure_warnings, unblame_client
 from loadlab.analyze.fleet import Judged
 from loadlab.analyze.knee import Knee, find_knee
-from loadlab.analyze.measured import measure
+from loadlab.analyze.measured import measure, typical_request_blocks
 from loadlab.analyze.slo import evaluate, parse_slo
 from loadlab.analyze.steps import RunData, build_step_table, load_run
 from loadlab.analyze.warnings import reset_warnings, scrape_warnings
@@ -54,7 +54,8 @@ def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> A
     replicas = fleet.assess(run, judged, lambda sub: judge(sub, seed))
     slo_block = evaluate(targets, run.requests, table)
     knee_block = knee.as_dict()
-    truth = measure(run.metrics, table)
+    truth = measure(run.metrics, table, typical_request_blocks(
+        run.requests, as_int(pool_config(run.metrics, run.manifest).get("block_size"))))
     if truth is not None:
         knee_block["measured"], cause["measured"] = truth["knee"], truth["cause"]
     out = {
@@ -103,7 +104,8 @@ def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any]
     limited = [int(s) for s, st in zip(table["step"], table["state"]) if st == "client_limited"]
     return causes.assess(stalled, table, run.manifest.get("server") or {}, config, cap,
                          causes.Verdict(knee.found, knee.client_limited_before, limited,
-                                        not run.metrics.empty, knee.psi, run.closed_loop))
+                                        not run.metrics.empty, knee.psi, run.closed_loop),
+                         run.requests)
 
 
 def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:

@@ -3,23 +3,39 @@
 Scored over the knee's stalled steps (every judged step from the first stalled one up)
 with figures that survive gauge lag: maxima of gauges (a lagging gauge reads low, never
 high), counter rates and histogram deltas. :func:`signatures` is the pure part, shared
-with ``loadlab diagnose`` (which feeds it one live window). Each score is the share of
-stalled steps that show the signature (0..1):
+with ``loadlab diagnose`` (which feeds it its queued live windows). Each score is the
+share of stalled steps that show the signature (0..1):
 
-- ``seq_cap``: running max reached the cap and KV max stayed below KV_FULL (0.9). The
-  cap is ``server.max_num_seqs`` from the manifest, else inferred: running max equal in
-  every stalled step and within 1.5 of the hinge's psi (score x 0.9 when inferred).
-- ``kv_exhausted``: KV max >= KV_FULL with running below the cap (or preemptions); an
-  inferred cap does not count against it (a full pool makes a running plateau too).
+- ``seq_cap``: running max reached the cap (within CAP_SLACK, 1: a finished request's
+  slot stays free until the next step refills it) while the pool was not full on average
+  (KV mean < KV_FULL, 0.9): at the cap vLLM's waiting loop stops before it asks for
+  blocks, so a KV max touching full does not make it KV exhaustion. The cap is
+  ``server.max_num_seqs`` from the manifest, else inferred (:func:`plateau`): running
+  max held within CAP_SLACK over the top stalled steps while requests wait, confirmed by
+  the hinge's psi (within PSI_SLACK) or, without one, by PLATEAU_STEPS (2) steps (score
+  x 0.9 when inferred).
+- ``kv_exhausted``: KV max >= KV_FULL with running below the cap, or the pool full on
+  average (KV mean >= KV_FULL) whatever running is.
 - ``dashboard_caliber``: a KV-exhausted step whose token-level usage (client lengths x
   running / pool tokens) is below CALIBER (half) of the block-level gauge: block
   rounding, not tokens, fills the pool. Takes the KV score; kv_exhausted keeps 0.6 of it.
 - ``token_budget``: tokens per engine step ((prompt computed + generated tokens/s) x
   mean ITL) >= BUDGET_FILL (0.8) of ``max_num_batched_tokens``, running below the cap,
-  KV below full. Without the flag: tokens per step within 15% across the stalled steps
-  (a ceiling), score x 0.6.
-- ``prefix_held``: prefix caching on, hit rate >= 0.5, KV max in [0.5, KV_FULL),
-  running below the cap and the budget not filled: blocks held by shared prefixes.
+  KV below full. Without the flag (score x 0.9): tokens per step held within BUDGET_FLAT
+  of one value in PLATEAU_STEPS or more steps while running moves (by more than twice
+  CAP_SLACK) and no cap was inferred: a binding budget fills every step to itself.
+- ``head_blocked``: while requests wait and running is below the cap, the longest prompt
+  sent in the step (client records) needs more blocks than the pool has free at the
+  step's KV mean (``num_gpu_blocks`` x (1 - KV mean), blocks of ``block_size``), and
+  those free blocks would hold the median request sent
+  (:func:`loadlab.analyze.measured.typical_request_blocks`, the measured verdict's own
+  split of a ``kv_blocks`` refusal): the head's size, not a full pool, holds the queue.
+  In V1 a cached block no running request references is evictable and counts as free,
+  so shared prefixes do not hold the pool; what stops
+  admission below full is a long prompt at the head that must fit whole
+  (``allocate_slots(..., full_sequence_must_fit=scheduler_reserve_full_isl)`` in
+  ``vllm/v1/core/sched/scheduler.py``), blocking everyone behind it. It takes its
+  steps from ``kv_exhausted`` (whose KV *max* a long admission drives to full).
 - ``frontend_starved`` (every step with server figures): client TTFT mean exceeds the
   server's own by max(50 ms, the server's figure) and >= 20% of streams came whole.
 - ``client_limited``: a client-limited step at or below the knee (1.0).
@@ -31,7 +47,17 @@ Choice: server_errors when it scores >= 0.5, or at all with no knee found or a k
 precluded by the client (a server that fails its requests is never a client's
 shortfall); client_limited when the knee was precluded by the client; unknown without
 server metrics; with no knee, frontend_starved if it scores >= 0.5, else none; with a
-knee, the best server cause scoring >= 0.5, else frontend_starved, else unknown.
+knee, the best server cause scoring >= 0.5, else frontend_starved, else
+``undetermined`` when /metrics fit two causes the flags would tell apart (KV below full
+with ``max_num_seqs`` and ``max_num_batched_tokens`` unknown: ``seq_cap`` when running
+max varies by at most twice CAP_SLACK, and ``token_budget``), with ``candidates`` and
+``separate_by`` (the probe, the flags), else unknown.
+
+Confidence (``cause.confidence``): high when a flag-backed signature holds in every
+stalled step (>= 2 of them) with a margin >= 0.5 over the runner-up; medium when it
+scores >= MIN_SCORE with a margin >= 0.25 (an inferred cap or budget, and head_blocked,
+are at most medium); else low
+(always for ``undetermined``).
 """
 
 from __future__ import annotations
@@ -45,12 +71,27 @@ import pandas as pd
 from loadlab.analyze.capacity import as_int
 from loadlab.analyze.detectors import column
 from loadlab.analyze.failures import server_errors, server_errors_knob
+from loadlab.analyze.measured import typical_request_blocks
 
 KV_FULL = 0.9
 CALIBER = 0.5
 BUDGET_FILL = 0.8
 MIN_SCORE = 0.5
-SERVER_CAUSES = ("seq_cap", "kv_exhausted", "dashboard_caliber", "token_budget", "prefix_held")
+BUDGET_FLAT = 0.05
+"""Tokens per step within 5% of the stalled steps' highest read as held at one value."""
+CAP_SLACK = 1
+"""Running one below the cap still counts as at it: a request that finishes leaves its
+slot free until the next step's schedule refills it, and the gauge is read in between."""
+PSI_SLACK = 0.1
+"""An inferred cap's share the hinge (psi) may sit below it: the running curve bends into
+the cap smoothly, so a fitted hinge lands a few percent short."""
+MEAN_SLACK = 0.05
+"""Running mean's share below the plateau's max still held at a cap (slots refill a step
+after they free; with a long queue a few percent of the time they are empty)."""
+PLATEAU_STEPS = 2
+SERVER_CAUSES = ("seq_cap", "kv_exhausted", "dashboard_caliber", "token_budget", "head_blocked")
+NAMES = SERVER_CAUSES + ("undetermined", "frontend_starved", "client_limited", "none", "unknown")
+"""Every name ``cause.name`` can take."""
 
 
 @dataclass
@@ -60,16 +101,20 @@ class Signals:
     steps: list[int]
     levels: list[float]
     running_max: np.ndarray
+    running_mean: np.ndarray
     kv_max: np.ndarray
     preemptions: np.ndarray
     waiting: np.ndarray
     tokens_per_step: np.ndarray
     fill: np.ndarray
-    hit_rate: np.ndarray
+    kv_mean: np.ndarray | None = None
+    prompt_max: np.ndarray | None = None
+    pool_blocks: int | None = None
+    block_size: int | None = None
+    typical_blocks: float | None = None   # the median request's blocks (head_blocked)
     cap: int | None = None
     cap_inferred: bool = False
     budget: int | None = None
-    prefix_caching: bool | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -99,6 +144,7 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         steps=[int(s) for s in rows["step"]],
         levels=rows["level"].astype(float).tolist(),
         running_max=column(rows, "running_max"),
+        running_mean=column(rows, "running_mean"),
         kv_max=column(rows, "kv_max"),
         preemptions=column(rows, "preemptions"),
         waiting=np.where(
@@ -108,33 +154,73 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         ),
         tokens_per_step=tokens_per_step(rows),
         fill=fill,
-        hit_rate=column(rows, "prefix_hit_rate"),
+        kv_mean=column(rows, "kv_mean"),
+        prompt_max=column(rows, "prompt_tokens_max"),
+        pool_blocks=as_int(config.get("num_gpu_blocks")),
+        block_size=as_int(config.get("block_size")),
         budget=as_int(server.get("max_num_batched_tokens")),
-        prefix_caching=_bool(
-            config.get("enable_prefix_caching", server.get("enable_prefix_caching"))
-        ),
     )
     sig.cap = as_int(server.get("max_num_seqs"))
-    runs = sig.running_max[~np.isnan(sig.running_max)]
-    plateau = len(runs) > 0 and np.ptp(runs) == 0 and runs[0] > 0
-    if sig.cap is None and plateau and (psi is None or abs(psi - runs[0]) <= 1.5):
-        sig.cap, sig.cap_inferred = int(runs[0]), True
-        sig.notes.append(
-            f"max_num_seqs not known: inferred {int(runs[0])} from the running plateau"
-        )
+    if sig.cap is None and plateau(sig.running_max, sig.running_mean, sig.waiting, sig.levels, psi):
+        top = int(np.nanmax(sig.running_max))
+        sig.cap, sig.cap_inferred = top, True
+        sig.notes.append(f"max_num_seqs not known: inferred {top} from the running plateau")
     return sig
 
 
+def plateau(running_max: np.ndarray, running_mean: np.ndarray, waiting: np.ndarray,
+            levels: list[float], psi: float | None) -> bool:
+    """Whether running held one value while requests waited: the mark of a sequence cap.
+
+    The plateau is the steps whose running max is within CAP_SLACK of the highest, with
+    requests waiting in each and, in at least half of them (the first may see a light
+    queue), running *mean* there too (within CAP_SLACK or
+    MEAN_SLACK of it: at a cap every freed slot is refilled at the next step from the
+    queue, so running reads the cap nearly all the time; a token budget or a blocked
+    head admits as room allows and running wanders below its max); every step at a higher
+    level than its first must be on it (a cap, once reached, holds at every higher load;
+    the first queued step may sit below it). Its evidence is several steps agreeing
+    (:data:`PLATEAU_STEPS`) or, where a hinge was fitted to the running curve over the
+    levels, ``psi`` at the plateau's value. One window's running max alone is whatever
+    running happened to be when the queue formed.
+    """
+    known = ~np.isnan(running_max)
+    if not known.any() or np.nanmax(running_max) <= 0:
+        return False
+    top = float(np.nanmax(running_max))
+    on = known & (running_max >= top - CAP_SLACK)
+    level = np.asarray(levels, dtype=float)
+    first = level[on].min()
+    if not np.all(on[known & (level > first)]):
+        return False
+    if not np.all(np.nan_to_num(waiting[on]) > 0):
+        return False
+    held = np.nan_to_num(running_mean[on]) >= top - max(CAP_SLACK, MEAN_SLACK * top)
+    if held.mean() < 0.5:
+        return False
+    if psi is not None:
+        return bool(abs(psi - top) <= max(1.5, PSI_SLACK * top))
+    return int(on.sum()) >= PLATEAU_STEPS
+
+
 def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
-           config: dict[str, Any], capacity: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+           config: dict[str, Any], capacity: dict[str, Any], verdict: Verdict,
+           requests: pd.DataFrame | None = None) -> dict[str, Any]:
     """The ``cause`` block of analysis.json: scores, choice, evidence, facts and knob.
 
     ``stalled``: the knee's stalled steps (step-table rows with ``token_fill``);
-    ``table``: every step (for frontend_starved). ``notes`` says what was inferred.
+    ``table``: every step (for frontend_starved); ``requests``: the client records (the
+    prompt-length tail). ``notes`` says what was inferred. Nothing here reads the probe's
+    ``loadlab:`` series: this is the verdict any vLLM's /metrics support; the measured one
+    (:mod:`loadlab.analyze.measured`) sits beside it, and agreement between the two means
+    something only while they stay independent.
     """
+    stalled = stalled.assign(prompt_tokens_max=prompt_max(stalled, requests))
     fill = stalled["token_fill"].to_numpy(dtype=float) if "token_fill" in stalled else \
         np.full(len(stalled), np.nan)
     sig = signals(stalled, server, config, fill, verdict.psi)
+    if requests is not None:
+        sig.typical_blocks = typical_request_blocks(requests, sig.block_size)
     candidates = signatures(sig) + [frontend_starved(table)]
     limited = verdict.client_limited_steps
     candidates.append(Candidate(
@@ -142,13 +228,69 @@ def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
         [{"what": "client-limited step", "value": 1, "step": s} for s in limited]))
     candidates.append(Candidate("server_errors", *server_errors(table)))
     name = choose(candidates, verdict.knee_found, verdict.client_before, verdict.server_metrics)
+    out: dict[str, Any] = {}
+    if name == "unknown" and verdict.knee_found and verdict.server_metrics:
+        pair = ambiguous(sig)
+        if len(pair) >= 2:
+            name = "undetermined"
+            out = {"candidates": pair, "separate_by": SEPARATE_BY}
     chosen = next((c for c in candidates if c.name == name), None)
     ranked = sorted(candidates, key=lambda c: -c.score)
     return {"name": name, "evidence": chosen.evidence if chosen else [],
             "knob": server_errors_knob(table) if name == "server_errors"
             else knob(name, sig, capacity), "facts": facts(sig, verdict.closed_loop),
             "ranked": [{"name": c.name, "score": round(c.score, 3)} for c in ranked],
+            "confidence": confidence(name, candidates, sig), **out,
             "notes": sig.notes}
+
+
+SEPARATE_BY = ("run the server with the probe (--probe): its "
+               "loadlab:scheduler_refused_steps_total{reason} counts why the head was refused; "
+               "or give the server's --max-num-seqs and --max-num-batched-tokens")
+
+
+def prompt_max(rows: pd.DataFrame, requests: pd.DataFrame | None) -> np.ndarray:
+    """Per step: the longest prompt (tokens) the client sent in its window."""
+    out = np.full(len(rows), np.nan)
+    if requests is None or requests.empty or "prompt_tokens" not in requests:
+        return out
+    sent = requests["t_sent"].to_numpy(dtype=float)
+    tokens = requests["prompt_tokens"].to_numpy(dtype=float)
+    for i, (a, b) in enumerate(zip(column(rows, "t_start"), column(rows, "t_end"))):
+        inside = tokens[(sent >= a) & (sent < b) & ~np.isnan(tokens)]
+        if len(inside):
+            out[i] = inside.max()
+    return out
+
+
+def ambiguous(sig: Signals) -> list[str]:
+    """The causes /metrics cannot tell apart here without the probe or the flags."""
+    if not len(sig.steps) or not np.all(sig.kv_max < KV_FULL):
+        return []
+    out = []
+    runs = sig.running_max[~np.isnan(sig.running_max)]
+    if sig.cap is None and len(runs) and np.ptp(runs) <= 2 * CAP_SLACK:
+        out.append("seq_cap")
+    if sig.budget is None:
+        out.append("token_budget")
+    return out
+
+
+def confidence(name: str, candidates: list[Candidate], sig: Signals) -> str:
+    """How sure the cause is (the module docstring's last paragraph)."""
+    scores = sorted((c.score for c in candidates if c.name in SERVER_CAUSES), reverse=True)
+    if name not in SERVER_CAUSES or not scores:
+        return "low"
+    mine = next(c.score for c in candidates if c.name == name)
+    margin = mine - (scores[1] if len(scores) > 1 else 0.0)
+    # head_blocked takes the longest prompt for the head; which request heads the queue
+    # at a refusal is not in /metrics
+    inferred = (name == "seq_cap" and sig.cap_inferred) or (name == "token_budget"
+                                                             and not sig.budget) or (
+        name == "head_blocked")
+    if mine >= 0.99 and margin >= 0.5 and len(sig.steps) >= 2 and not inferred:
+        return "high"
+    return "medium" if mine >= MIN_SCORE and margin >= 0.25 else "low"
 
 
 def facts(sig: Signals, closed_loop: bool = True) -> dict[str, Any]:
@@ -161,11 +303,23 @@ def facts(sig: Signals, closed_loop: bool = True) -> dict[str, Any]:
     return {"cap": sig.cap, "cap_inferred": sig.cap_inferred, "budget": sig.budget,
             "kv_max": _agg(np.nanmax, sig.kv_max), "running_max": _agg(np.nanmax, sig.running_max),
             "waiting_excess": excess, "preemptions": _agg(np.nansum, sig.preemptions),
-            "token_fill": _agg(np.nanmin, sig.fill),
+            "token_fill": _agg(np.nanmin, sig.fill), "kv_mean": _agg(np.nanmean, sig.kv_mean),
+            "prompt_max": _agg(np.nanmax, sig.prompt_max),
+            "head_blocks_needed": _agg(np.nanmax, head_need(sig)) if sig.steps else None,
+            "free_blocks": _agg(np.nanmean, free_blocks(sig)) if sig.steps else None,
+            "pool_blocks": sig.pool_blocks,
             "tokens_per_step": _agg(np.nanmax, sig.tokens_per_step)}
 
 
-def _agg(fn: Any, x: np.ndarray) -> float | None:
+def _pool(sig: Signals | None) -> str:
+    if sig is None or not sig.pool_blocks or not sig.block_size:
+        return ""
+    return f"; the pool holds {sig.pool_blocks} blocks of {sig.block_size} tokens"
+
+
+def _agg(fn: Any, x: np.ndarray | None) -> float | None:
+    if x is None:
+        return None
     return None if x.size == 0 or np.all(np.isnan(x)) else round(float(fn(x)), 4)
 
 
@@ -181,75 +335,93 @@ def signatures(sig: Signals) -> list[Candidate]:
     if n == 0:
         return []
     cap = sig.cap
-    # An inferred cap is only a running plateau, which a full pool makes too.
-    below_cap = (sig.running_max < cap) if cap and not sig.cap_inferred else np.ones(n, dtype=bool)
+    reached = sig.running_max >= cap - CAP_SLACK if cap else np.zeros(n, dtype=bool)
+    # A head too long for the free blocks stops admissions, so running stays flat behind
+    # it: an inferred cap (a plateau) does not rule head-of-line blocking out.
+    below_cap = ~reached if cap and not sig.cap_inferred else np.ones(n, dtype=bool)
+    kv_mean = _arr(sig.kv_mean, n)
     kv_ok = sig.kv_max < KV_FULL
     kv_full = sig.kv_max >= KV_FULL
+    pool_full = kv_mean >= KV_FULL
     out: list[Candidate] = []
-    at_cap = (sig.running_max >= cap) & kv_ok if cap else np.zeros(n, dtype=bool)
+    at_cap = reached & ~pool_full
     score = float(at_cap.mean()) * (0.9 if sig.cap_inferred else 1.0)
-    out.append(
-        Candidate(
-            "seq_cap",
-            score,
-            _ev(
-                sig,
-                [
-                    ("running max", sig.running_max),
-                    ("KV usage max", sig.kv_max),
-                    ("waiting (mean)", sig.waiting),
-                ],
-                extra=[]
-                if cap is None
-                else [
-                    {
-                        "what": "max_num_seqs" + (" (inferred)" if sig.cap_inferred else ""),
-                        "value": cap,
-                        "step": sig.steps[0],
-                    }
-                ],
-            ),
-        )
-    )
-    kv_like = kv_full & (below_cap | (np.nan_to_num(sig.preemptions) > 0))
+    cap_ev = [] if cap is None else [{
+        "what": "max_num_seqs" + (" (inferred)" if sig.cap_inferred else ""), "value": cap,
+        "step": sig.steps[0]}]
+    out.append(Candidate("seq_cap", score, _ev(sig, [
+        ("running max", sig.running_max), ("KV usage max", sig.kv_max),
+        ("waiting (mean)", sig.waiting)], extra=cap_ev)))
+    head = head_blocked(sig, below_cap)
+    # At the cap vLLM's waiting loop stops before it asks for blocks (a full pool on
+    # average still binds first); below it, a pool that reaches full refuses the head.
+    kv_like = kv_full & (~reached | pool_full) & ~head
     caliber = kv_like & (sig.fill < CALIBER)
     kv_score = float(kv_like.mean())
     cal_score = float(caliber.mean())
-    out.append(
-        Candidate(
-            "kv_exhausted",
-            kv_score - 0.4 * cal_score,
-            _ev(
-                sig,
-                [
-                    ("KV usage max", sig.kv_max),
-                    ("preemptions", sig.preemptions),
-                    ("running max", sig.running_max),
-                ],
-            ),
-        )
-    )
+    out.append(Candidate("kv_exhausted", kv_score - 0.4 * cal_score, _ev(sig, [
+        ("KV usage max", sig.kv_max), ("preemptions", sig.preemptions),
+        ("running max", sig.running_max)])))
     out.append(Candidate("dashboard_caliber", cal_score, _ev(sig, [
         ("token-level / block-level KV usage", sig.fill), ("KV usage max", sig.kv_max)])))
     out.append(_budget(sig, below_cap, kv_ok))
-    held = (kv_ok & (sig.kv_max >= 0.5) & below_cap & (sig.hit_rate >= 0.5)
-            & (_budget_fill(sig) < BUDGET_FILL) if sig.prefix_caching else np.zeros(n, dtype=bool))
-    out.append(Candidate("prefix_held", float(held.mean()), _ev(sig, [
-        ("prefix hit rate", sig.hit_rate), ("KV usage max", sig.kv_max)])))
+    out.append(Candidate("head_blocked", float(head.mean()), _ev(sig, [
+        ("longest prompt (tokens)", _arr(sig.prompt_max, n)),
+        ("blocks the longest prompt needs", head_need(sig)),
+        ("free blocks at mean KV usage", free_blocks(sig)),
+        ("KV usage mean", _arr(sig.kv_mean, n)), ("KV usage max", sig.kv_max)])))
     return out
 
 
+def head_need(sig: Signals) -> np.ndarray:
+    """Blocks the longest prompt of each step needs to be admitted whole."""
+    n = len(sig.steps)
+    if not sig.block_size:
+        return np.full(n, np.nan)
+    return np.ceil(_arr(sig.prompt_max, n) / sig.block_size)
+
+
+def free_blocks(sig: Signals) -> np.ndarray:
+    """Free blocks at each step's mean KV usage (evictable cached blocks count free)."""
+    n = len(sig.steps)
+    if not sig.pool_blocks:
+        return np.full(n, np.nan)
+    return sig.pool_blocks * (1.0 - _arr(sig.kv_mean, n))
+
+
+def head_blocked(sig: Signals, below_cap: np.ndarray) -> np.ndarray:
+    """Per stalled step: a long head needs more blocks than are free, where the median
+    request would have fitted."""
+    if sig.typical_blocks is None:
+        return np.zeros(len(sig.steps), dtype=bool)
+    free = free_blocks(sig)
+    return below_cap & (head_need(sig) > free) & (free >= sig.typical_blocks)
+
+
+def _arr(x: np.ndarray | None, n: int) -> np.ndarray:
+    return np.full(n, np.nan) if x is None else x
+
+
 def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray) -> Candidate:
-    fill = _budget_fill(sig)
+    """With the flag: tokens per step near it. Without: tokens per step held at one value
+    (BUDGET_FLAT) in PLATEAU_STEPS or more steps while no running plateau marks a cap.
+    When ``max_num_batched_tokens`` binds, vLLM's scheduler fills every step up to it
+    (``token_budget`` in ``Scheduler.schedule``), so tokens per step stop growing with the
+    load while running still moves; a cap flattens running instead."""
     if sig.budget:
-        hit = (fill >= BUDGET_FILL) & below_cap & kv_ok
+        hit = (_budget_fill(sig) >= BUDGET_FILL) & below_cap & kv_ok
         score = float(hit.mean())
         extra = [{"what": "max_num_batched_tokens", "value": sig.budget, "step": sig.steps[0]}]
+    elif sig.cap_inferred or not np.any(sig.tokens_per_step > 0):
+        score, extra = 0.0, []
     else:
-        tps = sig.tokens_per_step[~np.isnan(sig.tokens_per_step)]
-        flat = len(tps) >= 2 and tps.min() >= 0.85 * tps.max()
-        score = 0.6 * float((below_cap & kv_ok).mean()) if flat else 0.0
-        extra = []
+        tps = sig.tokens_per_step
+        flat = tps >= (1.0 - BUDGET_FLAT) * np.nanmax(tps)
+        hit = flat & below_cap & kv_ok
+        moves = np.ptp(sig.running_max[hit]) > 2 * CAP_SLACK if hit.any() else False
+        score = float(hit.mean()) * 0.9 if hit.sum() >= PLATEAU_STEPS and moves else 0.0
+        extra = [{"what": "max_num_batched_tokens (inferred)",
+                  "value": round(float(np.nanmax(tps))), "step": sig.steps[0]}] if score else []
     return Candidate(
         "token_budget",
         score,
@@ -309,12 +481,6 @@ def _ev(sig: Signals, series: list[tuple[str, np.ndarray]],
     return ev
 
 
-def _bool(v: Any) -> bool | None:
-    if isinstance(v, str):
-        return v.lower() == "true"
-    return None if v is None else bool(v)
-
-
 def knob(name: str, sig: Signals | None, capacity: dict[str, Any]) -> str:
     """The setting that moves this cause, with the run's numbers where known."""
     fits = capacity.get("formula_max_concurrency")
@@ -333,8 +499,10 @@ def knob(name: str, sig: Signals | None, capacity: dict[str, Any]) -> str:
         "token_budget": f"raise --max-num-batched-tokens{f' (now {budget})' if budget else ''}, or "
                         "set --long-prefill-token-threshold so one long prompt cannot take the "
                         "whole step",
-        "prefix_held": "more KV blocks, or --no-enable-prefix-caching if the shared prefixes "
-                       "are not reused",
+        "head_blocked": "cap the longest prompts with --max-model-len, serve long prompts on "
+                        "an instance of their own, or give the KV cache more blocks "
+                        f"(--gpu-memory-utilization, --kv-cache-dtype fp8){_pool(sig)}",
+        "undetermined": "tell the candidates apart: " + SEPARATE_BY,
         "frontend_starved": "give vLLM's API server CPU of its own (pin the server and the "
                             "client to separate cores), or --api-server-count > 1",
         "client_limited": "give the load generator more CPU (--workers, separate cores from "

@@ -8,8 +8,13 @@ inputs are missing). Parameters (module constants):
   (mean ITL): an arrival otherwise waits up to one step for the step in progress.
 - ``occupancy`` (waiting gauge): P(waiting >= 1) over the step's snapshots >= OCCUPANCY (0.5).
 - ``little`` (Little's law): time-mean waiting count (the larger of queue-time sum /
-  window, a counter immune to gauge lag, and the gauge's mean) >= max(LITTLE_MIN (0.5),
-  LITTLE_FRACTION (5%) of the client's in-flight count).
+  window, a counter immune to gauge lag, and the gauge's mean) >= LITTLE_MIN (0.5), at
+  any load. A V1 engine takes new requests into its waiting queue between steps and the
+  next ``schedule()`` admits them unless a limit binds (``vllm/v1/core/sched/scheduler.py``),
+  so a queue-free engine's time-mean waiting is ~0 however many requests are in flight;
+  0.5 is a queue of one present half the time (the knee's own definition of a stall). A
+  floor that grew with in-flight (5% of it) missed the one-deep queue right above a cap
+  of 64 and put the knee a step late.
 - ``hinge`` (closed loop, across steps): least squares of waiting = max(0, c - psi) over
   psi (grid of 0.05); a step votes stalled when c - psi >= HINGE_MARGIN (0.5). psi
   estimates the effective cap.
@@ -44,7 +49,6 @@ QUEUE_SHARE = 0.5
 QUEUE_MIN_STEPS = 2.0
 OCCUPANCY = 0.5
 LITTLE_MIN = 0.5
-LITTLE_FRACTION = 0.05
 HINGE_MARGIN = 0.5
 HINGE_GRID = 0.05
 ACHIEVED = 0.9
@@ -194,8 +198,7 @@ def votes(
                 ~np.isnan(get("waiting_occupancy")), get("waiting_occupancy") >= OCCUPANCY
             ),
         }
-        scale = np.where(np.isnan(inflight), 0.0, LITTLE_FRACTION * inflight)
-        out["little"] = _vote(~np.isnan(waiting), waiting >= np.maximum(LITTLE_MIN, scale))
+        out["little"] = _vote(~np.isnan(waiting), waiting >= LITTLE_MIN)
         if closed:
             cap = np.full(1, np.nan) if psi is None else np.asarray(psi, dtype=float)[..., None]
             out["hinge"] = _vote(~np.isnan(waiting) & ~np.isnan(cap), levels - cap >= HINGE_MARGIN)

@@ -107,11 +107,17 @@ def cause_text(cause: dict[str, Any]) -> str:
         against = f" of --max-num-batched-tokens {budget}" if budget else ""
         return (f"token budget — {_n(tps, 0)} tokens per engine step{against}, running below the "
                 f"cap, KV at most {kv_txt}")
+    if name == "head_blocked":
+        need, free, mean = f.get("head_blocks_needed"), f.get("free_blocks"), f.get("kv_mean")
+        sizes = (f" ({_n(need, 0)} blocks for a {_n(f.get('prompt_max'), 0)}-token prompt, "
+                 f"~{_n(free, 0)} free)" if need is not None and free is not None else "")
+        usage = f"KV usage mean {mean:.0%}, max {kv_txt}" if mean is not None else f"KV {kv_txt}"
+        return (f"head blocked — the long prompt at the head of the queue needs more free "
+                f"blocks than exist{sizes}, blocking everyone behind it while {usage}")
+    if name == "undetermined":
+        return ("undetermined — /metrics fit " + " or ".join(cause.get("candidates") or [])
+                + f" (KV at most {kv_txt}, running at most {_n(f.get('running_max'))})")
     return {
-        "prefix_held": (
-            f"prefix blocks held — shared prefixes hold blocks (KV {kv_txt}) "
-            "while running is below the cap"
-        ),
         "frontend_starved": (
             "front end starved — vLLM's own TTFT is fine, the client's is not, "
             "streams arrive whole"
@@ -145,10 +151,14 @@ def measured_line(analysis: dict[str, Any]) -> str | None:
     off = []
     if (knee["found"], knee.get("upper")) != (mk["found"], mk.get("upper")):
         off.append(f"knee inferred {_span(knee)}, measured {_span(mk)}")
-    if cause.get("name") != mc["name"]:
+    settles = mc["name"] in (cause.get("candidates") or [])
+    if cause.get("name") != mc["name"] and not settles:
         off.append(f"cause inferred {cause.get('name')}, measured {mc['name']}")
+    settled = "it settles the inferred " + " or ".join(cause["candidates"]) if settles else ""
     verdict = ("DISAGREES with the inferred verdict: " + "; ".join(off) if off
-               else "agrees with the inferred verdict")
+               else settled or "agrees with the inferred verdict")
+    if off and settled:
+        verdict += f"; {settled}"
     return f"measured (the scheduler's own refusals): {where}, {why} — {verdict}"
 
 

@@ -92,8 +92,8 @@ def assess(run: RunData, fleet: Judged, judge: Callable[[RunData], Judged]) -> d
     entries = [_replica_entry(rep, judge(sub), sub.metrics, span)
                for rep, sub in zip(replicas, subs, strict=True)]
     caps = [as_int(rep.server.get("max_num_seqs")) for rep in replicas]
-    steps = step_imbalance(run.metrics, [r.endpoint for r in replicas], caps, span,
-                           _interval(run))
+    steps = step_imbalance(run.metrics, [r.endpoint for r in replicas], caps,
+                           [r.pool for r in replicas], span, _interval(run))
     stalled = set(_stalled(fleet.table, fleet.knee))
     judged = [s for s in steps if s.step in stalled]
     share = (sum(s.imbalance is not None and s.imbalance >= IMBALANCED_STEP for s in judged)

@@ -11,7 +11,8 @@ its waiting gauge reads 0, its KV usage is below ``KV_FULL`` (0.9) and its runni
 is below its ``max_num_seqs`` where known: a request sent there would be scheduled at its
 next engine step (``vllm/v1/core/sched/scheduler.py`` admits from the waiting queue while
 the running list and the KV pool have room). A replica's waiting requests are
-**stranded** at that scrape when some *other* replica has room. Per load step::
+**stranded** at that scrape when some *other* replica of its pool has room (pools split by
+length serve different requests: a short pool's room is no place for a long prompt). Per load step::
 
     imbalance = sum over scrapes of stranded waiting / sum over scrapes of all waiting
 
@@ -34,8 +35,8 @@ from loadlab.analyze.windows import resolve_family, snapshots
 
 IMBALANCED_STEP = 0.5
 DEFINITION = ("per step: waiting requests summed over the scrapes at which another replica "
-              "had room (waiting 0, KV < 0.9, running below its cap), over all waiting "
-              "requests summed over the scrapes")
+              "of their pool had room (waiting 0, KV < 0.9, running below its cap), over all "
+              "waiting requests summed over the scrapes")
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class StepImbalance:
 
 
 def step_imbalance(metrics: pd.DataFrame, endpoints: Sequence[str],
-                   caps: Sequence[int | None], span: pd.DataFrame,
+                   caps: Sequence[int | None], pools: Sequence[str], span: pd.DataFrame,
                    interval_s: float) -> list[StepImbalance]:
     """The imbalance of every step window in ``span`` (``step``, ``t_start``, ``t_end``)."""
     grids = _grids(metrics, endpoints, interval_s)
@@ -64,7 +65,9 @@ def step_imbalance(metrics: pd.DataFrame, endpoints: Sequence[str],
     cap = np.array([np.inf if c is None else float(c) for c in caps])
     room = (waiting == 0) & (np.nan_to_num(kv, nan=0.0) < KV_FULL) & \
         (np.nan_to_num(running, nan=0.0) < cap)
-    other_room = (room.sum(axis=1, keepdims=True) - room) > 0
+    pool = np.asarray(pools)
+    peers = (pool[:, None] == pool[None, :]) & ~np.eye(len(pool), dtype=bool)
+    other_room = (room.astype(int) @ peers.astype(int)) > 0
     stranded = np.where(other_room, waiting, 0.0)
     out = []
     for w in span.itertuples(index=False):
@@ -81,7 +84,7 @@ def step_imbalance(metrics: pd.DataFrame, endpoints: Sequence[str],
             continue
         queued = int(np.argmax(held))
         rooms = room[inside & (stranded[:, queued] > 0)].sum(axis=0)
-        rooms[queued] = -1
+        rooms = np.where(peers[queued], rooms, -1)
         out.append(StepImbalance(
             int(w.step), float(held.sum()) / total, queued=endpoints[queued],
             room=endpoints[int(np.argmax(rooms))],

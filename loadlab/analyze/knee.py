@@ -16,10 +16,13 @@ Steps:
    stalled: ``upper``; the judged step before it: ``lower``. Nothing stalled: "never
    stalled up to" the highest level (``found`` False, ``lower`` = that level). The first
    step stalled: ``lower`` None. A client-limited step at or below where the knee would
-   be leaves ``found`` False: the client, not the server, stopped the load. A step in
-   which no request succeeded is never ``ok`` (the fine side of a knee): it is
-   ``failed`` (requests sent, none ok) or ``no_data`` (none sent) unless the detectors
-   found it stalled, and it is not judged.
+   be leaves ``found`` False: the client, not the server, stopped the load. One
+   exception (:func:`recovered_top`): when only the highest judged step reads ok and the
+   one below it is stalled, that top step is set aside as noise and the knee is judged
+   below it, with a note; confidence is then at most medium (low when one stalled step
+   is all the evidence). A step in which no request succeeded is never ``ok`` (the fine
+   side of a knee): it is ``failed`` (requests sent, none ok) or ``no_data`` (none sent)
+   unless the detectors found it stalled, and it is not judged.
 5. Confidence: BOOTSTRAP_N (200) resamples of each step's scrape intervals (histogram
    increments and gauge snapshots) and of its requests' TTFTs (client-only runs vote on
    them), seeded, drawn for all resamples at once (:mod:`loadlab.analyze.bootstrap`);
@@ -28,8 +31,12 @@ Steps:
    share of detectors whose own knee equals the verdict, the worst scrape coverage and
    the Little's-law residual |L - lambda W| / L per step (client in-flight vs send rate x
    mean E2E; large when steps are short against latency). High: agreement >= 0.9,
-   detector agreement >= 0.6, coverage >= 0.9, residual <= 0.25 and server metrics
-   present; medium: agreement >= 0.7 and coverage >= 0.5; else low.
+   detector agreement >= 0.6, coverage >= 0.9, residual <= 0.25, server metrics
+   present and at least two stalled steps from the knee up (agreement only says the
+   rule is stable under resampling; one stalled step is one piece of evidence however
+   stable); medium: agreement >= 0.7 and coverage >= 0.5; else low. What the levels
+   are worth is measured, not assumed: ``benchmarks/heldout/score.py`` prints the share
+   of right verdicts per level on its tuning seeds.
 """
 
 from __future__ import annotations
@@ -156,6 +163,8 @@ def bracket(
     """(found, lower, upper, client_limited_before) from the per-step states (see step 4)."""
     order = sorted(range(len(levels)), key=lambda i: levels[i])
     judged = [i for i in order if states[i] in ("ok", "stalled")]
+    if recovered_top(levels, states) is not None:
+        judged = judged[:-1]
     upper_pos = next((p for p in range(len(judged))
                       if all(states[j] == "stalled" for j in judged[p:])), None)
     if upper_pos is None:
@@ -168,6 +177,22 @@ def bracket(
     if limited:
         return False, lower, None, True
     return True, lower, levels[upper_i], False
+
+
+def recovered_top(levels: list[float], states: list[str]) -> float | None:
+    """The highest judged level when it alone reads ok right above a stalled one (step 4's
+    exception), else None.
+
+    A saturated server does not recover with more load: one ok step above a stall is
+    far likelier a noisy window (a lull in long prompts, a scrape gap) than a real
+    recovery, so it must not erase the stall below it. Two ok steps above a stall are
+    believed: that is a curve the knee cannot describe, and "never stalled" stands.
+    """
+    judged = sorted((levels[i], states[i]) for i in range(len(levels))
+                    if states[i] in ("ok", "stalled"))
+    if len(judged) >= 2 and judged[-1][1] == "ok" and judged[-2][1] == "stalled":
+        return judged[-1][0]
+    return None
 
 
 def find_knee(run: RunData, table: pd.DataFrame, seed: int = 0) -> Knee:
@@ -251,11 +276,19 @@ def _confidence(knee: Knee, run: RunData, table: pd.DataFrame, votes: pd.DataFra
     worst_resid = float(np.nanmax(resid)) if not np.all(np.isnan(resid)) else float("nan")
     if not np.isnan(worst_resid):
         reasons.append(f"Little's-law residual <= {worst_resid:.0%} per step")
+    top = recovered_top(table["level"].astype(float).tolist(), knee.states) \
+        if knee.found else None
+    if top is not None:
+        reasons.append(f"the top step ({_fmt(top)}) read ok above stalled steps: set aside as "
+                       "noise; rerun it (or one level more) to confirm the knee")
     plateau = knee.detectors["throughput_plateau"]["level"]
     if plateau is not None and knee.found and plateau < knee.upper:
         reasons.append(f"throughput plateaus from {_fmt(plateau)}, before the queue: not the knee")
+    evidence = sum(st == "stalled" for st, lv in zip(knee.states, table["level"])
+                   if knee.found and float(lv) >= float(knee.upper or 0))
     if (
         server
+        and evidence >= 2
         and agreement >= HIGH_AGREEMENT
         and share >= HIGH_DETECTORS
         and worst >= HIGH_COVERAGE
@@ -266,6 +299,9 @@ def _confidence(knee: Knee, run: RunData, table: pd.DataFrame, votes: pd.DataFra
         knee.confidence = "medium"
     else:
         knee.confidence = "low"
+    if top is not None:
+        stalled = sum(st == "stalled" for st in knee.states)
+        knee.confidence = "low" if stalled < 2 or knee.confidence == "low" else "medium"
     knee.reasons = reasons
     table["littles_residual"] = resid
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.windows import counter_windows, gauge_windows, resolve_family
+from loadlab.analyze.windows import counter_windows, gauge_windows, resolve_family, snapshots
 
 SERIES_PREFIX = "loadlab:"
 STEPS = "loadlab:scheduler_steps"
@@ -50,12 +50,6 @@ ends with someone waiting. Half is the point where waiting is the rule rather th
 exception: the same bar the analyzer's ground truth uses for the time the queue is
 non-empty (tests/analyze/groundtruth.py)."""
 
-HEAD_BLOCKED_KV_USAGE = 0.9
-"""A ``kv_blocks`` refusal with the pool under 90% used is head-of-line blocking: the
-head's whole sequence (reserve-full-ISL) needs more blocks than are free while a tenth or
-more of the pool stays unused, so a smaller request behind it would have fitted. At 90%
-and over the pool itself is full: KV exhaustion."""
-
 CAUSE_OF_REASON: Mapping[str, str] = {
     "preempted": "kv_exhausted",   # vLLM preempts only when a running request needs a block
     "token_budget": "token_budget",
@@ -70,12 +64,15 @@ def has_refusals(metrics: pd.DataFrame) -> bool:
     return not metrics.empty and bool((metrics["family"] == STEPS).any())
 
 
-def measure(metrics: pd.DataFrame, table: pd.DataFrame) -> dict[str, dict[str, Any]] | None:
+def measure(metrics: pd.DataFrame, table: pd.DataFrame,
+            typical_blocks: float | None = None) -> dict[str, dict[str, Any]] | None:
     """``{"knee": ..., "cause": ...}`` measured from the refusal series, or None without them.
 
     ``table``: the load steps' measured windows with their level (the analyzer's step
-    table, or :func:`loadlab.analyze.steps.measured_windows` with a ``level``). Besides
-    the ``loadlab:`` series only vLLM's KV usage gauge is read, to split ``kv_blocks``.
+    table, or :func:`loadlab.analyze.steps.measured_windows` with a ``level``).
+    ``typical_blocks``: :func:`typical_request_blocks` of the requests sent, which splits
+    ``kv_blocks`` (:func:`kv_cause`); besides the ``loadlab:`` series only vLLM's KV usage
+    gauge is read, and only to report it.
     """
     if not has_refusals(metrics) or table.empty:
         return None
@@ -91,7 +88,7 @@ def measure(metrics: pd.DataFrame, table: pd.DataFrame) -> dict[str, dict[str, A
     knee = _knee(share)
     stalled = (frame["level"] >= knee["upper"]).to_numpy() if knee["found"] else np.zeros(
         len(frame), dtype=bool)
-    return {"knee": knee, "cause": _cause(metrics, table, frame, stalled)}
+    return {"knee": knee, "cause": _cause(metrics, table, frame, stalled, typical_blocks)}
 
 
 def _deltas(frame: pd.DataFrame) -> np.ndarray:
@@ -121,7 +118,7 @@ def _knee(share: pd.Series) -> dict[str, Any]:
 
 
 def _cause(metrics: pd.DataFrame, table: pd.DataFrame, frame: pd.DataFrame,
-           stalled: np.ndarray) -> dict[str, Any]:
+           stalled: np.ndarray, typical_blocks: float | None) -> dict[str, Any]:
     counts = {r: float(frame.loc[stalled, r].sum()) for r in REASONS}
     refused = sum(counts.values())
     out: dict[str, Any] = {
@@ -134,22 +131,61 @@ def _cause(metrics: pd.DataFrame, table: pd.DataFrame, frame: pd.DataFrame,
         return out
     reason = max(REASONS, key=lambda r: counts[r])
     wins = table.loc[stalled, ["t_start", "t_end"]]
-    needed, free = _gauge(metrics, HEAD_NEEDED, wins), _gauge(metrics, HEAD_FREE, wins)
     family = resolve_family(metrics, "kv_usage")
-    kv = _gauge(metrics, family, wins, 4) if family else None
-    out.update(reason=reason, head_blocks_needed=needed, head_free_blocks=free,
-               head_running=_gauge(metrics, HEAD_RUNNING, wins), kv_usage=kv)
-    out["name"] = kv_cause(needed, free, out["kv_usage"]) if reason == "kv_blocks" else (
-        CAUSE_OF_REASON[reason])
+    heads = _kv_refusals(metrics, wins)
+    fits = (heads["free"] >= typical_blocks).mean() if typical_blocks and len(heads) else None
+    out.update(reason=reason, head_blocks_needed=_median(heads["needed"]),
+               head_free_blocks=_median(heads["free"]),
+               head_running=_gauge(metrics, HEAD_RUNNING, wins),
+               kv_usage=_gauge(metrics, family, wins, 4) if family else None,
+               typical_request_blocks=typical_blocks,
+               typical_fits_share=None if fits is None else round(float(fits), 4))
+    out["name"] = kv_cause(fits) if reason == "kv_blocks" else CAUSE_OF_REASON[reason]
     return out
 
 
-def kv_cause(needed: float | None, free: float | None, kv_usage: float | None) -> str:
-    """``head_blocked`` when the head needed more blocks than were free while the pool was
-    under :data:`HEAD_BLOCKED_KV_USAGE` used, else ``kv_exhausted``."""
-    if needed is None or free is None or kv_usage is None:
-        return "kv_exhausted"
-    return "head_blocked" if needed > free and kv_usage < HEAD_BLOCKED_KV_USAGE else "kv_exhausted"
+def kv_cause(typical_fits_share: float | None) -> str:
+    """``head_blocked`` when, in most ``kv_blocks`` refusals, the blocks left free would
+    have held a typical request (:func:`typical_request_blocks`): the head's own size held
+    the queue, and the requests behind it would have fitted. Else ``kv_exhausted``: the
+    pool had no room for an ordinary request either. A fixed bar on KV usage cannot tell
+    the two apart: with requests of a sixth of the pool, a full pool reads anywhere from
+    80% to 100%."""
+    return "head_blocked" if typical_fits_share is not None and typical_fits_share >= 0.5 \
+        else "kv_exhausted"
+
+
+def typical_request_blocks(requests: pd.DataFrame, block_size: int | None) -> float | None:
+    """Blocks the median request sent holds at its end, ceil((prompt + output) /
+    block_size), as reserve-full-ISL asks for it at admission; None without the block size
+    or the lengths. The median, not the mean: a few long documents are the head's story,
+    not the typical request's."""
+    if not block_size or requests.empty:
+        return None
+    prompt = requests.get("target_prompt_tokens", requests.get("prompt_tokens"))
+    output = requests.get("target_output_tokens", requests.get("output_tokens"))
+    if prompt is None or output is None:
+        return None
+    tokens = (prompt.astype(float) + output.astype(float)).dropna()
+    return float(np.median(np.ceil(tokens / block_size))) if len(tokens) else None
+
+
+def _kv_refusals(metrics: pd.DataFrame, wins: pd.DataFrame) -> pd.DataFrame:
+    """The head gauges' scrapes inside ``wins`` that show a ``kv_blocks`` refusal (the
+    head needed more blocks than were free; other reasons record 0 needed), paired by
+    endpoint and scrape time: columns ``needed`` and ``free``."""
+    needed = snapshots(metrics, HEAD_NEEDED).rename(columns={"value": "needed"})
+    free = snapshots(metrics, HEAD_FREE).rename(columns={"value": "free"})
+    pairs = needed.merge(free, on=["endpoint", "t"])
+    inside = np.zeros(len(pairs), dtype=bool)
+    for w in wins.itertuples(index=False):
+        inside |= ((pairs["t"] >= w.t_start) & (pairs["t"] < w.t_end)).to_numpy()
+    pairs = pairs[inside]
+    return pairs[pairs["needed"] > pairs["free"]]
+
+
+def _median(x: pd.Series) -> float | None:
+    return round(float(x.median()), 2) if len(x) else None
 
 
 def _gauge(metrics: pd.DataFrame, family: str, wins: pd.DataFrame,

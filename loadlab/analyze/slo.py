@@ -35,6 +35,11 @@ class Target:
     q: float           # percentile 0..100
     limit_s: float
 
+    @property
+    def scale(self) -> float:
+        """Seconds to the unit the target is named in (a ``_ms`` column holds ms)."""
+        return 1e3 if self.name.endswith("_ms") else 1.0
+
 
 def parse_slo(text: str | None) -> list[Target]:
     """``ttft_p99_ms=500,itl_p99_ms=50`` -> targets; InputError names the bad pair."""
@@ -80,7 +85,7 @@ def evaluate(targets: list[Target], requests: pd.DataFrame, table: pd.DataFrame)
                 if len(x) and not np.all(np.isnan(x))
                 else float("nan")
             )
-            table.loc[table.index[i], f"slo_{t.name}"] = value
+            table.loc[table.index[i], f"slo_{t.name}"] = value * t.scale
             meets = meets and value <= t.limit_s
             good &= np.nan_to_num(x, nan=np.inf) <= t.limit_s
         length = max(w.t_end - w.t_start, 1e-9)
@@ -95,7 +100,7 @@ def evaluate(targets: list[Target], requests: pd.DataFrame, table: pd.DataFrame)
         best = levels[i]
     return {
         "targets": {
-            t.name: (t.limit_s * 1e3 if t.name.endswith("_ms") else t.limit_s) for t in targets
+            t.name: t.limit_s * t.scale for t in targets
         },
         "max_level_meeting": None if best is None else (int(best) if best.is_integer() else best),
         "goodput": "DistServe: requests/s finishing within every per-request target",

@@ -11,7 +11,7 @@ from loadlab.errors import InputError
 @click.command()
 @target_option("Base URL of the live server, e.g. http://127.0.0.1:8000", aliases=("--url",))
 @click.option("--duration", "duration_s", type=float, default=10.0, show_default=True,
-              help="Seconds of /metrics per diagnosis window.")
+              help="Seconds of /metrics per diagnosis (cut into up to three windows).")
 @interval_option()
 @click.option("--watch", is_flag=True, help="Repeat windows until Ctrl-C, a line each.")
 @click.option("--max-num-seqs", type=int, default=None,
@@ -22,9 +22,11 @@ from loadlab.errors import InputError
 def diagnose(target: str | None, duration_s: float, interval_s: float, watch: bool,
              max_num_seqs: int | None, max_num_batched_tokens: int | None,
              api_key_env: str) -> None:
-    """Sample a live server's /metrics (read-only) and walk the stall checklist:
-    caliber, running vs waiting vs the cap, KV usage, preemptions, prefix cache;
-    then name the likely cause and the knob that moves it."""
+    """Sample a live server's /metrics (read-only) in up to three windows and walk the
+    stall checklist: caliber, running vs waiting vs the cap (inferred only from a running
+    plateau across windows), KV usage, preemptions, prefix cache, and the scheduler's own
+    reason where the server exports loadlab's probe; then name the likely cause, how sure
+    it is, and the knob that moves it."""
     from loadlab.analyze.diagnose import checklist, diagnose_window, sample, watch_line
 
     if not target:  # not required=True: the --url alias may fill it

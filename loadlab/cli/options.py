@@ -4,9 +4,9 @@
 (what a command writes), ``--interval`` (seconds between /metrics scrapes),
 ``--api-key-env``, ``--ca-bundle`` / ``--insecure`` (an https target's certificate) and
 ``--json FILE`` mean the same on every command. A spelling that changed stays for one
-release as a hidden alias (not in ``--help``): it still works, and using it prints one line
-on stderr naming the new spelling, so scripts keep running while their authors are told
-what to change.
+release as a hidden alias (not in ``--help``): it still works, and using it prints one
+line on stderr naming the new spelling, so scripts keep running while their authors are
+told what to change.
 """
 
 from __future__ import annotations

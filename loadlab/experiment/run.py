@@ -187,6 +187,11 @@ def _check(r: RunRequest) -> None:
         raise InputError("--target and --model are required (or --launch sim|vllm)",
                          field="--target/--model",
                          fix="e.g. --target http://127.0.0.1:8000 --model my-model")
+    if r.replica_metrics and not r.target:
+        raise InputError("--replica-metrics names the replicas behind a --target gateway",
+                         field="--replica-metrics",
+                         fix="give --target GATEWAY_URL; --launch sim scrapes its fleet's "
+                         "replicas itself")
     if r.target:
         check_url(r.target)
     if r.workers or r.remote_workers:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadlab.errors import InputError
+from loadlab.spec.fields import number_or_word
 
 # vLLM boolean switches loadlab users are likely to pass (each also has a --no- form).
 BOOLEAN_FLAGS = frozenset(
@@ -45,15 +46,6 @@ class ParsedFlags:
     values: dict[str, Any] = field(default_factory=dict)
 
 
-def _coerce(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
-
-
 def parse_flags(flags: list[str]) -> ParsedFlags:
     """Parse a vLLM-style flag list (see module docstring for the rules)."""
     parsed = ParsedFlags()
@@ -73,7 +65,7 @@ def parse_flags(flags: list[str]) -> ParsedFlags:
         name, eq, inline = token[2:].partition("=")
         key = name.replace("-", "_")
         if eq:
-            parsed.values[key] = _coerce(inline)
+            parsed.values[key] = number_or_word(inline)
             i += 1
         elif key.startswith("no_") and (i + 1 == len(flags) or flags[i + 1].startswith("--")):
             parsed.values[key[3:]] = False
@@ -82,7 +74,7 @@ def parse_flags(flags: list[str]) -> ParsedFlags:
             parsed.values[key] = True
             i += 1
         else:
-            parsed.values[key] = _coerce(flags[i + 1])
+            parsed.values[key] = number_or_word(flags[i + 1])
             i += 2
     return parsed
 

@@ -5,7 +5,10 @@ PYTHONPATH (``loadlab probe path`` prints it) and start ``vllm serve ... --sched
 loadlab_probe.ProbeScheduler``. It imports only vLLM and the standard library for that
 reason. With ``LOADLAB_PROBE_PORT`` set, the engine-core process serves the ``loadlab:``
 series in Prometheus text format on that port (``/metrics``); without it the counters are
-still kept (tools/vllm_sched_trace.py reads them in-process).
+still kept (tools/vllm_sched_trace.py reads them in-process). With data parallelism every
+engine core runs its own scheduler and inherits the same variable, so each serves on the
+port plus its data-parallel rank (engine 0 on the port itself); a port it cannot bind is
+logged and the engine runs on, counting, rather than failing the server for a probe.
 
 It only counts: ``schedule()`` and ``KVCacheManager.allocate_slots`` are wrapped, their
 arguments and results passed through untouched, so the steps scheduled are the ones vLLM's
@@ -34,6 +37,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
@@ -41,6 +45,7 @@ from vllm.v1.request import RequestStatus
 REASONS = ("preempted", "token_budget", "seq_cap", "kv_blocks", "other")
 PORT_ENV = "LOADLAB_PROBE_PORT"
 _WAITING = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+logger = init_logger(__name__)
 
 
 class Refusal:
@@ -126,6 +131,20 @@ def serve(counters: Counters, port: int) -> ThreadingHTTPServer:
     return server
 
 
+def serve_engine(counters: Counters, base_port: int, rank: int) -> ThreadingHTTPServer | None:
+    """:func:`serve` on ``base_port + rank`` (one port per data-parallel engine core), or
+    None, logged, when that port is taken."""
+    port = base_port + rank
+    try:
+        server = serve(counters, port)
+    except OSError as exc:
+        logger.warning("loadlab probe: engine %d cannot serve /metrics on port %d (%s); "
+                       "counting without it", rank, port, exc)
+        return None
+    logger.info("loadlab probe: engine %d serves /metrics on port %d", rank, port)
+    return server
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -180,8 +199,9 @@ class ProbeScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         config = self.vllm_config
+        rank = config.parallel_config.data_parallel_rank
         self.probe = Counters({"model_name": str(config.model_config.served_model_name),
-                               "engine": str(config.parallel_config.data_parallel_rank)})
+                               "engine": str(rank)})
         self.last_refusal: Refusal | None = None
         manager = self.kv_cache_manager
         self._probe_alloc = _AllocRecorder(manager.allocate_slots, self.block_size,
@@ -189,7 +209,7 @@ class ProbeScheduler(Scheduler):
         manager.allocate_slots = self._probe_alloc
         self._probe_candidate: Any = None
         port = os.environ.get(PORT_ENV)
-        self._probe_server = serve(self.probe, int(port)) if port else None
+        self._probe_server = serve_engine(self.probe, int(port), rank) if port else None
 
     def _handle_blocked_waiting_request(self, request: Any) -> bool:
         """Every head the waiting loop looks at passes here first: remember the last."""

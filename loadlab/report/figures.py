@@ -46,6 +46,7 @@ from loadlab.report.plotkit import (
 from loadlab.report.series import Timeline
 from loadlab.report.summary import level, level_axis, max_level
 from loadlab.report.tables import stalled_step_numbers
+from loadlab.runstore.analysis_model import ReplicaVerdict
 
 PERCENTILE_COLORS = {"ttft": {50: "#38bdf8", 90: "#6366f1", 95: "#8b5cf6", 99: "#9333ea"},
                      "itl": {50: "#34d399", 90: "#10b981", 95: "#059669", 99: "#047857"}}
@@ -84,8 +85,17 @@ def load_curves(point: Point) -> go.Figure:
     return c.figure(height=380, hovermode="x unified", margin={"t": 84}, legend={"y": 1.2})
 
 
-def timeline(point: Point, tl: Timeline) -> go.Figure:
-    """Queue and KV usage over time with the step bands."""
+def replica_title(replica: ReplicaVerdict) -> str:
+    """A fleet lane's title: the replica, its pool, and its own knee."""
+    knee = replica.knee
+    where = (f"knee ({short(knee.lower or 0)}, {short(knee.upper)}]"
+             if knee.found and knee.upper is not None else "no knee")
+    pool = f" (pool {replica.pool})" if replica.pool else ""
+    return f"replica {replica.endpoint}{pool}: {where}, cause {replica.cause.name}"
+
+
+def timeline(point: Point, tl: Timeline, title: str | None = None) -> go.Figure:
+    """Queue and KV usage over time with the step bands (``title``: a fleet's lane)."""
     c = Canvas(secondary_y=True)
     stalled_steps = set(stalled_step_numbers(point))
     for k, band in enumerate(tl.bands):
@@ -125,6 +135,8 @@ def timeline(point: Point, tl: Timeline) -> go.Figure:
     c.yaxis(1, title={"text": "requests"}, rangemode="tozero")
     c.yaxis(1, secondary=True, title={"text": "KV cache usage %"}, range=[0, 100], showgrid=False,
             color=PURPLE, tickmode="linear", tick0=0, dtick=25)
+    if title:
+        return c.figure(height=300, margin={"t": 84}, title={"text": esc(title), "x": 0})
     return c.figure(height=340, margin={"t": 64})
 
 

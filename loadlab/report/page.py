@@ -134,6 +134,12 @@ def _point_view(row: summary.VerdictRow, p: Point, charts: dict[str, go.Figure])
         tl = timeline(p.run_dir, p.manifest)
         if not tl.empty:
             _add(charts, view, f"{row.anchor}-timeline", figures.timeline(p, tl))
+    for k, replica in enumerate((p.analysis.replicas or []) if p.analysis else []):
+        if p.run_dir is not None and p.manifest:
+            lane = timeline(p.run_dir, p.manifest, endpoint=replica.endpoint)
+            if not lane.empty:   # one lane per replica of a fleet: its own queue and KV
+                _add(charts, view, f"{row.anchor}-replica-{k}",
+                     figures.timeline(p, lane, title=figures.replica_title(replica)))
     capacity = figures.capacity(p) if p.analysis else None
     if capacity is not None:
         _add(charts, view, f"{row.anchor}-capacity", capacity)

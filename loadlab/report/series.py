@@ -66,12 +66,16 @@ def step_bands(manifest: dict) -> tuple[float, list[StepBand]]:
     return t0, bands
 
 
-def timeline(run_dir: Path, manifest: dict) -> Timeline:
-    """The over-time view of ``run_dir`` (empty arrays when nothing was scraped)."""
+def timeline(run_dir: Path, manifest: dict, endpoint: str | None = None) -> Timeline:
+    """The over-time view of ``run_dir`` (empty arrays when nothing was scraped); with
+    ``endpoint``, that replica's gauges only (a fleet's lane), the client's in-flight
+    count still the fleet's."""
     t0, bands = step_bands(manifest)
     metrics = read_metrics(
         run_dir, [f for role in GAUGE_ROLES.values() for f in families_for_role(role)]
     )
+    if endpoint is not None and not metrics.empty:
+        metrics = metrics[metrics["endpoint"] == endpoint]
     per_role = {name: _gauge(metrics, role, SUM_OVER_ENDPOINTS[name])
                 for name, role in GAUGE_ROLES.items()}
     instants = sorted(set().union(*(s.index for s in per_role.values() if s is not None)))

@@ -86,6 +86,12 @@ class MeasuredCause(_Open):
     head_running: Number | None = None
     kv_usage: Number | None = Field(None, description="KV usage over the stalled steps "
                                    "(median of their means)")
+    typical_request_blocks: Number | None = Field(
+        None, description="blocks of the median request sent; kv_blocks refusals are "
+        "head_blocked when the free blocks would have held it")
+    typical_fits_share: Number | None = Field(
+        None, description="share of kv_blocks refusals whose free blocks would have held "
+        "the median request")
 
 
 class KneeBlock(_Open):
@@ -118,11 +124,18 @@ class Ranked(_Open):
 class CauseBlock(_Open):
     """Why the knee is where it is, and the knob to turn."""
 
-    name: str | None = Field(None, description="seq_cap | kv_exhausted | ... | unknown")
+    name: str | None = Field(
+        None, description="seq_cap | kv_exhausted | head_blocked | ... | undetermined | unknown"
+    )
     evidence: list[Evidence] = Field(default_factory=list)
     knob: str | None = None
     facts: dict[str, Any] = Field(default_factory=dict)
     ranked: list[Ranked] = Field(default_factory=list)
+    confidence: str | None = Field(None, description="high | medium | low (added later)")
+    candidates: list[str] | None = Field(
+        None, description="undetermined: the causes /metrics cannot tell apart"
+    )
+    separate_by: str | None = Field(None, description="undetermined: what would tell them apart")
     measured: MeasuredCause | None = Field(None, description="from the scheduler's own "
                                            "refusals, where the server exports them")
 

@@ -35,3 +35,14 @@ def _scalar(value: Any) -> Any:
 
 
 Scalar = Annotated[bool | int | float | str, BeforeValidator(_scalar)]
+
+
+def number_or_word(text: str) -> int | float | str:
+    """A flag's value as a command line gives it: an int or a float when it reads as one,
+    else the text (vLLM's argparse does the same per flag type)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text

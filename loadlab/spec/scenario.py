@@ -92,7 +92,6 @@ class Target(Strict):
             raise bad("CA bundle: {problem}", "give a readable PEM file of the CA certificates "
                       "that signed the server's", problem=problem)
         return value
-
     replica_metrics: list[str] | None = Field(
         None, description="url behind a gateway: each replica's /metrics base URL; the load "
         "goes to url, the analysis judges each replica and the routing between them")
@@ -106,8 +105,10 @@ class Target(Strict):
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise bad("url '{url}' is not an http(s) URL", "write e.g. http://127.0.0.1:8000",
                       url=self.url)
-        if self.replica_metrics is not None:
-            self._check_replicas(self.replica_metrics)
+        if self.replica_metrics is not None and self.url is None:
+            raise bad("replica_metrics are the replicas behind a url target",
+                      "give url: the gateway's URL, or drop replica_metrics (launch: sim "
+                      "scrapes each replica of its fleet itself)")
         if self.probe and self.launch != "vllm":
             raise bad("probe is for a vllm loadlab launches",
                       "use it with launch: vllm; the simulator exports the loadlab: series "
@@ -125,19 +126,20 @@ class Target(Strict):
         """How an https url's certificate is checked."""
         return TlsSettings(ca_bundle=self.ca_bundle, insecure=self.insecure)
 
-    def _check_replicas(self, urls: list[str]) -> None:
-        if self.url is None:
-            raise bad("replica_metrics are the replicas behind a url target",
-                      "give url: the gateway's URL, or drop replica_metrics (launch: sim "
-                      "scrapes each replica of its fleet itself)")
+    @field_validator("replica_metrics")
+    @classmethod
+    def _replicas(cls, urls: list[str] | None) -> list[str] | None:
+        if urls is None:
+            return None
         if len(urls) < 2 or len(set(urls)) < len(urls):
-            raise bad("replica_metrics names {n} distinct replica(s); a fleet has two or more",
+            raise bad("{n} distinct replica(s) named; a fleet has two or more",
                       "list each replica's base URL once, e.g. [http://10.0.0.5:8000, "
                       "http://10.0.0.6:8000]", n=len(set(urls)))
         for u in urls:
             if not u.startswith(("http://", "https://")):
-                raise bad("replica_metrics '{url}' is not an http(s) URL",
+                raise bad("'{url}' is not an http(s) URL",
                           "write each replica's base URL, e.g. http://10.0.0.5:8000", url=u)
+        return urls
 
 
 def _cpus(value: Any) -> Any:

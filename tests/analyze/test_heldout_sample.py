@@ -82,3 +82,17 @@ def test_the_analysed_copy_has_no_loadlab_series_nor_flags(kept: Path) -> None:
         STRIPPED_FLAGS_SEED)["server"]["max_num_seqs"]
     a = analyze_run(kept / "analysed").as_json()
     assert "measured" not in a["knee"] and "measured" not in a["cause"]
+
+
+def test_an_abstention_is_never_right_and_has_its_own_column() -> None:
+    row = {"truth_cause": "seq_cap", "knee_right": True, "confidence": "medium",
+           "cause_confidence": "low"}
+    rows = [{**row, "inferred_cause": "seq_cap", "cause_right": True},
+            {**row, "inferred_cause": "undetermined", "cause_right": False},
+            {**row, "inferred_cause": "kv_exhausted", "cause_right": False}]
+    summary = heldout.summarise(rows)
+    assert summary["abstained"] == round(1 / 3, 4) and summary["cause_right"] == round(1 / 3, 4)
+    assert summary["cause_right_answered"] == 0.5
+    assert summary["cause_calibration"]["low"]["n"] == 3
+    text = heldout.render(summary)
+    assert "undetermined" in text.splitlines()[1] and "abstained (undetermined) 33%" in text

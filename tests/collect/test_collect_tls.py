@@ -10,27 +10,19 @@ from pathlib import Path
 import pytest
 
 from loadlab.collect.fetch import MetricsFetcher
-from loadlab.sim.serve.selfsigned import self_signed
 from loadlab.sim.serve.testing import running_sim
 from loadlab.spec.tls import TlsSettings
 
-pytest.importorskip("cryptography", reason="pip install cryptography (makes the test certificates)")
-
 
 @pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return self_signed(tmp_path_factory.mktemp("certs"))
-
-
-@pytest.fixture(scope="module")
-def https_sim(cert: tuple[Path, Path]):
-    with running_sim(ssl_certfile=str(cert[0]), ssl_keyfile=str(cert[1])) as url:
+def https_sim(tls_cert: tuple[Path, Path]):
+    with running_sim(ssl_certfile=str(tls_cert[0]), ssl_keyfile=str(tls_cert[1])) as url:
         yield url
 
 
-def test_metrics_verified_with_the_bundle_refused_without(https_sim, cert) -> None:
+def test_metrics_verified_with_the_bundle_refused_without(https_sim, tls_cert) -> None:
     url = f"{https_sim}/metrics"
-    ok = MetricsFetcher(url, timeout_s=5, tls=TlsSettings(ca_bundle=str(cert[0])).context())
+    ok = MetricsFetcher(url, timeout_s=5, tls=TlsSettings(ca_bundle=str(tls_cert[0])).context())
     results = [ok.fetch() for _ in range(2)]
     assert all(r.error is None and b"vllm:" in (r.body or b"") for r in results)
     refused = MetricsFetcher(url, timeout_s=5).fetch()   # the system store
@@ -42,9 +34,9 @@ def _collect(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_collect_scrapes_https_with_ca_bundle_or_insecure(https_sim, cert, tmp_path) -> None:
+def test_collect_scrapes_https_with_ca_bundle_or_insecure(https_sim, tls_cert, tmp_path) -> None:
     res = _collect("--target", https_sim, "--out", str(tmp_path / "a"), "--duration", "1",
-                   "--interval", "0.5", "--ca-bundle", str(cert[0]))
+                   "--interval", "0.5", "--ca-bundle", str(tls_cert[0]))
     assert res.returncode == 0, res.stderr
     assert " 0/" not in res.stdout and "scrapes ok" in res.stdout
     res = _collect("--target", https_sim, "--out", str(tmp_path / "b"), "--duration", "1",

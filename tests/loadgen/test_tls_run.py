@@ -9,21 +9,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from loadlab.sim.serve.selfsigned import self_signed
 from loadlab.sim.serve.testing import running_sim
 
-pytest.importorskip("cryptography", reason="pip install cryptography (makes the test certificates)")
-
 
 @pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return self_signed(tmp_path_factory.mktemp("certs"))
-
-
-@pytest.fixture(scope="module")
-def https_sim(cert: tuple[Path, Path]):
-    with running_sim(served_model_name="m", time_scale=5, ssl_certfile=str(cert[0]),
-                     ssl_keyfile=str(cert[1])) as url:
+def https_sim(tls_cert: tuple[Path, Path]):
+    with running_sim(served_model_name="m", time_scale=5, ssl_certfile=str(tls_cert[0]),
+                     ssl_keyfile=str(tls_cert[1])) as url:
         assert url.startswith("https://")
         yield url
 
@@ -35,15 +27,15 @@ def _args(url: str, profile: Path, out: Path, *extra: str) -> list[str]:
 
 
 def test_verified_with_the_ca_bundle_rows_and_metrics_come_over_https(
-    https_sim, cert, cli, load, tiny_profile, tmp_path
+    https_sim, tls_cert, cli, load, tiny_profile, tmp_path
 ) -> None:
     out = tmp_path / "run"
-    res = cli(*_args(https_sim, tiny_profile, out, "--ca-bundle", str(cert[0]), "--collect",
+    res = cli(*_args(https_sim, tiny_profile, out, "--ca-bundle", str(tls_cert[0]), "--collect",
                      "--interval", "0.5"))
     assert res.returncode == 0, res.stderr
     df, manifest = load(out)
     assert len(df) > 0 and (df["status"] == "ok").all()
-    assert manifest["target"]["tls"] == {"verify": True, "ca_bundle": str(cert[0])}
+    assert manifest["target"]["tls"] == {"verify": True, "ca_bundle": str(tls_cert[0])}
     scrapes = pq.read_table(out / "scrapes.parquet").to_pandas()
     assert len(scrapes) > 0 and scrapes["error"].isna().all()
     assert "verification is OFF" not in res.stderr

@@ -20,8 +20,6 @@ from loadlab.loadgen.transport import ConnectionFailed, SocketTransport
 from loadlab.sim.serve.selfsigned import self_signed
 from loadlab.spec.tls import TlsSettings
 
-pytest.importorskip("cryptography", reason="pip install cryptography (makes the test certificates)")
-
 EVENTS = b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in
                   (b"data: one\n\n", b"data: two\n\n", b"data: [DONE]\n\n")) + b"0\r\n\r\n"
 

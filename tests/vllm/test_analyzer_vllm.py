@@ -39,28 +39,38 @@ KV = {"max_num_seqs": 32, "num_gpu_blocks_override": 64, "enable_prefix_caching"
 LEVELS = [1, 2, 4, 6, 8, 12, 16]
 
 
+def step_flags(out: Path, profile: str, levels: list[int], step_s: float,
+               warmup_s: float) -> list[str]:
+    """``loadlab run``'s flags for a collected closed-loop step load, whatever the target."""
+    return ["--profile", str(PROFILES / f"{profile}.yaml"), "--concurrency",
+            ",".join(map(str, levels)), "--step-duration", str(step_s), "--warmup",
+            str(warmup_s), "--workers", "0", "--drain", "10", "--collect", "--interval", "0.5",
+            "--out", str(out)]
+
+
 def load_argv(target, out: Path, profile: str, levels: list[int], step_s: float,
               warmup_s: float) -> list[str]:
     return [sys.executable, "-m", "loadlab", "run", "--target", target.base_url,
-            "--model", target.model, "--profile", str(PROFILES / f"{profile}.yaml"),
-            "--concurrency", ",".join(map(str, levels)), "--step-duration", str(step_s),
-            "--warmup", str(warmup_s), "--workers", "0", "--drain", "10", "--collect",
-            "--interval", "0.5", "--out", str(out)] + (
+            "--model", target.model, *step_flags(out, profile, levels, step_s, warmup_s)] + (
         ["--client-cpus", format_cpu_list(ISOLATION.client_cpus)] if ISOLATION.client_cpus else [])
 
 
-def load(
-    target, out: Path, profile: str, levels: list[int], step_s: float, warmup_s: float
-) -> Path:
-    argv = load_argv(target, out, profile, levels, step_s, warmup_s)
-    proc = subprocess.run(
-        argv, check=False, capture_output=True, text=True, timeout=step_s * len(levels) + 180
-    )
+def run_load(argv: list[str], out: Path, timeout_s: float,
+             env: dict[str, str] | None = None) -> Path:
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout_s,
+                          env=env)
     # exit 3: complete, but some step was client-limited (the load generator says so)
     assert proc.returncode in (0, 3), (
         f"loadlab run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     )
     return out
+
+
+def load(
+    target, out: Path, profile: str, levels: list[int], step_s: float, warmup_s: float
+) -> Path:
+    return run_load(load_argv(target, out, profile, levels, step_s, warmup_s), out,
+                    step_s * len(levels) + 180)
 
 
 def test_seq_cap_verdict_is_the_same_in_three_runs(vllm_server, tmp_path_factory):

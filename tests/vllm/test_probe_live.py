@@ -17,10 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 from loadrun import PROFILES
-from realvllm import BASE_FLAGS, ISOLATION, VLLM_ENV, tiny_model_dir, tiny_vllm
+from realvllm import BASE_FLAGS, VLLM_ENV, isolation_flags, tiny_model_dir, tiny_vllm
 
 from loadlab.analyze.windows import counter_windows
-from loadlab.experiment.cpus import format_cpu_list
 from loadlab.experiment.server_flags import to_argv
 from loadlab.probe import SCHEDULER_CLS
 from loadlab.runstore import read_table
@@ -31,21 +30,13 @@ SEQ_CAP = {**BASE_FLAGS, "max_num_seqs": 2, "num_gpu_blocks_override": 512}
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "def fib(n):", "Once upon a time"]
 
 
-def _cpu_flags() -> list[str]:
-    split = ISOLATION
-    if split.server_cpus is None or split.client_cpus is None:
-        return []
-    return ["--server-cpus", format_cpu_list(split.server_cpus),
-            "--client-cpus", format_cpu_list(split.client_cpus)]
-
-
 def test_run_probe_collects_refusals_and_seq_cap_dominates(require_vllm, tmp_path: Path):
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "loadlab", "run", "--launch", "vllm", "--probe",
             "--model", str(tiny_model_dir()), "--profile", str(PROFILES / "tiny-short.yaml"),
             "--concurrency", "6", "--step-duration", "15", "--warmup", "2", "--workers", "0",
-            "--drain", "20", "--collect", "--interval", "0.5", "--out", str(out), *_cpu_flags(),
-            "--", *to_argv(SEQ_CAP)]
+            "--drain", "20", "--collect", "--interval", "0.5", "--out", str(out),
+            *isolation_flags(), "--", *to_argv(SEQ_CAP)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False,
                           env={**os.environ, **VLLM_ENV})
     assert proc.returncode == 0, f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"

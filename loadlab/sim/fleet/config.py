@@ -20,6 +20,7 @@ from loadlab.errors import InputError
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.flags import sim_config
 from loadlab.sim.fleet.router import LONG, REFRESH_MS, SHORT
+from loadlab.spec.fields import number_or_word
 from loadlab.spec.scenario import ROUTER_FIX, parse_router
 
 _SIM_FIELDS = {f.name for f in dataclasses.fields(SimConfig)}
@@ -49,12 +50,7 @@ def _word(text: str) -> Any:
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
+    return number_or_word(text)
 
 
 def parse_pool(text: str, flag: str) -> tuple[int | None, dict[str, Any]]:

@@ -1,0 +1,75 @@
+"""The cause signatures on hand-built stalled steps (pure: no run folder), one rule each,
+as tuned on the held-out tuning seeds (benchmarks/heldout)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadlab.analyze.cause import Signals, plateau, signatures
+
+
+def sig(running_max: list[float], kv_max: float, kv_mean: float, cap: int | None = None,
+        running_mean: list[float] | None = None, prompt_max: float = 500.0,
+        tokens_per_step: list[float] | None = None,
+        typical_blocks: float | None = 40.0) -> Signals:
+    n = len(running_max)
+    return Signals(
+        steps=list(range(n)), levels=[float(10 * (i + 1)) for i in range(n)],
+        running_max=np.array(running_max, dtype=float),
+        running_mean=np.array(running_mean or running_max, dtype=float),
+        kv_max=np.full(n, kv_max), preemptions=np.full(n, 5.0), waiting=np.full(n, 8.0),
+        tokens_per_step=np.array(tokens_per_step or [100.0] * n), fill=np.full(n, 0.9),
+        kv_mean=np.full(n, kv_mean), prompt_max=np.full(n, prompt_max), pool_blocks=1000,
+        block_size=16, cap=cap, typical_blocks=typical_blocks)
+
+
+def best(s: Signals) -> str:
+    scores = {c.name: c.score for c in signatures(s)}
+    name = max(scores, key=lambda k: scores[k])
+    return name if scores[name] >= 0.5 else "unknown"
+
+
+def test_at_the_cap_a_pool_full_only_at_its_peak_is_still_the_cap() -> None:
+    # running at --max-num-seqs 12, KV touching 97% at its peak but 70% on average
+    assert best(sig([12, 12, 12], kv_max=0.97, kv_mean=0.70, cap=12)) == "seq_cap"
+    # full on average: the pool binds whatever running is
+    assert best(sig([12, 12, 12], kv_max=0.99, kv_mean=0.94, cap=12)) == "kv_exhausted"
+
+
+def test_one_below_the_cap_counts_as_at_it() -> None:
+    assert best(sig([127, 128, 127], kv_max=0.34, kv_mean=0.33, cap=128)) == "seq_cap"
+
+
+def test_a_long_head_where_the_median_request_fits_is_head_blocked() -> None:
+    # 3000-token prompts need 188 blocks; 1000 x (1 - 0.86) = 140 are free, and the median
+    # request (40 blocks) would have fitted them: the head's size holds the queue
+    s = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=64, prompt_max=3000)
+    assert best(s) == "head_blocked"
+    # every request that long (median 188 blocks): no room for an ordinary one either
+    uniform = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=64, prompt_max=3000,
+                  typical_blocks=188.0)
+    assert best(uniform) == "kv_exhausted"
+
+
+def test_a_cap_is_inferred_from_a_plateau_across_steps_not_from_one() -> None:
+    waiting = np.full(3, 5.0)
+    levels = [10.0, 20.0, 30.0]
+    held = np.array([64.0, 64.0, 63.0])
+    assert plateau(held, held - 0.5, waiting, levels, None)
+    assert not plateau(held[:1], held[:1], waiting[:1], levels[:1], None)   # one step
+    # running wanders under its max (a budget admits as tokens allow): no cap
+    assert not plateau(held, np.array([55.0, 56.0, 54.0]), waiting, levels, None)
+    # the first queued step may sit below the cap; a later one may not
+    assert plateau(np.array([50.0, 64.0, 63.0]), np.array([49.0, 63.5, 62.5]), waiting,
+                   levels, 61.6)
+    assert not plateau(np.array([64.0, 50.0, 63.0]), np.array([63.5, 49.0, 62.5]), waiting,
+                       levels, None)
+
+
+def test_a_budget_without_the_flag_is_tokens_per_step_held_while_running_moves() -> None:
+    s = sig([74, 75, 86, 83], kv_max=0.08, kv_mean=0.06,
+            running_mean=[58, 60, 59, 61], tokens_per_step=[512, 513, 512, 512])
+    assert best(s) == "token_budget"
+    flat_running = sig([64, 64, 64], kv_max=0.08, kv_mean=0.06,
+                       tokens_per_step=[285, 283, 283])
+    assert best(flat_running) == "unknown"   # a cap unknown to us fits too: no budget guess

@@ -1,0 +1,74 @@
+"""The knee's bracket rules on real replayed run folders: a noisy top step, a large cap."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from groundtruth import SCENARIOS, Scenario, run_scenario
+
+from loadlab.analyze.knee import bracket, find_knee
+from loadlab.analyze.steps import build_step_table, load_run
+
+
+@pytest.fixture(scope="module")
+def seq_cap(tmp_path_factory):
+    out = tmp_path_factory.mktemp("seqcap")
+    return out, run_scenario(SCENARIOS["seq_cap"], out, seed=2, metrics_interval_s=1.0)
+
+
+def test_one_recovered_top_step_does_not_erase_the_stall():
+    levels = [2.0, 4.0, 8.0, 16.0, 32.0]
+    found, lower, upper, _ = bracket(levels, ["ok", "ok", "stalled", "stalled", "ok"])
+    assert (found, lower, upper) == (True, 4.0, 8.0)
+    # two ok steps above a stall are believed: no knee
+    assert bracket(levels, ["ok", "stalled", "stalled", "ok", "ok"])[:3] == (False, 32.0, None)
+    # an ok step in the middle is not the exception either
+    assert bracket(levels, ["ok", "stalled", "ok", "stalled", "stalled"])[:3] == (True, 8.0, 16.0)
+
+
+def test_a_noisy_top_step_is_a_knee_with_a_note_and_less_confidence(seq_cap):
+    """The top step's window replaced by the first (idle) step's: ok, ok, ..., stalled, ok."""
+    run_dir, truth = seq_cap
+    run = load_run(run_dir)
+    table = build_step_table(run)
+    clean = find_knee(run, table.copy())
+    assert (clean.found, clean.upper) == (True, truth.upper)
+    top, first = table.index[-1], table.index[0]
+    keep = {"step", "level", "concurrency"}
+    for col in table.columns:
+        if col not in keep:
+            table.at[top, col] = table.at[first, col]
+    knee = find_knee(run, table)
+    assert knee.states[-1] == "ok" and knee.states[-2] == "stalled"
+    assert (knee.found, knee.lower, knee.upper) == (True, truth.lower, truth.upper)
+    assert any("top step (24) read ok" in r for r in knee.reasons), knee.reasons
+    assert knee.confidence in ("medium", "low")
+
+
+def test_a_one_deep_queue_above_a_cap_of_64_is_the_knee(tmp_path):
+    """Dashboard caliber with 65 blocks of 256 tokens (~100-token requests): 66 users keep
+    one request waiting all the time. A floor growing with in-flight (5% of 66 = 3.3)
+    judged that step ok and put the knee one step late."""
+    base = SCENARIOS["dashboard_caliber"]
+    sc = Scenario("caliber64", replace(base.cfg, num_gpu_blocks_override=66),
+                  (48, 56, 64, 66, 70, 80), base.profile, step_s=40.0, warmup_s=10.0)
+    truth = run_scenario(sc, tmp_path, seed=0, metrics_interval_s=1.0)
+    assert (truth.lower, truth.upper, truth.cause) == (64, 66, "dashboard_caliber")
+    run = load_run(tmp_path)
+    knee = find_knee(run, build_step_table(run))
+    assert knee.detectors["little"]["per_step"][3] is True
+    assert (knee.found, knee.lower, knee.upper) == (True, 64, 66)
+
+
+def test_one_stalled_step_is_never_high_confidence(tmp_path):
+    """Only the top step stalls: however stable under resampling, it is one piece of
+    evidence (before, agreement alone made it high)."""
+    base = SCENARIOS["seq_cap"]
+    sc = Scenario("top_only", base.cfg, (2, 4, 6, 8, 12), base.profile)
+    truth = run_scenario(sc, tmp_path, seed=0, metrics_interval_s=1.0)
+    assert truth.upper == 12
+    run = load_run(tmp_path)
+    knee = find_knee(run, build_step_table(run))
+    assert (knee.found, knee.upper) == (True, 12)
+    assert knee.confidence != "high", knee.reasons

@@ -1,0 +1,72 @@
+"""The measured verdict on a REAL vLLM with loadlab's probe agrees with the inferred one.
+
+``loadlab run --launch vllm --probe`` starts the tiny model with ``loadlab_probe`` as its
+scheduler class and samples the probe's ``loadlab:`` series beside vLLM's own; the
+analyzer puts ``knee.measured`` / ``cause.measured`` (read from the scheduler's refusals)
+beside the inferred verdict (read from what any vLLM exports). The loads are those of
+test_analyzer_vllm.py, the seq-cap one and the KV-bound one, once each in the suite and
+``LOADLAB_VLLM_REPEATS`` times each for the record (three: a server per run, loadlab
+launches it). In every run the measured cause must exist and carry the
+inferred cause's name, and the measured knee must sit within one level of the inferred.
+Server and load generator run on CPUs of their own (realvllm.isolation_flags).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from realvllm import BASE_FLAGS, VLLM_ENV, isolation_flags, tiny_model_dir
+from test_analyzer_vllm import KV, LEVELS, SEQ_CAP, run_load, step_flags
+
+from loadlab.analyze.analysis import analyze_run
+from loadlab.experiment.server_flags import to_argv
+
+pytestmark = pytest.mark.vllm
+STARTUP_S = 300
+REPEATS = int(os.environ.get("LOADLAB_VLLM_REPEATS", "1"))
+# (server flags, profile, levels, step seconds, warm-up seconds): test_analyzer_vllm's loads
+LOADS: dict[str, tuple[dict[str, object], str, list[int], float, float]] = {
+    "seq_cap": (SEQ_CAP, "tiny-short", LEVELS, 5.0, 1.5),
+    "kv_bound": (KV, "tiny-long", [1, 2, 4, 8], 8.0, 2.0),
+}
+
+
+def probed_run(out: Path, flags: dict[str, object], profile: str, levels: list[int],
+               step_s: float, warmup_s: float) -> dict[str, Any]:
+    """One collected step load on a vLLM that loadlab launches with the probe; its analysis."""
+    argv = [sys.executable, "-m", "loadlab", "run", "--launch", "vllm", "--probe", "--model",
+            str(tiny_model_dir()), *step_flags(out, profile, levels, step_s, warmup_s),
+            *isolation_flags(), "--", *to_argv({**BASE_FLAGS, **flags})]
+    run_load(argv, out, STARTUP_S + step_s * len(levels) + 180, env={**os.environ, **VLLM_ENV})
+    return analyze_run(out).as_json()
+
+
+def summary(a: dict[str, Any]) -> str:
+    """Both verdicts and the gauges the measured cause was split by, for the log."""
+    knee, cause = a["knee"], a["cause"]
+    mk, mc = knee.get("measured") or {}, cause.get("measured") or {}
+    return (f"inferred knee ({knee['lower']}, {knee['upper']}] cause {cause['name']} | "
+            f"measured knee ({mk.get('lower')}, {mk.get('upper')}] cause {mc.get('name')} "
+            f"reason {mc.get('reason')} shares {mc.get('reason_share')} "
+            f"head needed {mc.get('head_blocks_needed')} free {mc.get('head_free_blocks')} "
+            f"running {mc.get('head_running')} kv {mc.get('kv_usage')} "
+            f"typical fits {mc.get('typical_fits_share')} | "
+            f"refused share {mk.get('refused_share')}")
+
+
+@pytest.mark.parametrize("run", range(REPEATS))
+@pytest.mark.parametrize("name", list(LOADS))
+def test_measured_verdict_equals_the_inferred(name: str, run: int, tmp_path: Path) -> None:
+    flags, profile, levels, step_s, warmup_s = LOADS[name]
+    a = probed_run(tmp_path / "run", flags, profile, levels, step_s, warmup_s)
+    print(f"\n{name} run {run}: {summary(a)}")
+    knee, cause = a["knee"], a["cause"]
+    assert cause.get("measured"), f"no measured cause: {a['verdict']}"
+    assert cause["measured"]["name"] == cause["name"], summary(a)
+    measured = knee["measured"]
+    assert knee["found"] and measured["found"], summary(a)
+    assert abs(levels.index(measured["upper"]) - levels.index(knee["upper"])) <= 1, summary(a)
