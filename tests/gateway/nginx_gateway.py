@@ -10,7 +10,9 @@ streaming: ``proxy_buffering off`` (tokens reach the client as the server sends 
 as nginx's ``ngx_http_upstream_module`` documentation prescribes for keepalive).
 
 The access log records ``$upstream_addr`` per request, so a test can count which replica
-served what (:meth:`Gateway.routed`).
+served what (:meth:`Gateway.routed`). ``proxy_next_upstream off``: a request goes to one
+replica only, and a replica's failure reaches the client (a 502 row) instead of being
+retried on the other, so each request is one log line naming one replica.
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ http {{
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_buffering off;
+            proxy_next_upstream off;
             proxy_read_timeout 600s;
         }}
     }}
@@ -163,6 +166,7 @@ def running_gateway(folder: Path, replicas: list[str], cert: Path, key: Path,
         try:
             _wait_answering(url, cert, proc, ready_timeout_s)
         except _PortTaken:
+            _stop(proc)
             if attempt + 1 == attempts:
                 raise
             continue
