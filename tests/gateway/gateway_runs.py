@@ -1,5 +1,5 @@
-"""What the gateway tests share: the nginx requirement, ``loadlab run`` in a subprocess and
-a server's own counters."""
+"""What the gateway tests share: the nginx requirement, ``loadlab run`` in a subprocess, a
+server's own counters and the run's last scrape of them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import httpx
+import pandas as pd
 import pytest
 from nginx_gateway import nginx_binary
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,6 +23,13 @@ def loadlab_run(*args: str, timeout_s: float = 240.0) -> subprocess.CompletedPro
     """``loadlab run ARGS`` in a subprocess: Locust must not gevent-patch this process."""
     return subprocess.run([sys.executable, "-m", "loadlab", "run", *args], capture_output=True,
                           text=True, timeout=timeout_s, check=False)
+
+
+def last_scrape(metrics: pd.DataFrame, endpoint: str, metric: str) -> tuple[float, float]:
+    """(time, value) of a counter in a run's last scrape of ``endpoint`` (label sets summed)."""
+    mine = metrics[(metrics["endpoint"] == endpoint) & (metrics["metric"] == metric)]
+    by_scrape = mine.groupby("t")["value"].sum().sort_index()
+    return float(by_scrape.index[-1]), float(by_scrape.iloc[-1])
 
 
 def counter(base_url: str, name: str) -> float:

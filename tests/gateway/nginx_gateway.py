@@ -84,6 +84,13 @@ class Gateway:
         return rows
 
 
+def completions(routed: Iterable[Routed], replica: str, since: float = 0.0,
+                until: float = float("inf")) -> int:
+    """How many completions the replica (base URL) answered that ended in [since, until]."""
+    return sum(1 for r in routed if r.upstream == netloc(replica) and r.completion
+               and since <= r.ended <= until)
+
+
 def mean_in_flight(routed: Iterable[Routed], t0: float, t1: float) -> Counter[str]:
     """Per replica, how many of its requests nginx had in flight on average between t0 and
     t1 (unix seconds): each request's time inside the window, summed, over its length. This

@@ -9,13 +9,14 @@ to it, and the run's per-replica series (``--replica-metrics``) are each server'
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
 import pytest
-from gateway_runs import NEEDS_NGINX, counter, loadlab_run
-from nginx_gateway import netloc
+from gateway_runs import NEEDS_NGINX, counter, last_scrape, loadlab_run
+from nginx_gateway import completions, netloc
 from realvllm import ISOLATION, missing_reason, tiny_vllm
 
 from loadlab.experiment.cpus import format_cpu_list
@@ -77,16 +78,14 @@ def test_real_vllm_replicas_count_what_nginx_routed_to_them(
     assert set(rows["endpoint"]) == {gw.url}
 
     log = gw.routed()
-    served = {url: sum(1 for r in log if r.upstream == netloc(url) and r.completion)
-              for url in urls}
+    served = {url: completions(log, url) for url in urls}
     assert sum(served.values()) == len(rows)
-    assert abs(served[urls[0]] - served[urls[1]]) <= 1, served       # round-robin
+    # round-robin alternates over every request it proxied (the preflight's GET too)
+    split = Counter(r.upstream for r in log)
+    assert abs(split[netloc(urls[0])] - split[netloc(urls[1])]) <= 1, split
     metrics = read_table(out / "metrics.parquet", METRICS)
     for url in urls:
         assert counter(url, SUCCESS) - before[url] == served[url], url
-        mine = metrics[(metrics["endpoint"] == url) & (metrics["metric"] == SUCCESS)]
-        by_scrape = mine.groupby("t")["value"].sum().sort_index()
-        logged = sum(1 for r in log if r.upstream == netloc(url) and r.completion
-                     and r.ended <= by_scrape.index[-1])
+        t_last, scraped = last_scrape(metrics, url, SUCCESS)
         # a request counted by one and not the other was in flight at that scrape
-        assert abs(by_scrape.iloc[-1] - before[url] - logged) <= LEVELS[-1], url
+        assert abs(scraped - before[url] - completions(log, url, until=t_last)) <= LEVELS[-1]
