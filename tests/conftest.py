@@ -7,7 +7,8 @@ failure naming the test and the skip's reason:
 - ``CI`` set (to anything but ``""``, ``0`` or ``false``) or ``LOADLAB_REQUIRE_ALL=1``
   (``.ci/run`` sets it): any skip;
 - ``LOADLAB_REQUIRE_PROMETHEUS=1``: a skip of a test marked ``prometheus``;
-- ``LOADLAB_REQUIRE_VLLM=1``: a skip of a test marked ``vllm``.
+- ``LOADLAB_REQUIRE_VLLM=1``: a skip of a test marked ``vllm``;
+- ``LOADLAB_REQUIRE_NGINX=1``: a skip of a test marked ``nginx`` (tests/gateway).
 
 Monkey-patching. Importing Locust runs gevent's ``monkey.patch_all()``. Inside the test
 process that silently turns every later test's threads into greenlets and breaks ssl
@@ -26,7 +27,12 @@ from pathlib import Path
 
 import pytest
 
-REQUIRED_BY_MARKER = {"prometheus": "LOADLAB_REQUIRE_PROMETHEUS", "vllm": "LOADLAB_REQUIRE_VLLM"}
+REQUIRED_BY_MARKER = {"prometheus": "LOADLAB_REQUIRE_PROMETHEUS", "vllm": "LOADLAB_REQUIRE_VLLM",
+                      "nginx": "LOADLAB_REQUIRE_NGINX"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "nginx: needs an nginx binary (apt-get install -y nginx)")
 
 
 def _forbidding_skip(item: pytest.Item | pytest.Collector) -> str | None:
