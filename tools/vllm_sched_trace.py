@@ -121,11 +121,32 @@ def make_hasher(vllm_config, block_size: int):
     return get_request_block_hasher(block_size, fn)
 
 
-def run_case(case: dict[str, Any], model_dir: Path, probe: bool = False):
+def new_request(spec: dict[str, Any], hasher, step: int):
+    """A case's request as the engine core hands it to ``add_request``, arriving at ``step``."""
     from vllm import SamplingParams
-    from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
+    params = SamplingParams(max_tokens=int(spec["output_len"]), ignore_eos=True)
+    return Request(request_id=str(spec["id"]), prompt_token_ids=list(spec["prompt_token_ids"]),
+                   sampling_params=params, pooling_params=None, arrival_time=float(step),
+                   block_hasher=hasher)
+
+
+def model_output(scheduler, out):
+    """The fake model runner's answer to one ``schedule()`` (module docstring, step 2)."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    ids = list(out.num_scheduled_tokens)
+    sampled = []
+    for rid in ids:
+        req = scheduler.requests[rid]
+        done_prefill = req.num_computed_tokens >= req.num_tokens
+        sampled.append([output_token(req.num_tokens)] if done_prefill else [])
+    return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                             sampled_token_ids=sampled)
+
+
+def run_case(case: dict[str, Any], model_dir: Path, probe: bool = False):
     scheduler, vllm_config = build_scheduler(case, model_dir, probe)
     hasher = make_hasher(vllm_config, int(case["cache"]["block_size"]))
     pending = sorted(case["requests"], key=lambda r: int(r["arrival_step"]))
@@ -134,24 +155,12 @@ def run_case(case: dict[str, Any], model_dir: Path, probe: bool = False):
     for step in range(max_steps):
         while pending and int(pending[0]["arrival_step"]) <= step:
             spec = pending.pop(0)
-            params = SamplingParams(max_tokens=int(spec["output_len"]), ignore_eos=True)
-            scheduler.add_request(Request(
-                request_id=str(spec["id"]), prompt_token_ids=list(spec["prompt_token_ids"]),
-                sampling_params=params, pooling_params=None, arrival_time=float(step),
-                block_hasher=hasher))
+            scheduler.add_request(new_request(spec, hasher, step))
             unfinished.add(str(spec["id"]))
         if not pending and not unfinished:
             return
         out = scheduler.schedule()
-        ids = list(out.num_scheduled_tokens)
-        sampled = []
-        for rid in ids:
-            req = scheduler.requests[rid]
-            done_prefill = req.num_computed_tokens >= req.num_tokens
-            sampled.append([output_token(req.num_tokens)] if done_prefill else [])
-        mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                sampled_token_ids=sampled)
-        engine_outputs = scheduler.update_from_output(out, mro)
+        engine_outputs = scheduler.update_from_output(out, model_output(scheduler, out))
         finished: list[str] = []
         stats = None
         for eco in engine_outputs.values():
