@@ -206,19 +206,22 @@ class ProbeScheduler(Scheduler):
         manager = self.kv_cache_manager
         self._probe_alloc = _AllocRecorder(manager.allocate_slots, self.block_size,
                                            self.max_model_len)
-        manager.allocate_slots = self._probe_alloc
         self._probe_candidate: Any = None
         port = os.environ.get(PORT_ENV)
         self._probe_server = serve_engine(self.probe, int(port), rank) if port else None
 
     def _handle_blocked_waiting_request(self, request: Any) -> bool:
-        """Every head the waiting loop looks at passes here first: remember the last."""
+        """Every head the waiting loop looks at passes here first: remember the last, and
+        from here on watch the allocations. The running requests' decodes, one call each
+        per step, went to the KV manager unwrapped: the recorder costs ~1 us a call."""
         self._probe_candidate = request
+        self.kv_cache_manager.allocate_slots = self._probe_alloc
         return super()._handle_blocked_waiting_request(request)
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._probe_alloc.refused = None
         self._probe_candidate = None
+        vars(self.kv_cache_manager).pop("allocate_slots", None)   # the class's own method
         output = super().schedule(*args, **kwargs)
         self.last_refusal = self._classify(output) if self.get_request_counts()[1] else None
         self.probe.record(self.last_refusal)
