@@ -11,32 +11,16 @@ running) must equal the simulator's (:class:`loadlab.sim.engine.core.Engine`).
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
-from realvllm import REPO_ROOT, tiny_model_dir
 from sched_cases import CASES, EXERCISES, REFUSALS
-from test_scheduler_conformance import sim_trace
+from test_scheduler_conformance import run_trace, sim_trace
 
 pytestmark = pytest.mark.vllm
-TRACE_TOOL = REPO_ROOT / "tools" / "vllm_sched_trace.py"
 # everything the plain trace records: the probe must leave all of it as vLLM has it
 UNCHANGED = ("scheduled", "new", "resumed", "preempted", "finished", "running", "waiting",
              "num_running", "num_waiting", "kv_usage", "prefix_queries", "prefix_hits")
-
-
-def _trace(python: Path, cases: Path, *flags: str) -> dict[str, list[dict[str, Any]]]:
-    proc = subprocess.run([str(python), str(TRACE_TOOL), str(cases), "--model",
-                           str(tiny_model_dir()), *flags],
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    traces: dict[str, list[dict[str, Any]]] = {name: [] for name in CASES}
-    for line in proc.stdout.splitlines():
-        record = json.loads(line)
-        traces[record.pop("case")].append(record)
-    return traces
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +28,7 @@ def traces(require_vllm, tmp_path_factory) -> tuple[dict[str, Any], dict[str, An
     """(plain, probed) traces of every case; one vLLM process each (its import is ~10 s)."""
     path = tmp_path_factory.mktemp("probe") / "cases.json"
     path.write_text(json.dumps({"cases": {name: make() for name, make in CASES.items()}}))
-    return _trace(require_vllm, path), _trace(require_vllm, path, "--probe")
+    return run_trace(require_vllm, path), run_trace(require_vllm, path, "--probe")
 
 
 def _reasons(trace: list[dict[str, Any]]) -> set[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,24 +32,25 @@ FIELDS = ("scheduled", "preempted", "finished", "num_running", "num_waiting", "k
 KNOWN_DIFFERENCES: dict[str, str] = {}  # none left: every case matches step by step
 
 
-@pytest.fixture(scope="module")
-def vllm_traces(require_vllm, tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
-    """All cases through vLLM's scheduler in one process (its import costs ~10 s)."""
-    path = tmp_path_factory.mktemp("sched") / "cases.json"
-    path.write_text(json.dumps({"cases": {name: make() for name, make in CASES.items()}}))
-    proc = subprocess.run(
-        [str(require_vllm), str(TRACE_TOOL), str(path), "--model", str(tiny_model_dir())],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+def run_trace(python: Path, cases: Path, *flags: str) -> dict[str, list[dict[str, Any]]]:
+    """Every case of the ``cases`` file through vLLM's scheduler in one process (its import
+    costs ~10 s): per case, its steps' records."""
+    proc = subprocess.run([str(python), str(TRACE_TOOL), str(cases), "--model",
+                           str(tiny_model_dir()), *flags],
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     traces: dict[str, list[dict[str, Any]]] = {name: [] for name in CASES}
     for line in proc.stdout.splitlines():
         record = json.loads(line)
         traces[record.pop("case")].append(record)
     return traces
+
+
+@pytest.fixture(scope="module")
+def vllm_traces(require_vllm, tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
+    path = tmp_path_factory.mktemp("sched") / "cases.json"
+    path.write_text(json.dumps({"cases": {name: make() for name, make in CASES.items()}}))
+    return run_trace(require_vllm, path)
 
 
 def _record(step: int, out: StepOutput | None, engine: Engine) -> dict[str, Any]:
