@@ -142,3 +142,11 @@ def test_every_part_of_the_package_sits_in_a_layer():
         f"loadlab.sim.{p.name}" for p in (REPO / "loadlab" / "sim").iterdir()
         if (p / "__init__.py").exists()}
     assert sorted(parts - named) == []
+
+
+def test_test_modules_have_unique_names():
+    """Test folders are not packages: pytest imports each module by its file name, so two
+    ``test_x.py`` in different folders stop the whole collection ("import file mismatch")."""
+    names = [p.name for p in (REPO / "tests").rglob("*.py")
+             if p.name not in ("conftest.py", "__init__.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
