@@ -221,7 +221,7 @@ class ProbeScheduler(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._probe_alloc.refused = None
         self._probe_candidate = None
-        vars(self.kv_cache_manager).pop("allocate_slots", None)   # the class's own method
+        self.kv_cache_manager.allocate_slots = self._probe_alloc.allocate   # unwrapped
         output = super().schedule(*args, **kwargs)
         self.last_refusal = self._classify(output) if self.get_request_counts()[1] else None
         self.probe.record(self.last_refusal)
