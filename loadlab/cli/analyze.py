@@ -26,6 +26,7 @@ import click
 from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.display import format_details, format_step_table
 from loadlab.cli.options import deprecated, json_option, write_json
+from loadlab.errors import StorageError
 from loadlab.runstore.analysis_model import Analysis, write_analysis_file
 from loadlab.runstore.claim import unfinished_note
 from loadlab.runstore.layout import ANALYSIS
@@ -70,8 +71,10 @@ def _keep(run_dir: Path, analysis: Analysis) -> Path | None:
     """
     try:
         return write_analysis_file(run_dir, analysis)
-    except OSError as exc:
-        click.echo(f"note: {run_dir} is not writable ({exc.strerror or exc}): {ANALYSIS} not "
+    except StorageError as exc:
+        cause = exc.__cause__
+        reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else exc
+        click.echo(f"note: {run_dir} is not writable ({reason}): {ANALYSIS} not "
                    "written there (--json FILE keeps it elsewhere)", err=True)
         return None
 

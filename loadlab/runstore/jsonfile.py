@@ -70,5 +70,5 @@ def replace_text(path: Path, text: str) -> Path:
         with contextlib.suppress(OSError):   # a half-written temporary file helps nobody
             tmp.unlink()
         raise StorageError(f"cannot write {path}: {exc.strerror or exc} (free space on its "
-                           "file system, or fix its permissions)") from None
+                           "file system, or fix its permissions)") from exc
     return path
