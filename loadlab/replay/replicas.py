@@ -18,7 +18,7 @@ from loadlab.runstore.layout import METRICS_TABLE
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import ResolvedConfig, resolve
 from loadlab.sim.engine.metrics import EngineMetrics
-from loadlab.sim.engine.timing import StepTimeModel
+from loadlab.sim.engine.step_model import step_time_for
 from loadlab.sim.engine.types import StepOutput
 from loadlab.sim.fleet.config import FleetConfig
 from loadlab.sim.fleet.router import ReplicaView
@@ -41,7 +41,7 @@ class ReplayReplica:
         self.resolved = resolved
         self.view = view
         self.metrics = EngineMetrics(resolved, names=metrics_names)
-        self.engine = Engine(resolved, StepTimeModel(resolved).step_time, observer)
+        self.engine = Engine(resolved, step_time_for(resolved), observer)
         alone = fleet_size == 1
         self.endpoint = ENDPOINT if alone else ENDPOINT + replica_path(view.index)
         self.parser = ExpositionParser()

@@ -46,4 +46,5 @@ class SimConfig:
     # Timing model
     step_jitter: float = 0.0           # relative std-dev of seeded multiplicative jitter
     time_scale: float = 1.0            # live mode: >1 runs faster than modelled
+    calibration: str | None = None     # YAML of `loadlab sim calibrate`: replaces the roofline
     extra: dict[str, str] = field(default_factory=dict)

@@ -11,10 +11,12 @@ import dataclasses
 from typing import Any
 
 from loadlab.errors import InputError
+from loadlab.sim.engine.calibration import load as load_calibration
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.hardware import MODELS
 
 _SIM_FIELDS = {f.name for f in dataclasses.fields(SimConfig)}
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SimConfig)}
 
 
 def sim_config(params: dict[str, Any]) -> SimConfig:
@@ -23,6 +25,11 @@ def sim_config(params: dict[str, Any]) -> SimConfig:
     by_hf = {m.hf_name.lower(): name for name, m in MODELS.items()}
     model = str(values.get("model", "")).lower()
     values["model"] = by_hf.get(model, model)
+    if values.get("calibration"):
+        # the calibrated server's pool and flags, for every flag left at its default
+        for knob, value in load_calibration(values["calibration"]).server.items():
+            if knob in _SIM_FIELDS and values.get(knob, _DEFAULTS[knob]) == _DEFAULTS[knob]:
+                values[knob] = value
     for flag, low, strict in _LOWER_BOUNDS:
         value = values.get(flag.lstrip("-").replace("-", "_"))
         if value is not None and (value <= low if strict else value < low):

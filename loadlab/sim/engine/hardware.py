@@ -38,6 +38,8 @@ import math
 from dataclasses import dataclass
 
 from loadlab.errors import InputError
+from loadlab.sim.engine.calibration import Calibration
+from loadlab.sim.engine.calibration import load as load_calibration
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.types import SchedulerSettings
 
@@ -122,6 +124,8 @@ class ResolvedConfig(SchedulerSettings):
     kv_pool_bytes: float             # bytes the pool could use (before the override)
     seed: int
     step_jitter: float
+    calibration: Calibration | None = None   # a fitted step time replaces the roofline
+    calibration_path: str | None = None
 
     @property
     def kv_cache_tokens(self) -> int:
@@ -165,6 +169,9 @@ class ResolvedConfig(SchedulerSettings):
             "scheduler_reserve_full_isl": self.scheduler_reserve_full_isl,
             "kv_cache_size_tokens": self.kv_cache_tokens,
             "kv_cache_max_concurrency": round(self.max_concurrency, 2),
+            **({"calibration": {"path": self.calibration_path,
+                                "fit_errors": self.calibration.fit_errors}}
+               if self.calibration is not None else {}),
         }
 
 
@@ -306,4 +313,6 @@ def resolve(cfg: SimConfig) -> ResolvedConfig:
         kv_pool_bytes=available,
         seed=cfg.seed,
         step_jitter=cfg.step_jitter,
+        calibration=load_calibration(cfg.calibration) if cfg.calibration else None,
+        calibration_path=cfg.calibration,
     )

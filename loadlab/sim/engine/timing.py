@@ -52,6 +52,17 @@ ALLREDUCE_LATENCY_S = 8e-6
 JITTER_FLOOR = 0.5
 
 
+def attention_pairs(batch: BatchShape) -> float:
+    """Estimated sum over requests of new x context tokens (step 2 of the module docstring)."""
+    prefill = batch.num_prefill_tokens
+    tokens = prefill + batch.num_decode_tokens
+    pairs = tokens * batch.context_tokens / batch.num_requests if batch.num_requests else 0.0
+    if batch.num_prefill_requests:
+        fresh = prefill * prefill / (2 * batch.num_prefill_requests) + batch.context_tokens
+        pairs = max(pairs, fresh - prefill)
+    return pairs
+
+
 class StepTimeModel:
     """Seconds per engine step for one resolved configuration.
 
@@ -79,17 +90,8 @@ class StepTimeModel:
 
     def gpu_time(self, batch: BatchShape) -> tuple[float, float]:
         """(compute_s, memory_s) of the roofline, before overheads and jitter."""
-        prefill = batch.num_prefill_tokens
-        tokens = prefill + batch.num_decode_tokens
-        pairs = tokens * batch.context_tokens / batch.num_requests if batch.num_requests else 0.0
-        if batch.num_prefill_requests:
-            fresh = (
-                prefill * prefill / (2 * batch.num_prefill_requests)
-                + batch.context_tokens
-                - prefill
-            )
-            pairs = max(pairs, fresh)
-        compute = tokens * self._matmul_s_per_token + pairs * self._attn_s_per_pair
+        tokens = batch.num_prefill_tokens + batch.num_decode_tokens
+        compute = tokens * self._matmul_s_per_token + attention_pairs(batch) * self._attn_s_per_pair
         memory = self._weights_s + batch.context_tokens * self._kv_s_per_token
         return compute, memory
 

@@ -66,6 +66,9 @@ ENGINE_OPTIONS: list[Callable] = [
          help="Model profile: llama-3.1-8b, qwen2.5-7b, qwen2.5-72b (or its Hugging Face name)."),
     option("--gpu", section=_MODEL, default="h100", show_default=True,
          help="GPU profile: h100, h200, a100-80g, a100-40g, l40s."),
+    option("--calibration", section=_MODEL, default=None, metavar="FILE",
+         help="Step-time model fitted by `loadlab sim calibrate`: replaces --model/--gpu's, "
+              "and the calibrated run's KV pool and flags fill those left at their default."),
     option("--tensor-parallel-size", "-tp", section=_MODEL, type=int, default=1, show_default=True,
          help="GPUs the model is split over."),
     option("--max-model-len", section=_MODEL, type=int, default=None,

@@ -43,7 +43,7 @@ from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import ResolvedConfig
 from loadlab.sim.engine.metrics import EngineMetrics
-from loadlab.sim.engine.timing import StepTimeModel
+from loadlab.sim.engine.step_model import step_time_for
 from loadlab.sim.engine.types import BatchShape, EngineRequest, FinishedRequest, StepOutput
 
 MAX_LAG_S = 0.02
@@ -158,7 +158,7 @@ class LiveDriver:
         self.cfg = cfg
         self.resolved = resolved
         self.metrics = metrics
-        self.engine = Engine(resolved, step_time or StepTimeModel(resolved).step_time)
+        self.engine = Engine(resolved, step_time or step_time_for(resolved))
         self.periods = StepPeriods()
         self._scale = float(cfg.time_scale)
         self._interval = max(1, int(cfg.stream_interval))

@@ -1,0 +1,61 @@
+"""Predicted against measured, per closed-loop level: the calibration's replay of each level
+(:mod:`loadlab.calibrate.simulate`, the front end and turnaround at the predicted request
+rate) against the client's TTFT, ITL and E2E medians of the real run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from loadlab.calibrate.runs import Run, read_run
+from loadlab.calibrate.simulate import LevelTrace, simulate_level
+from loadlab.sim.engine.calibration import Calibration
+from loadlab.sim.engine.step_model import calibrated_step_time
+
+METRICS = ("ttft", "itl", "e2e")
+RATE_ROUNDS = 3   # the delays depend on the request rate they help set: a fixed point
+
+
+def check_runs(cal: Calibration, paths: Sequence[str | Path]) -> pd.DataFrame:
+    """The per-level table of :func:`check_levels` for the run folders ``paths``."""
+    return check_levels(cal, [read_run(p) for p in paths])
+
+
+def check_levels(cal: Calibration, runs: Sequence[Run]) -> pd.DataFrame:
+    """One row per level: run, profile, concurrency, and for TTFT, ITL and E2E p50 the
+    measured and predicted seconds and the relative error (predicted / measured - 1)."""
+    step_time = calibrated_step_time(cal)
+    rows = []
+    for run in runs:
+        for level in run.levels:
+            trace: LevelTrace | None = None
+            rate = level.client["request_rate"] * 0  # start from an idle server's delays
+            for _ in range(RATE_ROUNDS):
+                trace = simulate_level(run.settings, level, step_time, cal.front(rate),
+                                       cal.turnaround)
+                rate = trace.request_rate
+            assert trace is not None
+            row: dict[str, object] = {"run": Path(run.path).name, "profile": level.profile,
+                                      "concurrency": level.concurrency}
+            predicted = {"ttft": np.median(trace.ttft_s), "itl": np.nanmedian(trace.itl_p50_s),
+                         "e2e": np.median(trace.e2e_s)}
+            for name in METRICS:
+                real = level.client[f"{name}_p50_s"]
+                row[f"{name}_real_ms"] = round(real * 1e3, 2)
+                row[f"{name}_sim_ms"] = round(float(predicted[name]) * 1e3, 2)
+                row[f"{name}_err"] = float(predicted[name]) / real - 1
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summarize(table: pd.DataFrame) -> dict[str, float]:
+    """Median and largest absolute relative error over levels, per metric."""
+    out: dict[str, float] = {}
+    for name in METRICS:
+        err = table[f"{name}_err"].abs()
+        out[f"{name}_p50_median_abs_err"] = round(float(err.median()), 4)
+        out[f"{name}_p50_max_abs_err"] = round(float(err.max()), 4)
+    return out

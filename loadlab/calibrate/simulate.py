@@ -1,0 +1,113 @@
+"""One closed-loop level of a real run, replayed through the engine in virtual time.
+
+Each of ``concurrency`` users sends the level's recorded requests (their prompt and
+output lengths, in send order, cycled); a request reaches the engine ``front_s`` after it
+is sent, and its user sends the next one ``turnaround(rate)`` after it finished. Beside the
+client-side latencies, every request carries the sums of the step-time features
+(:func:`loadlab.sim.engine.step_model.step_features`) over its prefill steps (first
+scheduled to first token) and its decode steps (after the first token to the last): the
+fit's linear observations, since a step-time model linear in its terms makes each of
+those durations the same linear form of the summed features.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadlab.calibrate.runs import Level
+from loadlab.sim.engine.core import Engine
+from loadlab.sim.engine.step_model import StepTime, step_features
+from loadlab.sim.engine.types import BatchShape, EngineRequest, SchedulerSettings
+
+WARMUP_FRACTION = 0.15   # of the level's duration, cut before measuring (as the real run's)
+
+
+@dataclass
+class LevelTrace:
+    """The measured part of one simulated level."""
+
+    ttft_s: np.ndarray          # send -> first token, per request
+    e2e_s: np.ndarray           # send -> last token
+    itl_p50_s: np.ndarray       # median gap between a request's tokens
+    prefill_x: np.ndarray       # (requests, terms) feature sums over prefill steps
+    decode_x: np.ndarray        # (requests, terms) over decode steps
+    decode_gaps: np.ndarray     # output tokens - 1, per request
+    request_rate: float
+
+
+def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTime,
+                   front_s: float, turnaround: Callable[[float], float]) -> LevelTrace:
+    """Run ``level`` closed-loop for its duration plus a warm-up; see the module docstring."""
+    features: list[tuple[float, ...]] = []
+
+    def timed(batch: BatchShape) -> float:
+        features.append(step_features(batch))
+        return step_time(batch)
+
+    engine = Engine(settings, timed)
+    lengths, warmup = level.lengths, WARMUP_FRACTION * level.duration_s
+    t_stop = warmup + level.duration_s
+    sends: list[tuple[float, int]] = [(0.0, user) for user in range(level.concurrency)]
+    sent: dict[str, tuple[float, int, int]] = {}     # rid -> send time, user, output length
+    first_step: dict[str, int] = {}
+    token_steps: dict[str, list[int]] = {}
+    ends: list[float] = []
+    done: list[tuple[str, int]] = []                  # (rid, finishing step)
+    now, seq = 0.0, 0
+    pending: list[tuple[float, int, str, int, int]] = []   # engine arrival, seq, rid, lengths
+    while now < t_stop:
+        while sends and sends[0][0] <= now:
+            t, user = heapq.heappop(sends)
+            prompt, output = lengths[seq % len(lengths)]
+            rid = f"c{seq}"
+            heapq.heappush(pending, (t + front_s, seq, rid, prompt, output))
+            sent[rid], seq = (t, user, output), seq + 1
+        while pending and pending[0][0] <= now:
+            t, n, rid, prompt, output = heapq.heappop(pending)
+            ids = [100_000 + n, *range(1, prompt)]   # unique first token: no prefix hits
+            engine.add_request(EngineRequest(rid, ids, output, output, t))
+        out = engine.step(now)
+        if out is None:
+            now = min([s[0] for s in sends[:1]] + [p[0] for p in pending[:1]] + [t_stop])
+            continue
+        index, now = len(ends), out.t_end
+        ends.append(now)
+        for rid in out.scheduled:
+            first_step.setdefault(rid, index)
+        for rid, n in out.new_tokens.items():
+            if n:
+                token_steps.setdefault(rid, []).append(index)
+        rate = len(done) / now
+        for fin in out.finished:
+            done.append((fin.request_id, index))
+            heapq.heappush(sends, (now + turnaround(rate), sent[fin.request_id][1]))
+    return _trace(np.asarray(features, float).reshape(-1, 5), np.asarray(ends), sent, first_step,
+                  token_steps, done, warmup, t_stop)
+
+
+def _trace(features: np.ndarray, ends: np.ndarray, sent: dict[str, tuple[float, int, int]],
+           first_step: dict[str, int], token_steps: dict[str, list[int]],
+           done: list[tuple[str, int]], warmup: float, t_stop: float) -> LevelTrace:
+    cum = np.vstack([np.zeros((1, 5)), np.cumsum(features, axis=0)])
+    rows = []
+    for rid, last in done:
+        t_send = sent[rid][0]
+        steps = token_steps.get(rid, [])
+        if t_send < warmup or not steps:
+            continue
+        first, times = steps[0], ends[steps]
+        gaps = np.diff(times)
+        rows.append((times[0] - t_send, times[-1] - t_send,
+                     float(np.median(gaps)) if len(gaps) else np.nan,
+                     cum[first + 1] - cum[first_step[rid]], cum[last + 1] - cum[first + 1],
+                     len(steps) - 1))
+    if not rows:
+        empty = np.zeros((0, 5))
+        return LevelTrace(np.array([]), np.array([]), np.array([]), empty, empty, np.array([]),
+                          0.0)
+    ttft, e2e, itl, pre, dec, gaps = (np.array(c, float) for c in zip(*rows, strict=True))
+    return LevelTrace(ttft, e2e, itl, pre, dec, gaps, len(rows) / (t_stop - warmup))

@@ -1,0 +1,42 @@
+"""Which step-time function an engine runs with: a server's calibration, or the roofline.
+
+Every engine (virtual-time replay, the live simulator, what-if points) asks
+:func:`step_time_for`, so ``--calibration FILE`` changes them all the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loadlab.sim.engine.calibration import Calibration
+from loadlab.sim.engine.hardware import ResolvedConfig
+from loadlab.sim.engine.timing import StepTimeModel, attention_pairs
+from loadlab.sim.engine.types import BatchShape
+
+StepTime = Callable[[BatchShape], float]
+
+
+def step_features(batch: BatchShape) -> tuple[float, float, float, float, float]:
+    """The quantities the calibrated terms multiply, in ``calibration.TERMS`` order."""
+    return (1.0, float(batch.num_requests), float(batch.num_prefill_tokens),
+            attention_pairs(batch), float(batch.context_tokens))
+
+
+def calibrated_step_time(calibration: Calibration) -> StepTime:
+    """Seconds per step from the fitted terms (a dot product: replay calls it per step)."""
+    fixed, per_req, per_prefill, per_pair, per_ctx = calibration.step.values()
+
+    def step_time(batch: BatchShape) -> float:
+        return (fixed + per_req * batch.num_requests + per_prefill * batch.num_prefill_tokens
+                + per_pair * attention_pairs(batch) + per_ctx * batch.context_tokens)
+
+    return step_time
+
+
+def step_time_for(resolved: ResolvedConfig, calibration: Calibration | None = None) -> StepTime:
+    """The calibration's step time when there is one (given, or in ``resolved``), else the
+    roofline of the model and GPU profiles."""
+    calibration = calibration or resolved.calibration
+    if calibration is not None:
+        return calibrated_step_time(calibration)
+    return StepTimeModel(resolved).step_time
