@@ -1,6 +1,6 @@
 """Predicted against measured, per closed-loop level: the calibration's replay of each level
-(:mod:`loadlab.calibrate.simulate`, the front end and turnaround at the predicted request
-rate) against the client's TTFT, ITL and E2E medians of the real run."""
+(:mod:`loadlab.calibrate.simulate`, the front end and turnaround at the simulated
+number of running requests) against the client's TTFT, ITL and E2E medians of the real run."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ import numpy as np
 import pandas as pd
 
 from loadlab.calibrate.runs import Run, read_run
-from loadlab.calibrate.simulate import LevelTrace, simulate_level
+from loadlab.calibrate.simulate import simulate_level
 from loadlab.sim.engine.calibration import Calibration
 from loadlab.sim.engine.step_model import calibrated_step_time
 
 METRICS = ("ttft", "itl", "e2e")
-RATE_ROUNDS = 3   # the delays depend on the request rate they help set: a fixed point
 
 
 def check_runs(cal: Calibration, paths: Sequence[str | Path]) -> pd.DataFrame:
@@ -31,13 +30,7 @@ def check_levels(cal: Calibration, runs: Sequence[Run]) -> pd.DataFrame:
     rows = []
     for run in runs:
         for level in run.levels:
-            trace: LevelTrace | None = None
-            rate = level.client["request_rate"] * 0  # start from an idle server's delays
-            for _ in range(RATE_ROUNDS):
-                trace = simulate_level(run.settings, level, step_time, cal.front(rate),
-                                       cal.turnaround)
-                rate = trace.request_rate
-            assert trace is not None
+            trace = simulate_level(run.settings, level, step_time, cal.front, cal.turnaround)
             row: dict[str, object] = {"run": Path(run.path).name, "profile": level.profile,
                                       "concurrency": level.concurrency}
             predicted = {"ttft": np.median(trace.ttft_s), "itl": np.nanmedian(trace.itl_p50_s),

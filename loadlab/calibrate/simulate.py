@@ -1,8 +1,9 @@
 """One closed-loop level of a real run, replayed through the engine in virtual time.
 
 Each of ``concurrency`` users sends the level's recorded requests (their prompt and
-output lengths, in send order, cycled); a request reaches the engine ``front_s`` after it
-is sent, and its user sends the next one ``turnaround(rate)`` after it finished. Beside the
+output lengths, in send order, cycled); a request reaches the engine ``front(running)``
+after it is sent, and its user sends the next one ``turnaround(running)`` after it
+finished (``running``: the requests in the engine at that moment). Beside the
 client-side latencies, every request carries the sums of the step-time features
 (:func:`loadlab.sim.engine.step_model.step_features`) over its prefill steps (first
 scheduled to first token) and its decode steps (after the first token to the last): the
@@ -23,6 +24,7 @@ from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.step_model import StepTime, step_features
 from loadlab.sim.engine.types import BatchShape, EngineRequest, SchedulerSettings
 
+Delay = Callable[[float], float]   # seconds, given the requests running in the engine
 WARMUP_FRACTION = 0.15   # of the level's duration, cut before measuring (as the real run's)
 
 
@@ -40,7 +42,7 @@ class LevelTrace:
 
 
 def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTime,
-                   front_s: float, turnaround: Callable[[float], float]) -> LevelTrace:
+                   front: Delay, turnaround: Delay) -> LevelTrace:
     """Run ``level`` closed-loop for its duration plus a warm-up; see the module docstring."""
     features: list[tuple[float, ...]] = []
 
@@ -64,7 +66,7 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
             t, user = heapq.heappop(sends)
             prompt, output = lengths[seq % len(lengths)]
             rid = f"c{seq}"
-            heapq.heappush(pending, (t + front_s, seq, rid, prompt, output))
+            heapq.heappush(pending, (t + front(engine.num_running), seq, rid, prompt, output))
             sent[rid], seq = (t, user, output), seq + 1
         while pending and pending[0][0] <= now:
             t, n, rid, prompt, output = heapq.heappop(pending)
@@ -81,10 +83,9 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
         for rid, n in out.new_tokens.items():
             if n:
                 token_steps.setdefault(rid, []).append(index)
-        rate = len(done) / now
         for fin in out.finished:
             done.append((fin.request_id, index))
-            heapq.heappush(sends, (now + turnaround(rate), sent[fin.request_id][1]))
+            heapq.heappush(sends, (now + turnaround(engine.num_running), sent[fin.request_id][1]))
     return _trace(np.asarray(features, float).reshape(-1, 5), np.asarray(ends), sent, first_step,
                   token_steps, done, warmup, t_stop)
 

@@ -156,7 +156,6 @@ class _Replay:
         self.replicas = build_replicas(fleet, out_dir, observer)
         self.resolved = self.replicas[0].resolved
         self.calibration = self.resolved.calibration   # front end and turnaround, if fitted
-        self.step_t0, self.step_done = 0.0, 0          # this load step's start, completions
         self.fleet_mml = max(r.resolved.max_model_len for r in self.replicas)
         self.router = make_router(fleet.router, self.resolved.block_size, fleet.refresh_ms)
         self.views = [r.view for r in self.replicas]
@@ -215,7 +214,6 @@ class _Replay:
             return
         self.step = k
         self.level = float(step.level or 0.0)
-        self.step_t0, self.step_done = self.now, 0
         # The virtual client sends exactly on plan: it is never short of the asked load.
         self.windows.append(
             {
@@ -267,16 +265,11 @@ class _Replay:
             replica.view.outstanding -= 1
             self.record(req, fin.request_id, "ok", out.t_end)
             self.counts["completed"] += 1
-            self.step_done += 1
             if req.user is not None and self.calibration is not None:
-                self.push(self.now + self.calibration.turnaround(self.rate()), _ARRIVAL,
-                          self.resend, req.user)
+                turnaround = self.calibration.turnaround(replica.engine.num_running)
+                self.push(self.now + turnaround, _ARRIVAL, self.resend, req.user)
             elif req.user is not None:
                 self.resend(req.user)
-
-    def rate(self) -> float:
-        """Requests completed per second so far in this load step (calibrated delays)."""
-        return self.step_done / max(self.now - self.step_t0, 1e-9)
 
     def resend(self, user: int) -> None:
         """A closed-loop user's next request, unless the level dropped below it."""
@@ -323,7 +316,8 @@ class _Replay:
         if user is not None:
             self.busy_users.add(user)
         replica.view.outstanding += 1
-        front = self.calibration.front(self.rate()) if self.calibration is not None else 0.0
+        cal = self.calibration
+        front = cal.front(replica.engine.num_running) if cal is not None else 0.0
         if front > 0:  # the API server's share: the engine sees the request later
             req.arrival_time += front
             self.push(self.now + front, _ARRIVAL, self.admit, (replica, req))

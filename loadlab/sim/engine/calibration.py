@@ -12,7 +12,7 @@ of *that* server needs no model or GPU profile. One engine step takes
 reads). Beside the engine: ``front_s``, the API server's share of a request's latency
 (to the engine's queue and the first token back), and ``turnaround_s``, the time a
 closed-loop user's next request takes to reach the engine after its previous one
-finished, each with an optional slope on the request rate. The KV pool and scheduler
+finished, each with an optional slope on the requests running. The KV pool and scheduler
 flags of the calibrated run travel in ``server``, so a replay of that server runs on its
 own pool.
 """
@@ -56,11 +56,11 @@ class Calibration(BaseModel):
     format_version: int = 1
     step: StepTerms
     front_s: float = Field(0.0, ge=0, description="API server <-> engine, per request")
-    front_per_request_rate_s: float = Field(
-        0.0, description="front-end slope, seconds per request/s the server completes")
+    front_per_running_s: float = Field(
+        0.0, description="front-end slope, seconds per request running in the engine")
     turnaround_s: float = Field(0.0, ge=0, description="closed loop: request end -> next arrival")
-    turnaround_per_request_rate_s: float = Field(
-        0.0, description="turnaround slope, seconds per request/s the server completes")
+    turnaround_per_running_s: float = Field(
+        0.0, description="turnaround slope, seconds per request running in the engine")
     dropped: dict[str, str] = Field(default_factory=dict,
                                     description="terms the data did not support, and why")
     fit_errors: dict[str, float] = Field(default_factory=dict,
@@ -69,15 +69,15 @@ class Calibration(BaseModel):
     server: dict[str, Any] = Field(default_factory=dict,
                                    description="the calibrated run's scheduler and KV-pool flags")
 
-    def front(self, request_rate: float) -> float:
+    def front(self, running: float) -> float:
         """Seconds a request spends outside the engine before its first token reaches the
-        client (the API server shares the host's CPU with the engine core, so it can grow
-        with the load)."""
-        return max(0.0, self.front_s + self.front_per_request_rate_s * request_rate)
+        client, with ``running`` requests in the engine: the API server streams each of
+        their tokens, and the engine core takes new requests in only between steps."""
+        return max(0.0, self.front_s + self.front_per_running_s * running)
 
-    def turnaround(self, request_rate: float) -> float:
+    def turnaround(self, running: float) -> float:
         """Seconds from a closed-loop request's end to its user's next engine arrival."""
-        return max(0.0, self.turnaround_s + self.turnaround_per_request_rate_s * request_rate)
+        return max(0.0, self.turnaround_s + self.turnaround_per_running_s * running)
 
     def save(self, path: Path) -> None:
         path.write_text(yaml.safe_dump(self.model_dump(), sort_keys=False))
