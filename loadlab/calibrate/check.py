@@ -1,6 +1,6 @@
 """Predicted against measured, per closed-loop level: the calibration's replay of each level
-(:mod:`loadlab.calibrate.simulate`, the front end and turnaround at the simulated
-number of running requests) against the client's TTFT, ITL and E2E medians of the real run."""
+(:mod:`loadlab.calibrate.simulate`, the front end and turnaround at its users) against
+the client's TTFT, ITL and E2E medians of the real run."""
 
 from __future__ import annotations
 
@@ -52,3 +52,19 @@ def summarize(table: pd.DataFrame) -> dict[str, float]:
         out[f"{name}_p50_median_abs_err"] = round(float(err.median()), 4)
         out[f"{name}_p50_max_abs_err"] = round(float(err.max()), 4)
     return out
+
+
+def format_table(table: pd.DataFrame) -> list[str]:
+    """Lines of the per-level table, errors in percent, and the medians over levels."""
+    head = f"{'run':<20} {'users':>5}" + "".join(
+        f" {name + ' p50 real/sim ms':>24} {'err':>7}" for name in METRICS)
+    lines = [head]
+    for row in table.itertuples():
+        cells = "".join(
+            f" {getattr(row, f'{n}_real_ms'):>11.1f} /{getattr(row, f'{n}_sim_ms'):>10.1f}"
+            f" {getattr(row, f'{n}_err'):>+7.1%}" for n in METRICS)
+        lines.append(f"{row.run[:20]:<20} {row.concurrency:>5}{cells}")
+    medians = "".join(f" {'median |err|':>24} {table[f'{n}_err'].abs().median():>7.1%}"
+                      for n in METRICS)
+    lines.append(f"{'':<20} {'':>5}{medians}")
+    return lines

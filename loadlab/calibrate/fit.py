@@ -12,9 +12,9 @@ A term stays only when the data supports it: one that no step exercises, one the
 sets to zero, or one whose removal moves the RMS relative error by less than
 :data:`SUPPORT_RMS` is dropped, and named with its reason in the calibration. The front
 end and the turnaround are per-level differences of measured means (``Level.front_s``,
-``Level.turnaround_s``), each a line in the requests running (vLLM's
-``num_requests_running`` mean) whose slope stays only when it explains at least half
-their spread over three or more levels.
+``Level.turnaround_s``), each a line in the requests in flight (the closed loop's users)
+whose slope stays only when it explains at least half their spread over three or more
+levels.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def fit_runs(paths: Sequence[str | Path]) -> Calibration:
         rows, targets = _observations(levels, terms)
         coef, step_dropped = least_squares(np.array(rows), np.array(targets))
         terms = StepTerms(**dict(zip(TERMS, coef, strict=True)))
-    cal = Calibration(step=terms, front_s=front[0], front_per_running_s=front[1],
-                      turnaround_s=turn[0], turnaround_per_running_s=turn[1],
+    cal = Calibration(step=terms, front_s=front[0], front_per_in_flight_s=front[1],
+                      turnaround_s=turn[0], turnaround_per_in_flight_s=turn[1],
                       dropped={**step_dropped, **dropped}, runs=[str(r.path) for r in runs],
                       server=runs[0].server)
     cal.fit_errors = summarize(check_levels(cal, runs))
@@ -110,20 +110,19 @@ def least_squares(features: np.ndarray, measured: np.ndarray) -> tuple[list[floa
 
 
 def _line(levels: list[Level], name: str, dropped: dict[str, str]) -> tuple[float, float]:
-    """(intercept, slope per running request) of ``Level.<name>_s`` over the levels' mean
-    running requests; the slope is dropped (and named) when it explains under half their
-    spread."""
-    rate = np.array([lv.running for lv in levels])
+    """(intercept, slope per request in flight) of ``Level.<name>_s`` over the levels'
+    users; the slope is dropped (and named) when it explains under half their spread."""
+    rate = np.array([lv.concurrency for lv in levels], float)
     value = np.array([getattr(lv, f"{name}_s") for lv in levels])
     mean = float(value.mean())
-    field = f"{name}_per_running_s"
+    field = f"{name}_per_in_flight_s"
     spread = float(((value - mean) ** 2).sum())
     if len(levels) >= 3 and np.ptp(rate) > 0 and spread > 0:
         slope, intercept = np.polyfit(rate, value, 1)
         r2 = 1 - float(((value - (intercept + slope * rate)) ** 2).sum()) / spread
         if r2 >= SLOPE_R2:
             return max(0.0, float(intercept)), float(slope)
-        dropped[field] = f"the running requests explain {r2:.0%} of its spread (< {SLOPE_R2:.0%})"
+        dropped[field] = f"the requests in flight explain {r2:.0%} of its spread (< {SLOPE_R2:.0%})"
     else:
-        dropped[field] = "fewer than three levels with different numbers running"
+        dropped[field] = "it does not vary, or fewer than three levels ran different numbers"
     return mean, 0.0

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from loadlab.analyze.windows import counter_windows, gauge_windows, histogram_windows
+from loadlab.analyze.windows import counter_windows, histogram_windows
 from loadlab.errors import InputError
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.runstore.layout import METRICS_TABLE, REQUESTS_TABLE
@@ -36,7 +36,6 @@ HISTOGRAMS = {
     "e2e_s": ("vllm:e2e_request_latency_seconds",),
 }
 ITERATION_TOKENS = "vllm:iteration_tokens_total"
-RUNNING = "vllm:num_requests_running"
 CACHE_INFO = "vllm:cache_config_info"
 COLLECT_FIX = ("record the run with `loadlab run ... --collect` (or --launch vllm --collect) "
                "against a vLLM V1 server, so its /metrics are sampled into the run folder")
@@ -52,7 +51,6 @@ class Level:
     duration_s: float
     hist: dict[str, float]              # HISTOGRAMS keys -> mean seconds
     engine_steps: float                 # vllm:iteration_tokens_total observations
-    running: float                      # vllm:num_requests_running, mean
     client: dict[str, float]            # ttft/itl/e2e p50, cycle and request rate
     lengths: list[tuple[int, int]]      # (prompt, output) of the step's requests, in send order
 
@@ -91,10 +89,9 @@ def read_run(path: str | Path) -> Run:
     metrics = read_table(path / METRICS_TABLE, METRICS)
     have = set(metrics.family.unique())
     families = {key: _first_present(names, have, path) for key, names in HISTOGRAMS.items()}
-    for family in (ITERATION_TOKENS, RUNNING):
-        if family not in have:
-            raise InputError(f"no {family} series", source=path / METRICS_TABLE, field=family,
-                             fix=COLLECT_FIX)
+    if ITERATION_TOKENS not in have:
+        raise InputError(f"no {ITERATION_TOKENS} series", source=path / METRICS_TABLE,
+                         field=ITERATION_TOKENS, fix=COLLECT_FIX)
     settings, server = _settings(path, manifest, metrics)
     steps = pd.DataFrame(manifest["steps"])
     if "concurrency" not in steps or steps["concurrency"].isna().any():
@@ -105,7 +102,6 @@ def read_run(path: str | Path) -> Run:
     windows = steps[["t_start", "t_end"]]
     means = {key: histogram_windows(metrics, fam, windows, quantiles=())["mean"].to_numpy()
              for key, fam in families.items()}
-    running = gauge_windows(metrics, RUNNING, windows, by=())["mean"].to_numpy()
     iters = counter_windows(metrics, ITERATION_TOKENS, windows, metric=ITERATION_TOKENS + "_count")
     requests = read_table(path / REQUESTS_TABLE, REQUESTS)
     requests = requests[requests.status == "ok"].sort_values("t_sent")
@@ -120,7 +116,6 @@ def read_run(path: str | Path) -> Run:
                             concurrency=int(step.concurrency),
                             duration_s=float(step.t_end - step.t_start), hist=hist,
                             engine_steps=float(iters["delta"].iloc[i]),
-                            running=float(running[i]),
                             client=_client(mine, requests[requests.step == step.step],
                                            float(step.t_end - step.t_start)),
                             lengths=list(zip(mine.prompt_tokens.astype(int),

@@ -1,9 +1,9 @@
 """One closed-loop level of a real run, replayed through the engine in virtual time.
 
 Each of ``concurrency`` users sends the level's recorded requests (their prompt and
-output lengths, in send order, cycled); a request reaches the engine ``front(running)``
-after it is sent, and its user sends the next one ``turnaround(running)`` after it
-finished (``running``: the requests in the engine at that moment). Beside the
+output lengths, in send order, cycled); a request reaches the engine ``front(users)``
+after it is sent, and its user sends the next one ``turnaround(users)`` after it
+finished. Beside the
 client-side latencies, every request carries the sums of the step-time features
 (:func:`loadlab.sim.engine.step_model.step_features`) over its prefill steps (first
 scheduled to first token) and its decode steps (after the first token to the last): the
@@ -24,7 +24,7 @@ from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.step_model import StepTime, step_features
 from loadlab.sim.engine.types import BatchShape, EngineRequest, SchedulerSettings
 
-Delay = Callable[[float], float]   # seconds, given the requests running in the engine
+Delay = Callable[[float], float]   # seconds, given the requests in flight (the users)
 WARMUP_FRACTION = 0.15   # of the level's duration, cut before measuring (as the real run's)
 
 
@@ -66,7 +66,7 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
             t, user = heapq.heappop(sends)
             prompt, output = lengths[seq % len(lengths)]
             rid = f"c{seq}"
-            heapq.heappush(pending, (t + front(engine.num_running), seq, rid, prompt, output))
+            heapq.heappush(pending, (t + front(level.concurrency), seq, rid, prompt, output))
             sent[rid], seq = (t, user, output), seq + 1
         while pending and pending[0][0] <= now:
             t, n, rid, prompt, output = heapq.heappop(pending)
@@ -85,7 +85,7 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
                 token_steps.setdefault(rid, []).append(index)
         for fin in out.finished:
             done.append((fin.request_id, index))
-            heapq.heappush(sends, (now + turnaround(engine.num_running), sent[fin.request_id][1]))
+            heapq.heappush(sends, (now + turnaround(level.concurrency), sent[fin.request_id][1]))
     return _trace(np.asarray(features, float).reshape(-1, 5), np.asarray(ends), sent, first_step,
                   token_steps, done, warmup, t_stop)
 

@@ -139,3 +139,41 @@ def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: 
                f"{summary.aborted} aborted at the end), {summary.engine_steps} engine steps, "
                f"{summary.virtual_s:,.0f} virtual s in {summary.wall_s:.1f} s "
                f"({summary.speed:,.0f}x); run folder {summary.run_dir}")
+
+
+@sim.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="Calibration YAML to write (for --calibration).")
+@click.option("--check", "check", multiple=True, type=click.Path(path_type=Path),
+              help="A run folder held out of the fit: report its errors too (repeatable).")
+def calibrate(runs: tuple[Path, ...], out: Path, check: tuple[Path, ...]) -> None:
+    """Fit THIS server's step time, front end and turnaround from its real run folders.
+
+    Each RUN is a closed-loop step load recorded with /metrics collected (`loadlab run
+    --collect`) on one server. The fit's errors per level are printed, and with --check
+    those of runs held out of it; --calibration FILE then makes `sim serve`, `sim replay`
+    and what-if scenarios use the fit.
+
+    Example: loadlab sim calibrate runs/steps --out my-server.yaml --check runs/other
+    """
+    from loadlab.calibrate import check_runs, fit_runs
+    from loadlab.calibrate.check import format_table
+
+    cal = fit_runs(runs)
+    kept = {k: v for k, v in cal.step.model_dump().items() if v}
+    click.echo("step time: " + ", ".join(f"{k} {v:.4g}" for k, v in kept.items()))
+    click.echo(f"front end: {cal.front_s * 1e3:.2f} ms + {cal.front_per_in_flight_s * 1e3:.2f} ms "
+               f"per request in flight; turnaround {cal.turnaround_s * 1e3:.2f} ms + "
+               f"{cal.turnaround_per_in_flight_s * 1e3:.2f} ms per request in flight")
+    for term, why in cal.dropped.items():
+        click.echo(f"dropped {term}: {why}")
+    click.echo("fit (the runs fitted):")
+    for line in format_table(check_runs(cal, runs)):
+        click.echo("  " + line)
+    if check:
+        click.echo("held out (--check):")
+        for line in format_table(check_runs(cal, check)):
+            click.echo("  " + line)
+    cal.save(out)
+    click.echo(f"calibration written to {out}")

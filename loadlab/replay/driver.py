@@ -266,10 +266,15 @@ class _Replay:
             self.record(req, fin.request_id, "ok", out.t_end)
             self.counts["completed"] += 1
             if req.user is not None and self.calibration is not None:
-                turnaround = self.calibration.turnaround(replica.engine.num_running)
+                turnaround = self.calibration.turnaround(self.in_flight())
                 self.push(self.now + turnaround, _ARRIVAL, self.resend, req.user)
             elif req.user is not None:
                 self.resend(req.user)
+
+    def in_flight(self) -> float:
+        """Requests at the server, as a calibration's delays count them: a closed loop's
+        users, an open loop's live requests."""
+        return self.level if self.closed else float(len(self.live))
 
     def resend(self, user: int) -> None:
         """A closed-loop user's next request, unless the level dropped below it."""
@@ -317,7 +322,7 @@ class _Replay:
             self.busy_users.add(user)
         replica.view.outstanding += 1
         cal = self.calibration
-        front = cal.front(replica.engine.num_running) if cal is not None else 0.0
+        front = cal.front(self.in_flight()) if cal is not None else 0.0
         if front > 0:  # the API server's share: the engine sees the request later
             req.arrival_time += front
             self.push(self.now + front, _ARRIVAL, self.admit, (replica, req))

@@ -12,7 +12,7 @@ of *that* server needs no model or GPU profile. One engine step takes
 reads). Beside the engine: ``front_s``, the API server's share of a request's latency
 (to the engine's queue and the first token back), and ``turnaround_s``, the time a
 closed-loop user's next request takes to reach the engine after its previous one
-finished, each with an optional slope on the requests running. The KV pool and scheduler
+finished, each with an optional slope on the requests in flight. The KV pool and scheduler
 flags of the calibrated run travel in ``server``, so a replay of that server runs on its
 own pool.
 """
@@ -56,11 +56,11 @@ class Calibration(BaseModel):
     format_version: int = 1
     step: StepTerms
     front_s: float = Field(0.0, ge=0, description="API server <-> engine, per request")
-    front_per_running_s: float = Field(
-        0.0, description="front-end slope, seconds per request running in the engine")
+    front_per_in_flight_s: float = Field(
+        0.0, description="front-end slope, seconds per request in flight at the server")
     turnaround_s: float = Field(0.0, ge=0, description="closed loop: request end -> next arrival")
-    turnaround_per_running_s: float = Field(
-        0.0, description="turnaround slope, seconds per request running in the engine")
+    turnaround_per_in_flight_s: float = Field(
+        0.0, description="turnaround slope, seconds per request in flight at the server")
     dropped: dict[str, str] = Field(default_factory=dict,
                                     description="terms the data did not support, and why")
     fit_errors: dict[str, float] = Field(default_factory=dict,
@@ -69,15 +69,16 @@ class Calibration(BaseModel):
     server: dict[str, Any] = Field(default_factory=dict,
                                    description="the calibrated run's scheduler and KV-pool flags")
 
-    def front(self, running: float) -> float:
+    def front(self, in_flight: float) -> float:
         """Seconds a request spends outside the engine before its first token reaches the
-        client, with ``running`` requests in the engine: the API server streams each of
-        their tokens, and the engine core takes new requests in only between steps."""
-        return max(0.0, self.front_s + self.front_per_running_s * running)
+        client, with ``in_flight`` requests at the server (a closed loop: its users). The
+        API server tokenizes and streams for all of them, on the host CPU the engine core
+        also uses, so this grows with the load."""
+        return max(0.0, self.front_s + self.front_per_in_flight_s * in_flight)
 
-    def turnaround(self, running: float) -> float:
+    def turnaround(self, in_flight: float) -> float:
         """Seconds from a closed-loop request's end to its user's next engine arrival."""
-        return max(0.0, self.turnaround_s + self.turnaround_per_running_s * running)
+        return max(0.0, self.turnaround_s + self.turnaround_per_in_flight_s * in_flight)
 
     def save(self, path: Path) -> None:
         path.write_text(yaml.safe_dump(self.model_dump(), sort_keys=False))
