@@ -57,7 +57,11 @@ class Level:
     @property
     def front_s(self) -> float:
         """Client TTFT less the engine's queue and prefill: the API server and the wire."""
-        return max(0.0, self.client["ttft_mean_s"] - self.hist["queue_s"] - self.hist["prefill_s"])
+        # the client's share over the requests the TTFT histogram counted, plus the API
+        # server's (its TTFT less the engine's queue and prefill, which vLLM observes at
+        # the finish, so over slightly other requests: never below zero)
+        server = max(0.0, self.hist["ttft_s"] - self.hist["queue_s"] - self.hist["prefill_s"])
+        return max(0.0, self.client["ttft_mean_s"] - self.hist["ttft_s"] + server)
 
     @property
     def turnaround_s(self) -> float:
@@ -116,8 +120,7 @@ def read_run(path: str | Path) -> Run:
                             concurrency=int(step.concurrency),
                             duration_s=float(step.t_end - step.t_start), hist=hist,
                             engine_steps=float(iters["delta"].iloc[i]),
-                            client=_client(mine, requests[requests.step == step.step],
-                                           float(step.t_end - step.t_start)),
+                            client=_client(mine, requests, step),
                             lengths=list(zip(mine.prompt_tokens.astype(int),
                                              mine.output_tokens.astype(int)))))
     if not levels:
@@ -134,16 +137,19 @@ def _first_present(names: tuple[str, ...], have: set[str], path: Path) -> str:
                      fix=COLLECT_FIX)
 
 
-def _client(mine: pd.DataFrame, whole_step: pd.DataFrame, duration_s: float) -> dict[str, float]:
-    """Client-side figures of one step: latency medians, the mean cycle of a user (send to
-    its next send) and the completed requests per second."""
+def _client(mine: pd.DataFrame, requests: pd.DataFrame, step: Any) -> dict[str, float]:
+    """Client-side figures of one step: latency medians of the requests sent in it, the
+    TTFT mean of those whose first token came inside it (the requests vLLM's TTFT
+    histogram counted there) and the mean cycle of a user (one send to its next)."""
+    whole_step = requests[requests.step == step.step]
     users = whole_step.groupby(["worker", "user"], sort=False).t_sent
     cycles = users.diff().dropna()
-    cycles = cycles[whole_step.loc[cycles.index, "t_sent"] >= mine.t_sent.min()]
-    return {"ttft_p50_s": float(mine.ttft_s.median()), "ttft_mean_s": float(mine.ttft_s.mean()),
+    cycles = cycles[whole_step.loc[cycles.index, "t_sent"] >= step.t_start]
+    first_t = requests.t_first_token
+    first = requests[(first_t >= step.t_start) & (first_t < step.t_end)]
+    return {"ttft_p50_s": float(mine.ttft_s.median()), "ttft_mean_s": float(first.ttft_s.mean()),
             "itl_p50_s": float(mine.itl_p50_s.median()), "e2e_p50_s": float(mine.e2e_s.median()),
-            "cycle_s": float(cycles.mean()) if len(cycles) else float(mine.e2e_s.mean()),
-            "request_rate": len(mine) / duration_s}
+            "cycle_s": float(cycles.mean()) if len(cycles) else float(mine.e2e_s.mean())}
 
 
 def _settings(path: Path, manifest: dict[str, Any],

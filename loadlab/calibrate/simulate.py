@@ -14,6 +14,7 @@ those durations the same linear form of the summed features.
 from __future__ import annotations
 
 import heapq
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,7 +39,6 @@ class LevelTrace:
     prefill_x: np.ndarray       # (requests, terms) feature sums over prefill steps
     decode_x: np.ndarray        # (requests, terms) over decode steps
     decode_gaps: np.ndarray     # output tokens - 1, per request
-    request_rate: float
 
 
 def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTime,
@@ -53,7 +53,10 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
     engine = Engine(settings, timed)
     lengths, warmup = level.lengths, WARMUP_FRACTION * level.duration_s
     t_stop = warmup + level.duration_s
-    sends: list[tuple[float, int]] = [(0.0, user) for user in range(level.concurrency)]
+    # users start at seeded random times in the warm-up: in a real step load they join at
+    # step boundaries, beside users already mid-request, so they are not in lockstep
+    rng = random.Random(level.concurrency)
+    sends = sorted((rng.uniform(0.0, warmup / 2), user) for user in range(level.concurrency))
     sent: dict[str, tuple[float, int, int]] = {}     # rid -> send time, user, output length
     first_step: dict[str, int] = {}
     token_steps: dict[str, list[int]] = {}
@@ -108,7 +111,6 @@ def _trace(features: np.ndarray, ends: np.ndarray, sent: dict[str, tuple[float, 
                      len(steps) - 1))
     if not rows:
         empty = np.zeros((0, 5))
-        return LevelTrace(np.array([]), np.array([]), np.array([]), empty, empty, np.array([]),
-                          0.0)
+        return LevelTrace(np.array([]), np.array([]), np.array([]), empty, empty, np.array([]))
     ttft, e2e, itl, pre, dec, gaps = (np.array(c, float) for c in zip(*rows, strict=True))
-    return LevelTrace(ttft, e2e, itl, pre, dec, gaps, len(rows) / (t_stop - warmup))
+    return LevelTrace(ttft, e2e, itl, pre, dec, gaps)

@@ -1,0 +1,110 @@
+"""`loadlab sim calibrate` on runs the simulator made with known constants: the fit finds
+them again, its errors are small, and a folder lacking what the fit needs is refused.
+
+The runs are `sim replay --calibration KNOWN`: their step times, front end and turnaround
+come from KNOWN, and the replay writes vLLM's histograms and the client's records as a
+real run would, so the fit sees the same kind of data a real server gives.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from loadlab.calibrate import check_runs, fit_runs
+from loadlab.cli.sim import sim
+from loadlab.errors import InputError
+from loadlab.runstore import METRICS, read_table
+from loadlab.sim.engine.calibration import Calibration, StepTerms, load
+
+PROFILES = Path(__file__).resolve().parents[1] / "vllm" / "profiles"
+KNOWN = Calibration(
+    step=StepTerms(fixed_s=4e-3, per_request_s=0.4e-3, per_prefill_token_s=25e-6,
+                   per_context_token_s=1e-6),
+    front_s=6e-3, front_per_in_flight_s=1e-3, turnaround_s=3e-3,
+    server={"max_num_seqs": 8, "max_num_batched_tokens": 256, "block_size": 32,
+            "num_gpu_blocks_override": 512, "max_model_len": 1024},
+)
+LOADS = {"tiny-prefill": "1,2", "tiny-short": "1,2,4,8", "tiny-long": "2,6"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    """One replayed step load per profile of LOADS, on the KNOWN server."""
+    root = tmp_path_factory.mktemp("calibrate")
+    KNOWN.save(root / "known.yaml")
+    out = []
+    for profile, levels in LOADS.items():
+        run = root / profile
+        result = CliRunner().invoke(sim, [
+            "replay", "--calibration", str(root / "known.yaml"),
+            "--profile", str(PROFILES / f"{profile}.yaml"), "--concurrency", levels,
+            "--step-duration", "20", "--warmup", "3", "--interval", "0.5", "--out", str(run)])
+        assert result.exit_code == 0, result.output
+        out.append(run)
+    return out
+
+
+def test_fit_recovers_the_known_constants(runs, tmp_path):
+    result = CliRunner().invoke(sim, ["calibrate", *map(str, runs), "--out",
+                                      str(tmp_path / "fit.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "median |err|" in result.output
+    fitted = load(tmp_path / "fit.yaml")
+    for term in ("fixed_s", "per_prefill_token_s", "per_context_token_s"):
+        assert getattr(fitted.step, term) == pytest.approx(getattr(KNOWN.step, term), rel=0.06)
+    # per request and fixed cost trade off where few requests run: the sum is what is exact
+    assert fitted.step.per_request_s == pytest.approx(KNOWN.step.per_request_s, rel=0.25)
+    assert "per_attention_pair_s" in fitted.dropped   # KNOWN has none
+    assert fitted.front_s == pytest.approx(KNOWN.front_s, rel=0.03)
+    assert fitted.front_per_in_flight_s == pytest.approx(KNOWN.front_per_in_flight_s, rel=0.03)
+    assert fitted.turnaround_s == pytest.approx(KNOWN.turnaround_s, rel=0.05)
+    assert fitted.server["num_gpu_blocks_override"] == 512
+    assert fitted.server["max_num_seqs"] == 8
+    for metric in ("ttft", "itl", "e2e"):
+        assert fitted.fit_errors[f"{metric}_p50_median_abs_err"] < 0.07, fitted.fit_errors
+
+
+def test_check_predicts_held_out_levels(runs):
+    cal = fit_runs(runs[:2])
+    table = check_runs(cal, runs[2:])
+    assert list(table.concurrency) == [2, 6]
+    for metric in ("ttft", "itl", "e2e"):   # the issue's goal: 15% at every level
+        assert table[f"{metric}_err"].abs().max() < 0.15, table.to_string()
+
+
+def test_replay_generation_rate_matches_its_records(runs):
+    """vLLM's generation-token counter, as the replay samples it, against the tokens the
+    client records say were streamed: the same count, on the same clock."""
+    run = runs[1]
+    metrics = read_table(run / "metrics.parquet", METRICS)
+    gen = metrics[metrics.metric == "vllm:generation_tokens_total"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    span = manifest["steps"][-1]["t_end"] - manifest["steps"][0]["t_start"]
+    rate = (gen.value.max() - gen.value.min()) / (gen.t.max() - gen.t.min())
+    assert gen.t.max() - gen.t.min() == pytest.approx(span, abs=1.0)
+    assert 50 < rate < 5_000   # tokens/s of 1-8 users at 4-8 ms a step, not per ms
+
+
+def test_a_folder_without_the_histograms_is_refused(runs, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(runs[0], bad)
+    shutil.rmtree(bad / "metrics.parquet")
+    result = CliRunner().invoke(sim, ["calibrate", str(bad), "--out", str(tmp_path / "x.yaml")])
+    assert isinstance(result.exception, InputError) and result.exception.exit_code == 2
+    assert "metrics.parquet" in str(result.exception) and "--collect" in str(result.exception)
+
+
+def test_a_run_without_its_seq_cap_is_refused(runs, tmp_path):
+    bad = tmp_path / "target-run"
+    shutil.copytree(runs[0], bad)
+    manifest = json.loads((bad / "manifest.json").read_text())
+    del manifest["server"]["max_num_seqs"]
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError) as err:
+        fit_runs([bad])
+    assert err.value.field == "server.max_num_seqs" and "--launch vllm" in str(err.value)
