@@ -2,7 +2,8 @@
 
 The point's server flags become a :class:`~loadlab.sim.engine.config.SimConfig`: the model
 profile is the scenario's own for a simulator target, else ``what_if.model``; the GPU
-is ``what_if.gpu`` unless the flags name one; ``what_if.flags`` are added last. vLLM flags
+is ``what_if.gpu`` unless the flags name one; ``what_if.flags`` are added last; a
+``what_if.calibration`` (``loadlab sim calibrate``) replaces both profiles' step time. vLLM flags
 the simulator does not model (``enforce_eager``, ``trust_remote_code``, ...) are left
 out. A fleet's flags (``replicas``, ``router``, pools: the scenario's ``fleet:`` block)
 make a fleet of such engines. The same plan and seeded workload then run through
@@ -30,6 +31,8 @@ def sim_config(scenario: Scenario, point: Point) -> FleetConfig:
         else scenario.what_if.model
     params: dict[str, Any] = {"model": model, "gpu": scenario.what_if.gpu, **point.flags,
                               **scenario.what_if.flags}
+    if scenario.what_if.calibration:
+        params["calibration"] = scenario.what_if.calibration
     return fleet_config(params)
 
 

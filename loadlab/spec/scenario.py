@@ -353,6 +353,9 @@ class WhatIf(Strict):
     flags: Flags = Field(
         default_factory=dict, description="simulator flags added to the scenario's"
     )
+    calibration: str | None = Field(
+        None, description="`loadlab sim calibrate` YAML: its step time replaces model and gpu, "
+        "its run's KV pool and flags fill those the points leave unset")
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ def read_scenario(path: str | Path) -> Scenario:
 
 
 def _resolve_files(scenario: Scenario, path: Path) -> Scenario:
-    """Relative profile and trace paths against the scenario's folder; the trace must exist."""
+    """Relative profile, trace and calibration paths against the scenario's folder; the
+    trace must exist."""
     here = path.parent
     profile = scenario.workload.profile
     if _looks_like_path(profile) and not Path(profile).is_absolute() and (here / profile).exists():
@@ -71,7 +72,11 @@ def _resolve_files(scenario: Scenario, path: Path) -> Scenario:
     if trace is not None and not Path(trace).is_file():
         raise InputError(f"trace file {trace!r} not found", source=path, field="load.trace",
                          fix="give a path relative to the scenario file, or an absolute one")
+    calibration = scenario.what_if.calibration
+    if calibration is not None and not Path(calibration).is_absolute():
+        calibration = str(here / calibration)
     return scenario.model_copy(update={
+        "what_if": scenario.what_if.model_copy(update={"calibration": calibration}),
         "workload": scenario.workload.model_copy(update={"profile": profile}),
         "load": scenario.load.model_copy(update={"trace": trace}),
     })

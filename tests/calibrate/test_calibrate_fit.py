@@ -108,3 +108,31 @@ def test_a_run_without_its_seq_cap_is_refused(runs, tmp_path):
     with pytest.raises(InputError) as err:
         fit_runs([bad])
     assert err.value.field == "server.max_num_seqs" and "--launch vllm" in str(err.value)
+
+
+def test_a_scenario_what_if_uses_the_calibrated_server(tmp_path):
+    """``what_if: calibration:`` (a path relative to the scenario) replaces the roofline and
+    brings the calibrated run's pool; a point's own flag still wins."""
+    from loadlab.experiment.whatif import sim_config
+    from loadlab.sim.engine.hardware import resolve
+    from loadlab.spec.scenario import Point
+    from loadlab.spec.scenario_file import read_scenario
+
+    KNOWN.save(tmp_path / "server.yaml")
+    (tmp_path / "s.yaml").write_text(
+        "target: {url: 'http://127.0.0.1:8000', model: tiny}\n"
+        "workload: {profile: sharegpt}\nload: {concurrency: [1, 2]}\n"
+        "what_if: {model: qwen2.5-72b, calibration: server.yaml}\n")
+    scenario = read_scenario(tmp_path / "s.yaml")
+    resolved = resolve(sim_config(scenario, Point("cap-16", {"max_num_seqs": 16})).configs[0])
+    assert resolved.calibration == KNOWN
+    assert (resolved.num_gpu_blocks, resolved.block_size, resolved.max_num_seqs) == (512, 32, 16)
+    assert resolved.server_flags()["calibration"]["path"] == str(tmp_path / "server.yaml")
+
+
+def test_a_broken_calibration_names_the_file_and_field(tmp_path):
+    path = tmp_path / "cal.yaml"
+    path.write_text("step: {fixed_s: -1}\n")
+    with pytest.raises(InputError) as err:
+        load(path)
+    assert str(path) in str(err.value) and "fixed_s" in str(err.value)

@@ -264,7 +264,8 @@ def resolve(cfg: SimConfig) -> ResolvedConfig:
     weights = model.weight_bytes / tp
     budget = gpu.memory_bytes * cfg.gpu_memory_utilization
     reserve = activation_reserve(model, tp, max_num_batched_tokens, max_num_seqs)
-    if weights + reserve >= budget:
+    # a calibrated server brings its own pool: the profiles' memory arithmetic is moot
+    if weights + reserve >= budget and not (cfg.calibration and cfg.num_gpu_blocks_override):
         raise InputError(f"{model.name} weights ({weights / GIB:.1f} GiB per GPU) plus activations "
                          f"({reserve / GIB:.1f} GiB) do not fit in {cfg.gpu_memory_utilization} x "
                          f"{gpu.memory_bytes / GIB:.1f} GiB of {gpu.name}",
