@@ -76,7 +76,7 @@ def _observations(levels: list[tuple[Run, Level]],
 
 def least_squares(features: np.ndarray, measured: np.ndarray) -> tuple[list[float], dict[str, str]]:
     """Non-negative coefficients of :data:`TERMS` minimising the RMS relative error, and
-    the terms dropped (see the module docstring). The fixed term always stays."""
+    the terms dropped (see the module docstring). Only a zero drops the fixed term."""
     weighted = features / measured[:, None]
     scale = np.linalg.norm(weighted, axis=0)
     dropped = {TERMS[j]: "no step of the fit runs exercises it"
@@ -90,7 +90,7 @@ def least_squares(features: np.ndarray, measured: np.ndarray) -> tuple[list[floa
 
     x, rms = solve(keep)
     for j, value in zip(list(keep), x, strict=True):
-        if value == 0 and j != 0:
+        if value == 0:
             keep.remove(j)
             dropped[TERMS[j]] = "the fit sets it to zero (the data asks for a negative value)"
     x, rms = solve(keep)
