@@ -57,7 +57,7 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
     # step boundaries, beside users already mid-request, so they are not in lockstep
     rng = random.Random(level.concurrency)
     sends = sorted((rng.uniform(0.0, warmup / 2), user) for user in range(level.concurrency))
-    sent: dict[str, tuple[float, int, int]] = {}     # rid -> send time, user, output length
+    sent: dict[str, tuple[float, int]] = {}          # rid -> send time, user
     first_step: dict[str, int] = {}
     token_steps: dict[str, list[int]] = {}
     ends: list[float] = []
@@ -70,7 +70,7 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
             prompt, output = lengths[seq % len(lengths)]
             rid = f"c{seq}"
             heapq.heappush(pending, (t + front(level.concurrency), seq, rid, prompt, output))
-            sent[rid], seq = (t, user, output), seq + 1
+            sent[rid], seq = (t, user), seq + 1
         while pending and pending[0][0] <= now:
             t, n, rid, prompt, output = heapq.heappop(pending)
             ids = [100_000 + n, *range(1, prompt)]   # unique first token: no prefix hits
@@ -90,12 +90,14 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
             done.append((fin.request_id, index))
             heapq.heappush(sends, (now + turnaround(level.concurrency), sent[fin.request_id][1]))
     return _trace(np.asarray(features, float).reshape(-1, 5), np.asarray(ends), sent, first_step,
-                  token_steps, done, warmup, t_stop)
+                  token_steps, done, warmup)
 
 
-def _trace(features: np.ndarray, ends: np.ndarray, sent: dict[str, tuple[float, int, int]],
+def _trace(features: np.ndarray, ends: np.ndarray, sent: dict[str, tuple[float, int]],
            first_step: dict[str, int], token_steps: dict[str, list[int]],
-           done: list[tuple[str, int]], warmup: float, t_stop: float) -> LevelTrace:
+           done: list[tuple[str, int]], warmup: float) -> LevelTrace:
+    """Per request sent after the warm-up and finished: its latencies and feature sums
+    (``cum`` prefix sums over steps, so a span of steps is one subtraction)."""
     cum = np.vstack([np.zeros((1, 5)), np.cumsum(features, axis=0)])
     rows = []
     for rid, last in done:
