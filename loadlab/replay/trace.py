@@ -41,7 +41,7 @@ from loadlab.workload import load_profile
 from loadlab.workload.recorded import Loop, RecordedRequest, RecordedWorkload
 from loadlab.workload.sampler import RequestSpec
 
-__all__ = ["run_trace"]
+__all__ = ["check_loop", "run_trace"]
 
 
 class _Turns:
@@ -104,6 +104,16 @@ class TraceReplay(_Replay):
                            req.prefix_tokens, None)
 
 
+def check_loop(recorded: RecordedWorkload, loop: Loop | None, field: str) -> Loop:
+    """The loop to replay ``recorded`` in (None: as it was recorded); InputError naming
+    ``field`` for a closed loop of a run whose requests have no users."""
+    loop = loop or recorded.loop
+    if loop == "closed" and not any(r.user is not None for r in recorded.requests):
+        raise InputError(f"the requests of {recorded.source} have no users to replay in "
+                         "closed loop", field=field, fix="replay it in open loop")
+    return loop
+
+
 def run_trace(cfg: SimConfig | FleetConfig, recorded: RecordedWorkload, out_dir: str | Path,
               loop: Loop | None = None, opts: ReplayOptions | None = None,
               progress: Progress | None = None, notice: Callable[[str], None] | None = None,
@@ -112,10 +122,7 @@ def run_trace(cfg: SimConfig | FleetConfig, recorded: RecordedWorkload, out_dir:
     in ``loop`` (default: the loop the run was recorded in); the manifest's ``sim.trace``
     names the source. InputError (naming ``loop_field``) for a closed loop of a run whose
     requests have no users."""
-    loop = loop or recorded.loop
-    if loop == "closed" and not any(r.user is not None for r in recorded.requests):
-        raise InputError(f"the requests of {recorded.source} have no users to replay in "
-                         "closed loop", field=loop_field, fix="replay it in open loop")
+    loop = check_loop(recorded, loop, loop_field)
     workload = Workload(profile=recorded.profile or "sharegpt", seed=recorded.seed)
     summary = run_replay(cfg, recorded.plan(loop), workload, out_dir, opts, progress,
                          notice=notice, replay_cls=partial(TraceReplay, recorded, loop))

@@ -353,6 +353,12 @@ class WhatIf(Strict):
     flags: Flags = Field(
         default_factory=dict, description="simulator flags added to the scenario's"
     )
+    trace: str | None = Field(
+        None, description="a recorded run folder (or its requests.parquet) whose requests and "
+        "steps every point replays instead of the load plan and profile")
+    loop: Literal["open", "closed"] | None = Field(
+        None, description="how the trace is replayed: open (recorded send times) or closed "
+        "(each recorded user's requests in turn); default: as it was recorded")
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ def read_scenario(path: str | Path) -> Scenario:
 
 
 def _resolve_files(scenario: Scenario, path: Path) -> Scenario:
-    """Relative profile and trace paths against the scenario's folder; the trace must exist."""
+    """Relative profile and trace paths (``load.trace``, ``what_if.trace``) against the
+    scenario's folder; the traces must exist."""
     here = path.parent
     profile = scenario.workload.profile
     if _looks_like_path(profile) and not Path(profile).is_absolute() and (here / profile).exists():
@@ -71,9 +72,17 @@ def _resolve_files(scenario: Scenario, path: Path) -> Scenario:
     if trace is not None and not Path(trace).is_file():
         raise InputError(f"trace file {trace!r} not found", source=path, field="load.trace",
                          fix="give a path relative to the scenario file, or an absolute one")
+    recorded = scenario.what_if.trace
+    if recorded is not None and not Path(recorded).is_absolute() and (here / recorded).exists():
+        recorded = str(here / recorded)
+    if recorded is not None and not Path(recorded).exists():
+        raise InputError(f"recorded run {recorded!r} not found", source=path,
+                         field="what_if.trace",
+                         fix="give a run folder relative to the scenario file, or an absolute one")
     return scenario.model_copy(update={
         "workload": scenario.workload.model_copy(update={"profile": profile}),
         "load": scenario.load.model_copy(update={"trace": trace}),
+        "what_if": scenario.what_if.model_copy(update={"trace": recorded}),
     })
 
 
