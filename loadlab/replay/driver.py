@@ -25,6 +25,9 @@ not fit the model are clipped as a careful client would (prompt <= max_model_len
 prompt + output <= max_model_len); targets keep the drawn values. ``max_tokens`` = output
 length.
 
+A recorded run's requests replace the sampler and the plan's levels through three hooks
+(``load_requests``, ``start_step``, ``user_free``; :mod:`loadlab.replay.trace`).
+
 A fleet (:class:`~loadlab.sim.fleet.config.FleetConfig`, ``--replicas``/``--router``)
 runs one engine per replica on the same clock: its router picks each request's replica
 at send time, each replica steps on its own as soon as it is idle with work, and each

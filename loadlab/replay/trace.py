@@ -106,9 +106,11 @@ class TraceReplay(_Replay):
 
 def check_loop(recorded: RecordedWorkload, loop: Loop | None, field: str) -> Loop:
     """The loop to replay ``recorded`` in (None: as it was recorded); InputError naming
-    ``field`` for a closed loop of a run whose requests have no users."""
+    ``field`` for a closed loop of an open-loop run (its users, if any, were not a closed
+    loop's) or of requests without users."""
     loop = loop or recorded.loop
-    if loop == "closed" and not any(r.user is not None for r in recorded.requests):
+    if loop == "closed" and (recorded.loop == "open"
+                             or not any(r.user is not None for r in recorded.requests)):
         raise InputError(f"the requests of {recorded.source} have no users to replay in "
                          "closed loop", field=field, fix="replay it in open loop")
     return loop

@@ -21,8 +21,8 @@ out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -77,8 +77,16 @@ class RecordedWorkload:
     profile: str                      # the run's workload profile and seed (manifest)
     seed: int
 
-    def in_step(self, step: int) -> Iterator[RecordedRequest]:
-        return (r for r in self.requests if r.step == step)
+    @cached_property
+    def _by_step(self) -> dict[int, list[RecordedRequest]]:
+        steps: dict[int, list[RecordedRequest]] = {s.index: [] for s in self.steps}
+        for req in self.requests:
+            steps[req.step].append(req)
+        return steps
+
+    def in_step(self, step: int) -> list[RecordedRequest]:
+        """Step ``step``'s requests in send order."""
+        return self._by_step[step]
 
     def by_user(self, step: int) -> dict[int, list[RecordedRequest]]:
         """Step ``step``'s requests per user, users in the order they first sent."""
@@ -102,7 +110,7 @@ class RecordedWorkload:
         step a valid level)."""
         if step.target_rate is not None:
             return step.target_rate
-        return max(sum(1 for _ in self.in_step(step.index)) / step.duration_s, 1e-3)
+        return max(len(self.in_step(step.index)) / step.duration_s, 1e-3)
 
 
 def requests_dir(path: str | Path, field: str) -> Path:
