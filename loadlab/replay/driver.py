@@ -248,8 +248,12 @@ class _Replay:
                     self.send(user)
         else:
             schedule = step_schedule(self.level, self.plan.gamma_shape, self.seed, k)
-            self.push(self.now, _ARRIVAL, self.on_open_arrival,
-                      (k, self.now, duration_s, 0, schedule))
+            self.push(
+                self.now,
+                _ARRIVAL,
+                self.on_open_arrival,
+                (k, self.now, duration_s, 0, schedule),
+            )
 
     def user_free(self, user: int) -> None:
         """A user's request ended: it sends its next one unless the level dropped below it."""
