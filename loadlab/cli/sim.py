@@ -14,11 +14,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from loadlab.cli.options import interval_option, out_option
+from loadlab.errors import InputError
 from loadlab.sim.serve.flags import (
     ENGINE_OPTIONS,
     FLEET_OPTIONS,
@@ -31,6 +32,9 @@ from loadlab.sim.serve.flags import (
     with_options,
 )
 from loadlab.spec.scenario import Workload
+
+if TYPE_CHECKING:
+    from loadlab.workload.recorded import Loop
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,6 +87,12 @@ REPLAY_OPTIONS: list[Callable] = [
          help="Closed-loop steps: users per step, e.g. 1,2,4,8 or 1:2:64 (start:factor:max)."),
     option("--rate", section=PLAN_SECTION,
          help="Open-loop steps: requests/s per step, e.g. 0.5,1,2 or 0.5:2:8."),
+    option("--trace", section=PLAN_SECTION, type=click.Path(path_type=Path),
+         help="Re-send a recorded run's requests and steps: RUN or RUN/requests.parquet "
+              "(instead of --profile and --concurrency/--rate)."),
+    option("--loop", section=PLAN_SECTION, type=click.Choice(["open", "closed"]), default=None,
+         help="With --trace: open (recorded send times) or closed (each recorded user's "
+              "requests, one after another) [default: as the run was recorded]."),
     option("--burstiness", section=PLAN_SECTION, type=float, default=1.0, show_default=True,
          help="Gamma shape of open-loop gaps (1 = Poisson)."),
     option("--step-duration", section=PLAN_SECTION, type=float, default=60.0, show_default=True,
@@ -105,23 +115,38 @@ REPLAY_OPTIONS: list[Callable] = [
 @with_options(REPLAY_OPTIONS)
 @with_options(ENGINE_OPTIONS)
 @with_options(FLEET_OPTIONS)
-def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: float,
-           step_duration: float, warmup: float | None, interval_s: float, out: Path,
-           overwrite: bool, **params: Any) -> None:
+def replay(profile: str, concurrency: str | None, rate: str | None, trace: Path | None,
+           loop: Loop | None, burstiness: float, step_duration: float, warmup: float | None,
+           interval_s: float, out: Path, overwrite: bool, **params: Any) -> None:
     """Run a step load through the simulator in virtual time and write a run folder.
 
     Example: loadlab sim replay --concurrency 1,2,4,8 --step-duration 60 --out runs/sim
+
+    A recorded run's own requests: loadlab sim replay --trace runs/live --out runs/whatif
     """
     from loadlab.replay.driver import ReplayOptions, run_replay
+    from loadlab.replay.trace import run_trace
     from loadlab.runstore.claim import claim_run_dir
     from loadlab.sim.fleet.config import fleet_config
     from loadlab.spec.validate import plan_from_flags, validate
+    from loadlab.workload.recorded import read_recorded
 
     fleet = fleet_config(params)
     cfg = fleet.configs[0]
-    plan = plan_from_flags(concurrency=concurrency, rate=rate, step_duration_s=step_duration,
-                           warmup_s=warmup, burstiness=burstiness)
-    workload = validate(Workload, {"profile": profile, "seed": cfg.seed}, names={"seed": "--seed"})
+    if trace is not None:
+        if concurrency is not None or rate is not None:
+            raise InputError("--trace replays the run's own steps", field="--concurrency/--rate",
+                             fix="drop --concurrency and --rate, or drop --trace")
+        recorded = read_recorded(trace)
+    else:
+        if loop is not None:
+            raise InputError("--loop chooses how a trace is replayed", field="--loop",
+                             fix="add --trace RUN, or drop --loop")
+        plan = plan_from_flags(concurrency=concurrency, rate=rate,
+                               step_duration_s=step_duration, warmup_s=warmup,
+                               burstiness=burstiness)
+        workload = validate(Workload, {"profile": profile, "seed": cfg.seed},
+                            names={"seed": "--seed"})
     claim = claim_run_dir(out, overwrite)
     shown = [-1]
 
@@ -132,9 +157,13 @@ def replay(profile: str, concurrency: str | None, rate: str | None, burstiness: 
             click.echo(f"replay: {virtual_s:,.0f} / {total_s:,.0f} virtual s", err=True)
 
     opts = ReplayOptions(metrics_interval_s=interval_s)
+    def notice(line: str) -> None:
+        click.echo(f"replay: {line}", err=True)
+
     with claim:
-        summary = run_replay(fleet, plan, workload, out, opts, progress,
-                             notice=lambda line: click.echo(f"replay: {line}", err=True))
+        summary = (run_trace(fleet, recorded, out, loop, opts, progress, notice)
+                   if trace is not None
+                   else run_replay(fleet, plan, workload, out, opts, progress, notice=notice))
     click.echo(f"replay: {summary.requests} requests ({summary.completed} completed, "
                f"{summary.aborted} aborted at the end), {summary.engine_steps} engine steps, "
                f"{summary.virtual_s:,.0f} virtual s in {summary.wall_s:.1f} s "

@@ -169,6 +169,10 @@ def _check_runnable(scenario: Scenario, what_if: bool) -> None:
             field="load.trace",
             fix="give the scenario a concurrency, rate or search plan",
         )
+    if what_if:
+        from loadlab.experiment.whatif import recorded_workload
+
+        recorded_workload(scenario)
     if not what_if:
         ensure_open_files(scenario.load, scenario.loadgen.workers, 0,
                           field="load.concurrency/load.search")

@@ -10,16 +10,23 @@ make a fleet of such engines. The same plan and seeded workload then run through
 :func:`loadlab.replay.driver.run_replay` into the point's folder (manifest kind
 "sim-replay"): minutes of load in seconds, to see where each point's knee should fall
 before spending GPU time on it.
+
+With ``what_if.trace`` (a recorded run), every point re-sends that run's own requests
+and steps instead (:mod:`loadlab.replay.trace`): the sweep compares the configurations
+on the workload the run measured, not on a resample of its profile.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadlab.sim.fleet.config import FleetConfig
 from loadlab.spec.scenario import Point, Scenario
+
+if TYPE_CHECKING:
+    from loadlab.workload.recorded import RecordedWorkload
 
 
 def sim_config(scenario: Scenario, point: Point) -> FleetConfig:
@@ -43,10 +50,31 @@ def run_whatif_point(
     judge: Callable[[int], bool] | None,
     progress: Callable[[float, float | None], None] | None = None,
 ) -> None:
-    """Replay the scenario's plan and workload for ``point`` into ``out``."""
+    """Replay the scenario's plan and workload (or its recorded run) for ``point`` into
+    ``out``."""
     from loadlab.replay.driver import ReplayOptions, run_replay
+    from loadlab.replay.trace import run_trace
 
     opts = ReplayOptions(point=point.name, metrics_interval_s=scenario.loadgen.collect_interval_s)
+    recorded = recorded_workload(scenario)
+    if recorded is not None:
+        run_trace(sim_config(scenario, point), recorded, out, scenario.what_if.loop, opts,
+                  progress, loop_field="what_if.loop")
+        return
     run_replay(
         sim_config(scenario, point), scenario.load, scenario.workload, out, opts, progress, judge
     )
+
+
+def recorded_workload(scenario: Scenario) -> RecordedWorkload | None:
+    """The run ``what_if.trace`` names, read; None without one. InputError naming
+    ``what_if.trace`` (or the file and column) when it is no run, or ``what_if.loop``
+    when the run cannot be replayed in that loop."""
+    from loadlab.replay.trace import check_loop
+    from loadlab.workload.recorded import read_recorded
+
+    if scenario.what_if.trace is None:
+        return None
+    recorded = read_recorded(scenario.what_if.trace, field="what_if.trace")
+    check_loop(recorded, scenario.what_if.loop, "what_if.loop")
+    return recorded

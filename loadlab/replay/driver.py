@@ -25,6 +25,9 @@ not fit the model are clipped as a careful client would (prompt <= max_model_len
 prompt + output <= max_model_len); targets keep the drawn values. ``max_tokens`` = output
 length.
 
+A recorded run's requests replace the sampler and the plan's levels through three hooks
+(``load_requests``, ``start_step``, ``user_free``; :mod:`loadlab.replay.trace`).
+
 A fleet (:class:`~loadlab.sim.fleet.config.FleetConfig`, ``--replicas``/``--router``)
 runs one engine per replica on the same clock: its router picks each request's replica
 at send time, each replica steps on its own as soon as it is idle with work, and each
@@ -159,9 +162,7 @@ class _Replay:
         self.fleet_mml = max(r.resolved.max_model_len for r in self.replicas)
         self.router = make_router(fleet.router, self.resolved.block_size, fleet.refresh_ms)
         self.views = [r.view for r in self.replicas]
-        profile = load_profile(workload.profile)
-        self.sampler = profile.sampler(workload.seed)
-        self.common = profile.common_prefix_tokens
+        self.common = self.load_requests(workload)
         self.epoch = time.time() if opts.start_epoch is None else opts.start_epoch
         self.progress = progress
         self.requests = RequestRows(PartWriter(out_dir / REQUESTS_TABLE, REQUESTS,
@@ -231,6 +232,17 @@ class _Replay:
         )
         update_manifest(self.out_dir, steps=self.windows)
         self.push(self.now + step.duration_s, _BOUNDARY, self.on_boundary, k + 1)
+        self.start_step(k, step.duration_s)
+
+    # ---- where requests come from (a recorded trace overrides these) -------------------
+    def load_requests(self, workload: Workload) -> int:
+        """The workload profile's seeded sampler; returns its common prefix length."""
+        profile = load_profile(workload.profile)
+        self.sampler = profile.sampler(workload.seed)
+        return profile.common_prefix_tokens
+
+    def start_step(self, k: int, duration_s: float) -> None:
+        """Closed loop: each idle user of the level sends; open loop: the step's arrivals."""
         if self.closed:
             for user in range(int(self.level)):
                 if user not in self.busy_users:
@@ -241,8 +253,13 @@ class _Replay:
                 self.now,
                 _ARRIVAL,
                 self.on_open_arrival,
-                (k, self.now, step.duration_s, 0, schedule),
+                (k, self.now, duration_s, 0, schedule),
             )
+
+    def user_free(self, user: int) -> None:
+        """A user's request ended: it sends its next one unless the level dropped below it."""
+        if user < self.level:
+            self.send(user)
 
     @property
     def closed(self) -> bool:
@@ -277,10 +294,9 @@ class _Replay:
         return self.level if self.closed else float(len(self.live))
 
     def resend(self, user: int) -> None:
-        """A closed-loop user's next request, unless the level dropped below it."""
+        """A closed-loop user is free again (after the calibrated turnaround, if any)."""
         self.busy_users.discard(user)
-        if user < self.level:
-            self.send(user)
+        self.user_free(user)
 
     def on_sample(self, tick: int) -> None:
         """One metrics.parquet sample of every replica."""
@@ -291,8 +307,9 @@ class _Replay:
         self.push((tick + 1) * self.opts.metrics_interval_s, _SAMPLE, self.on_sample, tick + 1)
 
     # ---- requests ------------------------------------------------------------------------
-    def send(self, user: int | None) -> None:
-        spec = self.sampler.spec(self.seq)
+    def send(self, user: int | None, spec: RequestSpec | None = None) -> None:
+        """Send ``spec`` (default: the sampler's next) for ``user`` (None: open loop)."""
+        spec = self.sampler.spec(self.seq) if spec is None else spec
         rid = f"{self.seed}-{self.seq}"
         req, prefix = self.request(rid, spec, self.fleet_mml, self.resolved.block_size)
         index = 0
@@ -415,7 +432,8 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
                out_dir: str | Path, opts: ReplayOptions | None = None,
                progress: Progress | None = None, judge: Judge | None = None,
                observer: Callable[[StepOutput], None] | None = None,
-               notice: Callable[[str], None] | None = None) -> ReplaySummary:
+               notice: Callable[[str], None] | None = None,
+               replay_cls: Callable[..., _Replay] = _Replay) -> ReplaySummary:
     """Run ``plan`` through the simulator of ``cfg`` in virtual time; write a run folder.
 
     ``progress(virtual_s, total_s)`` is called at every metrics sample (``total_s`` None
@@ -426,13 +444,14 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     replica's). ``cfg`` is one engine's config or a fleet's. The
     garbage collector runs less often meanwhile (:func:`gc_relaxed`). Once complete, the
     folder's tables are compacted (:func:`loadlab.runstore.compact_run`; ``notice(line)``
-    hears about it when that takes a while). Raises InputError for a bad plan or an
+    hears about it when that takes a while). ``replay_cls`` makes the loop (one that sends
+    a recorded trace: :mod:`loadlab.replay.trace`). Raises InputError for a bad plan or an
     impossible configuration (before writing anything).
     """
     opts = opts or ReplayOptions()
     out = Path(out_dir)
     fleet = cfg if isinstance(cfg, FleetConfig) else FleetConfig.single(cfg)
-    replay = _Replay(fleet, plan, workload, out, opts, progress, judge, observer)
+    replay = replay_cls(fleet, plan, workload, out, opts, progress, judge, observer)
     flags = replay.resolved.server_flags()
     endpoints = {r.endpoint: _describe(r) for r in replay.replicas}
     info = endpoints[replay.replicas[0].endpoint]

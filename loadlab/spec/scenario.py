@@ -356,6 +356,12 @@ class WhatIf(Strict):
     calibration: str | None = Field(
         None, description="`loadlab sim calibrate` YAML: its step time replaces model and gpu, "
         "its run's KV pool and flags fill those the points leave unset")
+    trace: str | None = Field(
+        None, description="a recorded run folder (or its requests.parquet) whose requests and "
+        "steps every point replays instead of the load plan and profile")
+    loop: Literal["open", "closed"] | None = Field(
+        None, description="how the trace is replayed: open (recorded send times) or closed "
+        "(each recorded user's requests in turn); default: as it was recorded")
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ def read_scenario(path: str | Path) -> Scenario:
 
 def _resolve_files(scenario: Scenario, path: Path) -> Scenario:
     """Relative profile, trace and calibration paths against the scenario's folder; the
-    trace must exist."""
+    traces must exist."""
     here = path.parent
     profile = scenario.workload.profile
     if _looks_like_path(profile) and not Path(profile).is_absolute() and (here / profile).exists():
@@ -75,8 +75,16 @@ def _resolve_files(scenario: Scenario, path: Path) -> Scenario:
     calibration = scenario.what_if.calibration
     if calibration is not None and not Path(calibration).is_absolute():
         calibration = str(here / calibration)
+    recorded = scenario.what_if.trace
+    if recorded is not None and not Path(recorded).is_absolute() and (here / recorded).exists():
+        recorded = str(here / recorded)
+    if recorded is not None and not Path(recorded).exists():
+        raise InputError(f"recorded run {recorded!r} not found", source=path,
+                         field="what_if.trace",
+                         fix="give a run folder relative to the scenario file, or an absolute one")
     return scenario.model_copy(update={
-        "what_if": scenario.what_if.model_copy(update={"calibration": calibration}),
+        "what_if": scenario.what_if.model_copy(
+            update={"calibration": calibration, "trace": recorded}),
         "workload": scenario.workload.model_copy(update={"profile": profile}),
         "load": scenario.load.model_copy(update={"trace": trace}),
     })
