@@ -33,6 +33,7 @@ import pandas as pd
 from loadlab.analyze.cause import KV_FULL
 from loadlab.analyze.windows import resolve_family, snapshots
 
+CAUSE = "routing_imbalance"
 IMBALANCED_STEP = 0.5
 DEFINITION = ("per step: waiting requests summed over the scrapes at which another replica "
               "of their pool had room (waiting 0, KV < 0.9, running below its cap), over all "
