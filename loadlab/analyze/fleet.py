@@ -106,6 +106,8 @@ def assess(run: RunData, replicas: list[Replica], fleet: Judged,
     fleet.measured = fleet_measured([v.measured for v in verdicts], endpoints, pools)
     caps = [as_int(rep.server.get("max_num_seqs")) for rep in replicas]
     steps = step_imbalance(run.metrics, endpoints, caps, pools, span, interval(run))
+    for entry, held in zip(entries, _stranded_shares(steps, len(entries)), strict=True):
+        entry["imbalance_share"] = held
     stalled = set(_stalled(fleet.table, fleet.knee))
     judged = [s for s in steps if s.step in stalled]
     share = (sum(s.imbalance is not None and s.imbalance >= IMBALANCED_STEP for s in judged)
@@ -222,6 +224,17 @@ def _done(metrics: pd.DataFrame, span: pd.DataFrame) -> np.ndarray:
         return np.full(len(span), np.nan)
     return counter_windows(metrics, family, span[["t_start", "t_end"]])["delta"].to_numpy(
         dtype=float)
+
+
+def _stranded_shares(steps: list[Any], n: int) -> list[float | None]:
+    """Each replica's share of the fleet's stranded waiting over the whole run (None for
+    all when nothing was stranded): where the router's misplaced queue sat."""
+    held = np.zeros(n)
+    for s in steps:
+        if s.stranded_by:
+            held += np.asarray(s.stranded_by)
+    total = float(held.sum())
+    return [round(float(h) / total, 4) if total > 0 else None for h in held]
 
 
 def _stalled(table: pd.DataFrame, knee: Knee) -> list[int]:
