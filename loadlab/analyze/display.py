@@ -67,7 +67,7 @@ def verdict_line(analysis: dict[str, Any]) -> str:
 
 def knee_where(knee: dict[str, Any], cause: dict[str, Any]) -> str:
     """Where the knee is, with its confidence, in words."""
-    unit = UNITS.get(knee.get("unit"), "")
+    unit = UNITS.get(str(knee.get("unit")), "")
     conf = knee.get("confidence")
     if cause.get("name") == "client_limited" and not knee["found"]:
         where = "no knee: the load generator could not apply the load"
