@@ -11,7 +11,9 @@ knee and cause measured from them (:mod:`~loadlab.analyze.measured`) sit beside 
 inferred ones as ``knee.measured`` and ``cause.measured``. A fleet's run (several replicas'
 series) adds each replica's knee and cause, the routing imbalance and, where the fleet
 stalled while a replica had room, the cause ``routing_imbalance``
-(:mod:`~loadlab.analyze.fleet`). It returns the typed
+(:mod:`~loadlab.analyze.fleet`); its own table, knee and cause are judged on its replicas'
+gauges added up (:mod:`~loadlab.analyze.fleet_view`), and its measured verdict is built
+from each replica's (:mod:`~loadlab.analyze.fleet_measured`). It returns the typed
 :class:`~loadlab.runstore.analysis_model.Analysis`; everything in it is plain JSON: NaN
 becomes null. ``verdict`` is the one-line answer (:func:`loadlab.analyze.display.verdict_line`).
 """
