@@ -45,6 +45,7 @@ from loadlab.analyze.fleet_measured import fleet_measured
 from loadlab.analyze.knee import Knee
 from loadlab.analyze.steps import RunData, measured_windows
 from loadlab.analyze.windows import counter_windows, resolve_family
+from loadlab.spec.scenario import POOLS, parse_router
 
 MATERIAL_SHARE = 0.5
 KNOB = ("route by waiting: a queue-aware gateway (least-waiting), or least-outstanding, so "
@@ -174,7 +175,27 @@ def _replica_run(run: RunData, rep: Replica) -> RunData:
     own = (info.get("endpoints") or {}).get(rep.endpoint) or {}
     manifest = {**run.manifest, "server": rep.server or run.manifest.get("server") or {},
                 "metrics": {**info, "cache_config_info": own.get("cache_config_info") or {}}}
-    return RunData(run.run_dir, manifest, run.requests, metrics, scrapes)
+    return RunData(run.run_dir, manifest, _pool_requests(run, rep), metrics, scrapes)
+
+
+def _pool_requests(run: RunData, rep: Replica) -> pd.DataFrame:
+    """The requests a replica could have served. A simulated fleet split by length sends
+    prompts over the threshold to its long pool and the rest to its short pool
+    (``ByLength`` in :mod:`loadlab.sim.fleet.router`), so each pool is judged on its own
+    lengths (a long pool judged on mostly short requests reads its full KV pool as a
+    dashboard artefact). Otherwise all of them: which replica served a request is not
+    recorded."""
+    router = ((run.manifest.get("sim") or {}).get("fleet") or {}).get("router")
+    try:
+        name, threshold = parse_router(router) if router else ("", None)
+    except ValueError:
+        return run.requests
+    requests = run.requests
+    if name != "by-length" or threshold is None or rep.pool not in POOLS or requests.empty:
+        return requests
+    prompt = requests["prompt_tokens"].fillna(requests["target_prompt_tokens"]).astype(float)
+    long = (prompt > threshold).to_numpy()
+    return requests[long if rep.pool == POOLS[0] else ~long]
 
 
 def _replica_entry(rep: Replica, judged: Judged, metrics: pd.DataFrame,
