@@ -1,8 +1,9 @@
 """The shipped split-by-length scenario, predicted: ``loadlab sweep
 scenarios/fleet-split-by-length.yaml --what-if`` prints each point's replicas a line each,
-and the measured verdict is each replica's: the long pool refuses its head in most engine
-steps at 16 users while the short pool, stepping far more often, refuses in none. Added up
-as one server's counters, those refusals read as a small share, and no stall."""
+each pool is judged on the requests routed to it, and the measured verdict is each
+replica's: the long pool refuses its head in most engine steps at 16 users while the short
+pool, stepping far more often, refuses in none. Added up as one server's counters, those
+refusals read as a small share, and no stall."""
 
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ def test_the_split_what_if_measures_each_pool_on_its_own(tmp_path: Path) -> None
     assert a.knee.measured.found and a.knee.measured.upper == top.level
     assert (a.cause.measured.model_extra or {})["replica"] == LONG
     assert a.cause.measured.name == a.replicas[0].cause.measured.name    # pools: not routing
+    # each pool is judged on the requests routed to it: prompts over 8192 tokens go long
+    per_request = [r.capacity.blocks_per_request for r in a.replicas]
+    assert per_request[0] is not None and per_request[0] > 8192 / 16
+    assert per_request[1] is not None and per_request[1] < 8192 / 16
     # the same counters added up over the fleet, as one server's, stay under the bar
     metrics = pd.read_parquet(out / "by-length" / "metrics.parquet")
     manifest = (out / "by-length" / "manifest.json").read_text()
