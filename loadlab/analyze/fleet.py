@@ -22,8 +22,9 @@ imbalanced, and chosen when the fleet's knee was found and that share is at leas
 (their verdicts stand: no router fixes them).
 
 The fleet's own table adds its replicas' gauges up (:mod:`loadlab.analyze.fleet_view`).
-Where no rule matches those sums, the fleet's cause is that of the replica that stalled
-first (the lowest knee), with ``replica`` naming it. Each replica's entry carries its
+Where no rule matches those sums, or they cannot tell two causes apart, the fleet's cause
+is that of the replica that stalled first (the lowest knee) and named one, with
+``replica`` naming it. Each replica's entry carries its
 measured verdict where the scheduler's refusals were exported, and the fleet's measured
 verdict is built from them (:mod:`loadlab.analyze.fleet_measured`). ``imbalance`` also
 carries the replicas' capacities at their knees, summed, to stand beside the fleet's knee.
@@ -51,6 +52,7 @@ MATERIAL_SHARE = 0.5
 KNOB = ("route by waiting: a queue-aware gateway (least-waiting), or least-outstanding, so "
         "no replica queues while another has room")
 KEEP = ("server_errors", "client_limited")   # causes no router fixes
+UNDECIDED = ("unknown", "undetermined")        # a fleet's cause its replicas may name
 REPLICA_COLUMNS = ("step", "level", "state", "running_mean", "running_max", "waiting_mean",
                    "waiting_max", "kv_mean", "kv_max", "server_ttft_mean_ms",
                    "server_queue_mean_ms", "gen_tok_rate", "requests_done")
@@ -114,7 +116,7 @@ def assess(run: RunData, replicas: list[Replica], fleet: Judged,
     share = (sum(s.imbalance is not None and s.imbalance >= IMBALANCED_STEP for s in judged)
              / len(judged)) if judged else 0.0
     chosen = _name(fleet, share, judged)
-    if not chosen and fleet.cause.get("name") == "unknown":
+    if not chosen and fleet.cause.get("name") in UNDECIDED:
         _from_first_stalled(fleet.cause, entries)
     fits = [e["capacity"].get("formula_max_concurrency") for e in entries]
     return {
@@ -153,16 +155,19 @@ def _name(fleet: Judged, share: float, judged: list[Any]) -> bool:
 
 def _from_first_stalled(cause: dict[str, Any], entries: list[dict[str, Any]]) -> None:
     """Name the fleet's cause after the replica that stalled first, where the fleet's own
-    (summed) series matched no rule: a scheduler's limits are each replica's (a head
-    blocked by its own free blocks reads as room in the fleet's total), and the fleet
-    stalls where its first replica does."""
+    (summed) series matched no rule or could not tell two apart: a scheduler's limits are
+    each replica's (a head blocked by its own free blocks reads as room in the fleet's
+    total; a cap reached by each replica at its own moment is no plateau in their sum),
+    and the fleet stalls where its first replica does."""
     named = [e for e in entries if e["knee"].get("found") and e["knee"].get("upper") is not None
-             and e["cause"].get("name") not in ("unknown", "none", None)]
+             and e["cause"].get("name") not in (*UNDECIDED, "none", None)]
     if not named:
         return
     first = min(named, key=lambda e: float(e["knee"]["upper"]))
-    cause.update({k: v for k, v in first["cause"].items() if k not in ("ranked", "measured")})
-    cause["replica"] = first["endpoint"]
+    kept = {k: cause[k] for k in ("ranked", "notes") if k in cause}   # the fleet's own
+    cause.clear()
+    cause.update({k: v for k, v in first["cause"].items() if k != "measured"}, **kept,
+                 replica=first["endpoint"])
 
 
 def _replica_run(run: RunData, rep: Replica) -> RunData:
