@@ -11,7 +11,9 @@ knee and cause measured from them (:mod:`~loadlab.analyze.measured`) sit beside 
 inferred ones as ``knee.measured`` and ``cause.measured``. A fleet's run (several replicas'
 series) adds each replica's knee and cause, the routing imbalance and, where the fleet
 stalled while a replica had room, the cause ``routing_imbalance``
-(:mod:`~loadlab.analyze.fleet`). It returns the typed
+(:mod:`~loadlab.analyze.fleet`); its own table, knee and cause are judged on its replicas'
+gauges added up (:mod:`~loadlab.analyze.fleet_view`), and its measured verdict is built
+from each replica's (:mod:`~loadlab.analyze.fleet_measured`). It returns the typed
 :class:`~loadlab.runstore.analysis_model.Analysis`; everything in it is plain JSON: NaN
 becomes null. ``verdict`` is the one-line answer (:func:`loadlab.analyze.display.verdict_line`).
 """
@@ -31,6 +33,7 @@ from loadlab.analyze.capacity import as_int, capacity, pool_config, token_fill
 from loadlab.analyze.display import verdict_line
 from loadlab.analyze.failures import failure_warnings, unblame_client
 from loadlab.analyze.fleet import Judged
+from loadlab.analyze.fleet_view import fleet_run
 from loadlab.analyze.knee import Knee, find_knee
 from loadlab.analyze.measured import measure, typical_request_blocks
 from loadlab.analyze.slo import evaluate, parse_slo
@@ -48,14 +51,15 @@ def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> A
     """The analysis of ``run_dir`` (see the module docstring)."""
     run = load_run(run_dir)
     targets = parse_slo(slo)
-    judged = judge(run, seed)
+    members = fleet.replicas_of(run.manifest, run.metrics)
+    whole = fleet_run(run, members, fleet.interval(run)) if len(members) > 1 else run
+    judged = judge(whole, seed)
     table, knee, cause, cap = judged.table, judged.knee, judged.cause, judged.capacity
-    warnings = _warnings(run, table)
-    replicas = fleet.assess(run, judged, lambda sub: judge(sub, seed))
+    warnings = _warnings(whole, table)
+    replicas = fleet.assess(run, members, judged, lambda sub: judge(sub, seed))
     slo_block = evaluate(targets, run.requests, table)
     knee_block = knee.as_dict()
-    truth = measure(run.metrics, table, typical_request_blocks(
-        run.requests, as_int(pool_config(run.metrics, run.manifest).get("block_size"))))
+    truth = judged.measured
     if truth is not None:
         knee_block["measured"], cause["measured"] = truth["knee"], truth["cause"]
     out = {
@@ -91,7 +95,9 @@ def judge(run: RunData, seed: int = 0) -> Judged:
     measured = knee.upper if knee.found else None
     cap = capacity(config, run.requests, v0, _plain(measured))
     table["token_fill"] = token_fill(table, config)
-    return Judged(table, knee, _cause(run, table, knee, config, cap), cap)
+    truth = measure(run.metrics, table, typical_request_blocks(
+        run.requests, as_int(config.get("block_size"))))
+    return Judged(table, knee, _cause(run, table, knee, config, cap), cap, truth)
 
 
 def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any],

@@ -62,21 +62,43 @@ def format_step_table(steps: pd.DataFrame | Iterable[dict[str, Any]]) -> str:
 def verdict_line(analysis: dict[str, Any]) -> str:
     """One line: where the knee is, how sure, the cause with its numbers, and the knob."""
     knee, cause = analysis["knee"], analysis["cause"]
-    unit = UNITS.get(knee.get("unit"), "")
+    return f"{knee_where(knee, cause)}; cause: {cause_text(cause)}; {cause['knob']}"
+
+
+def knee_where(knee: dict[str, Any], cause: dict[str, Any]) -> str:
+    """Where the knee is, with its confidence, in words."""
+    unit = UNITS.get(str(knee.get("unit")), "")
     conf = knee.get("confidence")
-    if cause["name"] == "client_limited" and not knee["found"]:
+    if cause.get("name") == "client_limited" and not knee["found"]:
         where = "no knee: the load generator could not apply the load"
-        where += (
+        return where + (
             f" (judged up to {_n(knee['lower'])} {unit})" if knee.get("lower") is not None else ""
         )
-    elif not knee["found"]:
-        where = (f"never stalled up to {_n(knee['lower'])} {unit} ({conf})"
-                 if knee.get("lower") is not None else "no load step could be judged")
-    elif knee.get("lower") is None:
-        where = f"stalled at the first step, {_n(knee['upper'])} {unit} ({conf})"
-    else:
-        where = f"knee between {_n(knee['lower'])} and {_n(knee['upper'])} {unit} ({conf})"
-    return f"{where}; cause: {cause_text(cause)}; {cause['knob']}"
+    if not knee["found"]:
+        return (f"never stalled up to {_n(knee['lower'])} {unit} ({conf})"
+                if knee.get("lower") is not None else "no load step could be judged")
+    if knee.get("lower") is None:
+        return f"stalled at the first step, {_n(knee['upper'])} {unit} ({conf})"
+    return f"knee between {_n(knee['lower'])} and {_n(knee['upper'])} {unit} ({conf})"
+
+
+def replica_lines(analysis: dict[str, Any]) -> list[str]:
+    """One line per replica of a fleet: its endpoint (and pool), its knee and cause at the
+    fleet's load, the measured ones where the scheduler exported them, and its share of the
+    queue stranded while another replica had room; [] for one server."""
+    lines = []
+    for r in analysis.get("replicas") or []:
+        knee, cause = r["knee"], r.get("cause") or {}
+        pool = f" (pool {r['pool']})" if r.get("pool") else ""
+        share = r.get("imbalance_share")
+        stranded = ("no queue stranded" if share is None
+                    else f"{share:.0%} of the fleet's stranded queue")
+        mk, mc = knee.get("measured"), cause.get("measured")
+        measured = (f"; measured knee {_span(mk)}, cause {mc['name']}"
+                    if mk is not None and mc is not None else "")
+        lines.append(f"replica {r['endpoint']}{pool}: {knee_where(knee, cause)}, cause "
+                     f"{cause.get('name')}{measured}; imbalance: {stranded}")
+    return lines
 
 
 def cause_text(cause: dict[str, Any]) -> str:
@@ -167,11 +189,12 @@ def _span(knee: dict[str, Any]) -> str:
 
 
 def format_details(analysis: dict[str, Any]) -> str:
-    """The measured verdict, confidence reasons, ranked causes, capacity, SLOs and
-    warnings, a line each."""
+    """The measured verdict, a fleet's replicas, confidence reasons, ranked causes,
+    capacity, SLOs and warnings, a line each."""
     knee, cause, cap = analysis["knee"], analysis["cause"], analysis["capacity"]
     measured = measured_line(analysis)
     lines = [measured] if measured else []
+    lines += replica_lines(analysis)
     lines.append(f"confidence {knee['confidence']}: " + "; ".join(knee.get("reasons") or []))
     lines.append(
         "causes ranked: " + ", ".join(f"{c['name']} {c['score']:.2f}" for c in cause["ranked"])

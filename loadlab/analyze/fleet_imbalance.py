@@ -33,6 +33,7 @@ import pandas as pd
 from loadlab.analyze.cause import KV_FULL
 from loadlab.analyze.windows import resolve_family, snapshots
 
+CAUSE = "routing_imbalance"
 IMBALANCED_STEP = 0.5
 DEFINITION = ("per step: waiting requests summed over the scrapes at which another replica "
               "of their pool had room (waiting 0, KV < 0.9, running below its cap), over all "
@@ -48,6 +49,7 @@ class StepImbalance:
     queued: str | None = None      # the replica that held most of the stranded waiting
     room: str | None = None        # the other replica that had room most often meanwhile
     stranded_mean: float = 0.0     # stranded waiting requests per scrape
+    stranded_by: tuple[float, ...] = ()   # each replica's stranded waiting, summed over scrapes
 
     def as_dict(self) -> dict[str, object]:
         return {"step": self.step, "imbalance": _round(self.imbalance), "queued": self.queued,
@@ -80,7 +82,7 @@ def step_imbalance(metrics: pd.DataFrame, endpoints: Sequence[str],
             out.append(StepImbalance(int(w.step), 0.0))
             continue
         if held.sum() <= 0:
-            out.append(StepImbalance(int(w.step), 0.0))
+            out.append(StepImbalance(int(w.step), 0.0, stranded_by=tuple(map(float, held))))
             continue
         queued = int(np.argmax(held))
         rooms = room[inside & (stranded[:, queued] > 0)].sum(axis=0)
@@ -88,7 +90,8 @@ def step_imbalance(metrics: pd.DataFrame, endpoints: Sequence[str],
         out.append(StepImbalance(
             int(w.step), float(held.sum()) / total, queued=endpoints[queued],
             room=endpoints[int(np.argmax(rooms))],
-            stranded_mean=float(held.sum()) / int(inside.sum())))
+            stranded_mean=float(held.sum()) / int(inside.sum()),
+            stranded_by=tuple(map(float, held))))
     return out
 
 

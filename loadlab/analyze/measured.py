@@ -85,7 +85,7 @@ def measure(metrics: pd.DataFrame, table: pd.DataFrame,
     by_level = frame.groupby("level", sort=True).sum()
     total = by_level[list(REASONS)].sum(axis=1)
     share = (total / by_level["steps"].where(by_level["steps"] > 0)).fillna(0.0)
-    knee = _knee(share)
+    knee = knee_of(share)
     stalled = (frame["level"] >= knee["upper"]).to_numpy() if knee["found"] else np.zeros(
         len(frame), dtype=bool)
     return {"knee": knee, "cause": _cause(metrics, table, frame, stalled, typical_blocks)}
@@ -96,10 +96,11 @@ def _deltas(frame: pd.DataFrame) -> np.ndarray:
     return frame["delta"].fillna(0.0).to_numpy(dtype=float)
 
 
-def _knee(share: pd.Series) -> dict[str, Any]:
-    """The lowest level from which every higher level is stalled (levels ascending)."""
+def knee_of(share: pd.Series) -> dict[str, Any]:
+    """The measured knee of refused shares by level (ascending): the lowest level from
+    which every higher level is stalled."""
     stalled = (share >= MATERIAL_REFUSED_SHARE).to_numpy()
-    levels = [_plain(v) for v in share.index]
+    levels = [plain_level(v) for v in share.index]
     upper_i = next((i for i in range(len(levels)) if stalled[i:].all()), None)
     lower: int | float | None
     upper: int | float | None
@@ -197,5 +198,6 @@ def _gauge(metrics: pd.DataFrame, family: str, wins: pd.DataFrame,
     return round(float(values.median()), digits) if len(values) else None
 
 
-def _plain(v: float) -> int | float:
+def plain_level(v: float) -> int | float:
+    """A level as JSON writes it: 8, not 8.0."""
     return int(v) if float(v).is_integer() else float(v)

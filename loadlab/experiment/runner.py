@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadlab.analyze.display import replica_lines
 from loadlab.errors import InputError, LoadlabError, RunInterrupted
 from loadlab.experiment.fdlimit import ensure_open_files
 from loadlab.experiment.point import STDERR_LINE
@@ -261,9 +262,12 @@ def _run_points(scenario: Scenario, manifest: SweepManifest, out: Path, what_if:
         try:
             _run_point(scenario, points[record.name], record.folder(out), what_if, point_progress)
             record.status = "complete"
-            result.verdicts[record.name] = _verdict(record.folder(out), scenario, record)
+            result.verdicts[record.name], replicas = _verdict(record.folder(out), scenario,
+                                                              record)
             say(f"{tag} complete in {_fmt_s(time.monotonic() - clock.point_start)}: "
                 f"{result.verdicts[record.name]}")
+            for line in replicas:
+                say(f"{tag} {line}")
         except (KeyboardInterrupt, RunInterrupted) as exc:
             stopped_by = exc.signal_name if isinstance(exc, RunInterrupted) else "SIGINT"
             record.status, record.error = (
@@ -294,14 +298,15 @@ def _run_points(scenario: Scenario, manifest: SweepManifest, out: Path, what_if:
     return result
 
 
-def _verdict(folder: Path, scenario: Scenario, record: PointRecord) -> str:
-    """analysis.json of a finished point and its one-line verdict; a failed analysis is
-    noted on the point, whose load stays complete."""
+def _verdict(folder: Path, scenario: Scenario, record: PointRecord) -> tuple[str, list[str]]:
+    """analysis.json of a finished point, its one-line verdict and a fleet's line per
+    replica; a failed analysis is noted on the point, whose load stays complete."""
     try:
-        return analyze_point(folder, scenario.load.slo).verdict or ""
+        analysis = analyze_point(folder, scenario.load.slo)
     except Exception as exc:
         record.error = f"analysis failed: {type(exc).__name__}: {exc}"
-        return record.error
+        return record.error, []
+    return analysis.verdict or "", replica_lines(analysis.as_json())
 
 
 def _run_point(scenario: Scenario, point: Point, out: Path, what_if: bool,

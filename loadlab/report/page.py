@@ -24,6 +24,7 @@ from plotly.offline import get_plotlyjs
 from loadlab.errors import InputError
 from loadlab.report import figures, summary, tables
 from loadlab.report.ab import ArmComparison, compare_arms
+from loadlab.report.fleet_panel import fleet_capacity, fleet_rows
 from loadlab.report.inputs import Point, RunSet, load
 from loadlab.report.series import timeline
 from loadlab.runstore.layout import REPORT
@@ -51,6 +52,8 @@ class PointView:
     capacity: list[tuple[str, str]]
     manifest: list[tuple[str, list[tuple[str, str]]]]
     figures: list[str] = field(default_factory=list)   # ids of the charts drawn for it
+    lanes: list[str] = field(default_factory=list)     # ids of a fleet's replica lanes
+    fleet: list[tuple[str, str]] = field(default_factory=list)   # a fleet's panel rows
 
 
 @dataclass
@@ -140,6 +143,11 @@ def _point_view(row: summary.VerdictRow, p: Point, charts: dict[str, go.Figure])
             if not lane.empty:   # one lane per replica of a fleet: its own queue and KV
                 _add(charts, view, f"{row.anchor}-replica-{k}",
                      figures.timeline(p, lane, title=figures.replica_title(replica)))
+                view.lanes.append(f"{row.anchor}-replica-{k}")
+    view.fleet = fleet_rows(p)
+    panel = fleet_capacity(p) if view.fleet else None
+    if panel is not None:
+        _add(charts, view, f"{row.anchor}-fleet", panel)
     capacity = figures.capacity(p) if p.analysis else None
     if capacity is not None:
         _add(charts, view, f"{row.anchor}-capacity", capacity)

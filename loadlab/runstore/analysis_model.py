@@ -179,6 +179,8 @@ class ReplicaVerdict(_Open):
     cause: CauseBlock = Field(default_factory=CauseBlock)
     capacity: CapacityBlock = Field(default_factory=CapacityBlock)
     steps: list[ReplicaStep] = Field(default_factory=list)
+    imbalance_share: Number | None = Field(None, description="this replica's share of the "
+                                           "fleet's waiting stranded while another had room")
 
 
 class StepImbalance(_Open):
@@ -204,6 +206,11 @@ class ImbalanceBlock(_Open):
     steps: list[StepImbalance] = Field(default_factory=list)
     fleet_capacity: Number | None = Field(None, description="sum of the replicas' formula "
                                           "max concurrency")
+    replica_capacity_sum: Number | None = Field(None, description="sum of the replicas' "
+                                                "capacities at their knees (mean running at "
+                                                "each one's first stalled level)")
+    replica_capacity_bound: str | None = Field(None, description="at | at least (some replica "
+                                               "never stalled)")
 
 
 class Analysis(_Open):

@@ -11,6 +11,8 @@ stalls later, when both replicas' KV pools are full, and the cause is the pool's
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,9 @@ import pandas as pd
 import pytest
 
 from loadlab.analyze.analysis import analyze_run
+from loadlab.analyze.display import replica_lines
 from loadlab.analyze.fleet import CAUSE, MATERIAL_SHARE
+from loadlab.analyze.fleet_measured import fleet_measured
 from loadlab.analyze.steps import measured_windows
 from loadlab.replay.driver import run_replay
 from loadlab.runstore.analysis_model import Analysis, read_analysis, write_analysis_file
@@ -123,3 +127,85 @@ def test_the_fleet_analysis_round_trips_and_old_folders_still_load(
     old = a.as_json()
     del old["replicas"], old["imbalance"]
     assert Analysis.model_validate(old).replicas is None
+
+
+def test_the_fleet_table_adds_its_replicas_up(round_robin: tuple[Path, Analysis]) -> None:
+    """Running and waiting are the replicas' sums; KV is the fleet's used blocks over its
+    total (equal pools here: the replicas' mean); the in-flight count the client kept
+    agrees with the summed running gauge, not with one replica's."""
+    _, a = round_robin
+    assert a.replicas is not None
+    for k, row in enumerate(a.steps):
+        fleet = row.model_extra or {}
+        each = [r.steps[k].model_extra or {} for r in a.replicas]
+        for column in ("running_mean", "waiting_mean"):
+            assert fleet[column] == pytest.approx(sum(e[column] for e in each), rel=0.02)
+        assert fleet["kv_mean"] == pytest.approx(np.mean([e["kv_mean"] for e in each]),
+                                                 rel=0.02)
+        assert fleet["running_max"] > max(e["running_max"] for e in each) * 1.1
+        assert fleet["running_mean"] <= fleet["inflight"] + 0.5
+    assert a.capacity.num_gpu_blocks == 8000                    # the fleet's pool
+
+
+def test_each_replica_is_measured_and_the_fleet_takes_its_most_refused(
+        round_robin: tuple[Path, Analysis]) -> None:
+    _, a = round_robin
+    assert a.replicas is not None and a.knee.measured is not None
+    per = [r.knee.measured for r in a.replicas]
+    assert all(m is not None for m in per)
+    assert [r.cause.measured is not None for r in a.replicas] == [True, True]
+    for k, level in enumerate(a.knee.measured.refused_share):
+        shares = [m.refused_share[k] for m in per if m is not None]
+        assert all(s.level == level.level for s in shares)
+        assert level.share == max(s.share for s in shares)
+    # the summed counters would have read less than the most refused replica
+    assert a.knee.measured.refused_share[-1].share > 0.3
+
+
+def _measured(upper: int | None, shares: list[float], name: str) -> dict:
+    levels = [8, 16, 32]
+    return {"knee": {"found": upper is not None, "upper": upper,
+                     "refused_share": [{"level": lv, "share": s}
+                                       for lv, s in zip(levels, shares, strict=True)]},
+            "cause": {"name": name, "reason_share": {}, "refused_steps": 1, "engine_steps": 2}}
+
+
+def test_a_fleet_is_stalled_where_any_replica_is_and_routing_when_a_peer_was_not() -> None:
+    lopsided = fleet_measured([_measured(16, [0.0, 0.9, 0.95], "head_blocked"),
+                               _measured(None, [0.0, 0.1, 0.2], "none")], ENDPOINTS, ["", ""])
+    assert lopsided is not None
+    assert (lopsided["knee"]["found"], lopsided["knee"]["upper"]) == (True, 16)
+    assert [s["share"] for s in lopsided["knee"]["refused_share"]] == [0.0, 0.9, 0.95]
+    assert lopsided["cause"]["name"] == CAUSE
+    assert lopsided["cause"]["replica"] == ENDPOINTS[0]
+    assert lopsided["cause"]["replica_cause"] == "head_blocked"
+    both = fleet_measured([_measured(32, [0.0, 0.2, 0.9], "seq_cap"),
+                           _measured(16, [0.0, 0.6, 0.95], "kv_exhausted")], ENDPOINTS, ["", ""])
+    assert both is not None
+    assert both["knee"]["upper"] == 16
+    assert both["cause"]["name"] == CAUSE                  # at 16 only one replica refused
+    together = fleet_measured([_measured(16, [0.0, 0.7, 0.9], "seq_cap"),
+                               _measured(16, [0.0, 0.6, 0.95], "seq_cap")], ENDPOINTS, ["", ""])
+    assert together is not None and together["cause"]["name"] == "seq_cap"
+    pools = fleet_measured([_measured(16, [0.0, 0.9, 0.95], "head_blocked"),
+                            _measured(None, [0.0, 0.1, 0.2], "none")], ENDPOINTS,
+                           ["long", "short"])            # no peer in its pool: not routing
+    assert pools is not None and pools["cause"]["name"] == "head_blocked"
+    assert fleet_measured([None, _measured(16, [0.0, 0.9, 0.95], "seq_cap")], ENDPOINTS,
+                          ["", ""]) is None
+
+
+def test_the_console_has_a_line_per_replica(round_robin: tuple[Path, Analysis]) -> None:
+    run, a = round_robin
+    out = subprocess.run([sys.executable, "-m", "loadlab", "analyze", str(run)],
+                         capture_output=True, text=True, check=True).stdout
+    lines = [ln for ln in out.splitlines() if ln.startswith("replica ")]
+    assert lines == replica_lines(a.as_json())
+    assert a.replicas is not None and len(lines) == 2
+    for line, r in zip(lines, a.replicas, strict=True):
+        assert line.startswith(f"replica {r.endpoint}: ")
+        assert f"cause {r.cause.name}" in line
+        assert r.imbalance_share is not None
+        assert f"{r.imbalance_share:.0%} of the fleet's stranded queue" in line
+    assert a.replicas[0].knee.upper is not None
+    assert f"and {a.replicas[0].knee.upper} concurrent" in lines[0]

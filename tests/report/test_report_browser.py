@@ -12,7 +12,11 @@ from report_folders import replay, write_verdict
 
 from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.display import cause_text
+from loadlab.replay.driver import run_replay
 from loadlab.report.page import write_report
+from loadlab.sim.fleet.config import fleet_config
+from loadlab.spec.scenario import Workload
+from loadlab.spec.validate import plan_from_flags
 
 
 def _check_renders(opened, screenshot: Path) -> None:
@@ -105,3 +109,21 @@ def test_a_run_without_analysis_is_analysed_first(tmp_path, open_page):
     assert analysis["cause"]["knob"] in box
     # the per-step table uses the console's headers
     assert "TTFT p99 ms" in opened.page.inner_text("#point-1-steps + .scroll thead")
+
+
+def test_a_fleet_report_draws_its_lanes_and_panel(tmp_path, open_page):
+    """Every chart of a fleet's page has its element and is drawn: a lane per replica and
+    the panel of the fleet's knee beside the replicas' capacities."""
+    run = tmp_path / "fleet"
+    run_replay(fleet_config({"replicas": 2, "router": "round-robin", "max_num_seqs": 4}),
+               plan_from_flags(concurrency="2,4,8,16", step_duration_s=20.0),
+               Workload(profile="sharegpt"), run)
+    opened = open_page(write_report(run))
+    _check_renders(opened, tmp_path / "fleet-report.png")
+    page = opened.page
+    for section in ("point-1-replica-0", "point-1-replica-1", "point-1-fleet"):
+        assert page.is_visible(f"#{section}")
+        assert page.locator(f"#{section} .main-svg").count() > 0
+    panel = page.inner_text("#point-1-fleet-title + p + .capacity")
+    assert "replicas at their knees, summed" in panel and "fleet knee" in panel
+    assert page.locator("#point-1-fleet .main-svg text", has_text="replicas at their knees").count()

@@ -11,6 +11,8 @@ servers would. Time is the modelled clock of replica 0 (all replicas start toget
 
 from __future__ import annotations
 
+import asyncio
+
 from loadlab.sim.engine.hardware import resolve
 from loadlab.sim.engine.metrics import EngineMetrics
 from loadlab.sim.engine.types import EngineRequest
@@ -49,7 +51,9 @@ class FleetDriver:
             driver.abort(stream)
 
     def start(self) -> None:
+        turns = asyncio.Lock()     # one replica's step or publish per loop pass (LiveDriver)
         for driver in self.replicas:
+            driver.turns = turns
             driver.start()
 
     async def stop(self) -> None:
