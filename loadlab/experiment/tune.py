@@ -93,6 +93,7 @@ class TuneResult:
     cut: int
     notes: list[str]
     scenario: Scenario
+    base: ServerBase
 
     @property
     def best(self) -> Outcome:
@@ -143,9 +144,9 @@ def tune(run_dir: Path, req: TuneRequest, out: Path, progress: Progress = lambda
         outcomes.append(outcome)
     ranked = rank(outcomes)
     result = TuneResult(out, run_dir, top, [float(x) for x in plan.concurrency or plan.rate or []],
-                        slo.targets() if slo else {}, limits, ranked, cut, notes, scenario)
+                        slo.targets() if slo else {}, limits, ranked, cut, notes, scenario, base)
     replace_text(out / TUNE_JSON, json.dumps(result.as_dict(), indent=2) + "\n")
-    write_scenario(out / TUNE_YAML, top_scenario(result, base, req.top), result)
+    write_scenario(out / TUNE_YAML, top_scenario(result, req.top), result)
     return result
 
 
@@ -249,10 +250,10 @@ def rank(outcomes: list[Outcome]) -> list[Outcome]:
     return sorted(outcomes, key=key)
 
 
-def top_scenario(result: TuneResult, base: ServerBase, k: int) -> Scenario:
+def top_scenario(result: TuneResult, k: int) -> Scenario:
     """The current configuration against the ``k`` best others, as a sweep's A/B arms."""
     best = [o for o in result.outcomes if not o.refused and o.changes][:k]
-    return arms_scenario(result.scenario, base, best)
+    return arms_scenario(result.scenario, result.base, best)
 
 
 def arms_scenario(scenario: Scenario, base: ServerBase, arms: list[Outcome]) -> Scenario:

@@ -44,6 +44,7 @@ class ServerBase:
     flags: dict[str, Any]
     what_if: WhatIf
     pool_blocks: int | None          # the reported pool, scaled per candidate; None: not scaled
+    launched: bool                   # loadlab started the run's server (a URL it only loaded)
     notes: tuple[str, ...] = ()
 
     def point_flags(self, changes: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +102,7 @@ def server_base(run: RunData, model: str | None, gpu: str | None,
         if pool is None:
             notes.append("the run reported no KV pool (num_gpu_blocks): the simulator "
                          "profile's pool stands in")
-    return ServerBase(tgt, flags, what_if, pool, tuple(notes))
+    return ServerBase(tgt, flags, what_if, pool, bool(launch), tuple(notes))
 
 
 def _served_model(launch: dict[str, Any]) -> str | None:
