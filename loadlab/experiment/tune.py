@@ -106,8 +106,8 @@ class TuneResult:
                 "candidates": [asdict(o) for o in self.outcomes]}
 
 
-def tune(run_dir: Path, req: TuneRequest, out: Path, progress: Progress = lambda _: None,
-         ) -> TuneResult:
+def tune(run_dir: Path, req: TuneRequest, out: Path,
+         progress: Progress = lambda _: None) -> TuneResult:
     """Replay every candidate of ``req`` for the run in ``run_dir``; write to ``out``."""
     if not (run_dir / MANIFEST).is_file():
         raise InputError("not a run folder (no manifest.json)", source=run_dir, field="RUN",
@@ -275,10 +275,12 @@ def write_scenario(path: Path, scenario: Scenario, result: TuneResult) -> None:
 
 
 def fmt(v: Any) -> str:
+    """A figure for the console: whole numbers from 100 up, three digits below."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
-    return f"{v:.0f}" if isinstance(v, float) and v >= 100 else f"{v:.3g}" \
-        if isinstance(v, float) else str(v)
+    if not isinstance(v, float):
+        return str(v)
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
 
 
 def knee_text(o: Outcome) -> str:
