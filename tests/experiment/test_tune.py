@@ -9,6 +9,7 @@ scenario that ``loadlab sweep --what-if`` runs to the same knees.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from loadlab.experiment.scenarios import load_scenario
 from loadlab.experiment.tune import TUNE_JSON, TUNE_YAML, TuneRequest, TuneResult, tune
 from loadlab.experiment.tune_space import candidates, parse_search, scaled_pool
 from loadlab.replay.driver import run_replay
+from loadlab.runstore import read_manifest
 from loadlab.sim.engine.config import SimConfig
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Workload
@@ -114,3 +116,24 @@ def test_a_reported_pool_scales_with_memory_and_holds_its_tokens_at_another_bloc
     current = {"gpu_memory_utilization": 0.5, "block_size": 16}
     assert scaled_pool(1000, current, {"gpu_memory_utilization": 0.75}) == 1500
     assert scaled_pool(1000, current, {"block_size": 32}) == 500
+
+
+def test_a_vllm_runs_reported_pool_scales_with_memory(poor_run, tmp_path) -> None:
+    """A server the simulator has no profile of: the pool it reported (vLLM's
+    cache_config_info, 28,618 blocks here) is the what-if's, scaled by the fraction."""
+    run = tmp_path / "vllm-run"
+    shutil.copytree(poor_run, run)
+    manifest = read_manifest(run)
+    flags = {"max_num_seqs": 2, "gpu_memory_utilization": 0.46, "served_model_name": "m"}
+    manifest.update(kind="run", server=flags, target={
+        "base_url": "http://127.0.0.1:8000", "model": "m", "launch": {
+            "kind": "vllm", "flags": flags, "argv": ["vllm", "serve", "org/my-model"]}})
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    result = tune(run, TuneRequest(parse_search(["gpu-memory-utilization=0.92"]), max_level=8),
+                  tmp_path / "out")
+    pools = {o.name: o.flags["num_gpu_blocks"] for o in result.outcomes}
+    assert pools == {"current": 28618, "gpu-memory-utilization-0.92": 57236}
+    assert any("step times: the simulator's llama-3.1-8b on h100" in n for n in result.notes)
+    scenario = load_scenario(tmp_path / "out" / TUNE_YAML)
+    assert scenario.target.launch == "vllm" and scenario.target.model == "org/my-model"
+    assert scenario.what_if.flags["num_gpu_blocks_override"] == 28618
