@@ -69,5 +69,5 @@ def tune(run_dir: Path, specs: tuple[str, ...], memory: float | None,
         from loadlab.experiment.tune_confirm import confirm_table
 
         pairs = run_confirm(result, lambda text: click.echo(text, err=True))
-        click.echo("\npredicted against measured (one real A/B):")
+        click.echo("\npredicted / measured (one real A/B):")
         click.echo("\n".join(confirm_table(pairs, result.top_level)))

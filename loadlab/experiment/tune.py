@@ -114,8 +114,9 @@ def tune(run_dir: Path, req: TuneRequest, out: Path,
                          fix="pass a folder `loadlab run` or `loadlab sim replay` wrote")
     run = load_run(run_dir)
     base = server_base(run, req.model, req.gpu, req.calibration)
-    plan, top = tune_plan(run.manifest, req.max_level, run_dir)
     slo = tune_slo(req.slo, run_dir, run.manifest)
+    plan, top = tune_plan(run.manifest, req.max_level, run_dir)
+    plan = plan.model_copy(update={"slo": slo})     # a sweep of the written scenario judges alike
     prompts, _ = recorded_lengths(run.requests)
     limits = Limits(req.memory, req.longest_prompt or int(prompts.max(initial=1)))
     workload = recorded_workload(run_dir, run.requests, out,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
 
 from loadlab.errors import InputError, LoadlabError
 from loadlab.experiment.runner import run_sweep
@@ -26,7 +25,7 @@ from loadlab.experiment.tune import (
     judge,
     knee_text,
 )
-from loadlab.runstore.analysis_model import read_analysis
+from loadlab.experiment.verdicts import analyze_point
 from loadlab.runstore.jsonfile import replace_text
 from loadlab.runstore.manifest import SweepManifest, load_manifest
 
@@ -58,8 +57,8 @@ def confirm(result: TuneResult, progress: Callable[[str], None]) -> list[tuple[O
     for predicted in (current, best):
         record = next(p for p in manifest.points if p.name == predicted.name)
         measured = Outcome(predicted.name, predicted.changes, folder=str(folder / str(record.dir)))
-        judge(measured, read_analysis(folder / str(record.dir)).as_json(), bool(result.slo),
-              result.top_level)
+        analysis = analyze_point(folder / str(record.dir), result.scenario.load.slo)
+        judge(measured, analysis.as_json(), bool(result.slo), result.top_level)
         pairs.append((predicted, measured))
     data = json.loads((result.out / TUNE_JSON).read_text())
     data["confirm"] = {"sweep": str(sweep.out), "arms": [
@@ -69,13 +68,14 @@ def confirm(result: TuneResult, progress: Callable[[str], None]) -> list[tuple[O
 
 
 def confirm_table(pairs: list[tuple[Outcome, Outcome]], top: float) -> list[str]:
-    """Predicted against measured, one row per arm."""
-    head = ["config", "knee pred", "knee meas", "capacity pred", "capacity meas",
-            *(f"{k[:-3].replace('_', ' ')} @{fmt(top)} pred/meas" for k in FIGURES[::2])]
+    """Predicted against measured, one row per arm: ``predicted / measured`` in each cell."""
+    head = ["config", "knee", "SLO level", "capacity",
+            *(f"{k[:-3].replace('_', ' ')} @{fmt(top)} ms" for k in FIGURES)]
     rows: list[list[str]] = []
     for p, m in pairs:
-        row: list[Any] = [p.name, knee_text(p), knee_text(m), fmt(p.capacity), fmt(m.capacity)]
-        row += [f"{fmt(p.figures.get(k))} / {fmt(m.figures.get(k))}" for k in FIGURES[::2]]
-        rows.append([str(c) for c in row])
+        row = [p.name, f"{knee_text(p)} / {knee_text(m)}", f"{fmt(p.slo_level)} / "
+               f"{fmt(m.slo_level)}", f"{fmt(p.capacity)} / {fmt(m.capacity)}"]
+        row += [f"{fmt(p.figures.get(k))} / {fmt(m.figures.get(k))}" for k in FIGURES]
+        rows.append(row)
     widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [head, *rows]]
