@@ -120,10 +120,11 @@ def test_a_reported_pool_scales_with_memory_and_holds_its_tokens_at_another_bloc
 
 def test_a_vllm_runs_reported_pool_scales_with_memory(poor_run, tmp_path) -> None:
     """A server the simulator has no profile of: the pool it reported (vLLM's
-    cache_config_info, 28,618 blocks here) is the what-if's, scaled by the fraction."""
+    cache_config_info) is the what-if's, scaled by the fraction."""
     run = tmp_path / "vllm-run"
     shutil.copytree(poor_run, run)
     manifest = read_manifest(run)
+    blocks = manifest["server"]["num_gpu_blocks"]          # also in cache_config_info
     flags = {"max_num_seqs": 2, "gpu_memory_utilization": 0.46, "served_model_name": "m"}
     manifest.update(kind="run", server=flags, target={
         "base_url": "http://127.0.0.1:8000", "model": "m", "launch": {
@@ -132,8 +133,8 @@ def test_a_vllm_runs_reported_pool_scales_with_memory(poor_run, tmp_path) -> Non
     result = tune(run, TuneRequest(parse_search(["gpu-memory-utilization=0.92"]), max_level=8),
                   tmp_path / "out")
     pools = {o.name: o.flags["num_gpu_blocks"] for o in result.outcomes}
-    assert pools == {"current": 28618, "gpu-memory-utilization-0.92": 57236}
+    assert pools == {"current": blocks, "gpu-memory-utilization-0.92": 2 * blocks}
     assert any("step times: the simulator's llama-3.1-8b on h100" in n for n in result.notes)
     scenario = load_scenario(tmp_path / "out" / TUNE_YAML)
     assert scenario.target.launch == "vllm" and scenario.target.model == "org/my-model"
-    assert scenario.what_if.flags["num_gpu_blocks_override"] == 28618
+    assert scenario.what_if.flags["num_gpu_blocks_override"] == blocks
