@@ -138,3 +138,14 @@ def test_a_vllm_runs_reported_pool_scales_with_memory(poor_run, tmp_path) -> Non
     scenario = load_scenario(tmp_path / "out" / TUNE_YAML)
     assert scenario.target.launch == "vllm" and scenario.target.model == "org/my-model"
     assert scenario.what_if.flags["num_gpu_blocks_override"] == blocks
+
+
+def test_confirm_refuses_when_the_current_configuration_ranks_first(poor_run, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["tune", str(poor_run), "--search", "max-num-seqs=1", "--max-level", "8",
+              "--confirm", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert exc.value.code == 2
+    assert "--confirm: the current configuration ranks first" in captured.err
+    assert captured.out.splitlines()[1].split()[:2] == ["1", "current"]   # the table came first
+    assert not (tmp_path / "confirm").exists()
