@@ -112,6 +112,9 @@ def tune(run_dir: Path, req: TuneRequest, out: Path,
     if not (run_dir / MANIFEST).is_file():
         raise InputError("not a run folder (no manifest.json)", source=run_dir, field="RUN",
                          fix="pass a folder `loadlab run` or `loadlab sim replay` wrote")
+    if (out / TUNE_JSON).exists() or (out / "whatif").exists():
+        raise InputError("already holds a tune (a replay into a run folder adds to its tables)",
+                         source=out, field="--out", fix="give a new --out, or remove this one")
     run = load_run(run_dir)
     base = server_base(run, req.model, req.gpu, req.calibration)
     slo = tune_slo(req.slo, run_dir, run.manifest)
@@ -258,8 +261,10 @@ def top_scenario(result: TuneResult, k: int) -> Scenario:
 
 
 def arms_scenario(scenario: Scenario, base: ServerBase, arms: list[Outcome]) -> Scenario:
-    """``scenario`` with the arms current + ``arms`` (their changed flags), baseline current."""
-    sweep = Sweep(arms={"current": {}, **{o.name: o.changes for o in arms}}, baseline="current")
+    """``scenario`` with the arms current + ``arms`` (their changed flags), baseline current;
+    with no other arm (every candidate refused) the current configuration alone."""
+    sweep = Sweep(arms={"current": {}, **{o.name: o.changes for o in arms}},
+                  baseline="current") if arms else None
     return scenario.model_copy(update={"sweep": sweep, "what_if": base.written_what_if()})
 
 
@@ -309,5 +314,12 @@ def table(result: TuneResult) -> list[str]:
             continue
         rows.append([str(i), o.name, fmt(o.capacity), knee_text(o), fmt(o.slo_level),
                      o.cause or "-", *(fmt(o.figures.get(k)) for k in FIGURES)])
-    widths = [max(len(r[c]) for r in [head, *rows] if len(r[c]) < 60) for c in range(len(head))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+    return align([head, *rows])
+
+
+def align(rows: list[list[str]], widest: int = 60) -> list[str]:
+    """Rows as padded columns; a cell longer than ``widest`` (a refusal's reason) overflows
+    its column instead of widening it."""
+    widths = [max((len(r[c]) for r in rows if len(r[c]) < widest), default=0)
+              for c in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]

@@ -20,6 +20,7 @@ from loadlab.experiment.tune import (
     TUNE_JSON,
     Outcome,
     TuneResult,
+    align,
     arms_scenario,
     fmt,
     judge,
@@ -77,5 +78,4 @@ def confirm_table(pairs: list[tuple[Outcome, Outcome]], top: float) -> list[str]
                f"{fmt(m.slo_level)}", f"{fmt(p.capacity)} / {fmt(m.capacity)}"]
         row += [f"{fmt(p.figures.get(k))} / {fmt(m.figures.get(k))}" for k in FIGURES]
         rows.append(row)
-    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+    return align([head, *rows])

@@ -98,6 +98,12 @@ def test_bad_search_exits_2_naming_the_field_and_fix(poor_run, tmp_path, capsys,
     assert exc.value.code == 2 and said in err and "fix:" in err
 
 
+def test_a_second_tune_into_the_same_out_exits_2(tuned, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["tune", str(tuned.run_dir), "--search", "max-num-seqs=8", "--out", str(tuned.out)])
+    assert exc.value.code == 2 and "--out: already holds a tune" in capsys.readouterr().err
+
+
 def test_a_missing_run_folder_exits_2(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["tune", str(tmp_path / "nope"), "--search", "max-num-seqs=8"])
