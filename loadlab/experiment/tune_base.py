@@ -95,7 +95,7 @@ def server_base(run: RunData, model: str | None, gpu: str | None,
     if calibration is not None:
         notes.append(_calibration_note(calibration))
         what_if = what_if.model_copy(
-            update={"flags": {**what_if.flags, "calibration": str(calibration)}})
+            update={"flags": {**what_if.flags, "calibration": str(calibration.resolve())}})
     pool = None
     if OVERRIDE not in flags and kind not in SIM_KINDS:
         pool = as_int(pool_config(run.metrics, manifest).get("num_gpu_blocks"))
