@@ -43,6 +43,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "Run the built-in simulator through a sweep and print what was measured."),
     "profile": ("loadlab.cli.profile:profile",
                 "Workload profiles: list, show their quantiles, build one from your own trace."),
+    "tune": ("loadlab.cli.tune:tune",
+             "Which flag change moves the knee: replay a run's server over a flag grid, "
+             "ranked by predicted knee."),
     "probe": ("loadlab.cli.probe:probe",
               "The scheduler probe a vLLM server loads to export why it refuses requests."),
 }
@@ -50,7 +53,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Measure": ("run", "sweep", "collect", "diagnose", "probe"),
     "Judge": ("analyze", "report", "compare"),
-    "Simulate": ("sim", "demo"),
+    "Simulate": ("sim", "tune", "demo"),
     "Workloads": ("profile",),
 }
 
