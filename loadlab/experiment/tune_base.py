@@ -9,7 +9,7 @@ from the run's manifest:
 - the flags vLLM got (``target.launch.flags``), or what the manifest knows of them;
 - the simulator profile: the run's own when the simulator served it, else
   ``--model``/``--gpu`` (default llama-3.1-8b on h100): its step times stand in for the
-  server's until a calibration replaces them;
+  server's unless `--calibration` (a `loadlab sim calibrate` YAML) replaces them;
 - the KV pool: a pool the run pinned (``num_gpu_blocks_override``) stays pinned, as on the
   real server; a simulator's pool follows vLLM's memory formula; any other server's pool
   is the one it reported (``num_gpu_blocks``, vLLM's cache_config_info), scaled by
@@ -18,7 +18,6 @@ from the run's manifest:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,9 +92,8 @@ def server_base(run: RunData, model: str | None, gpu: str | None,
         notes.append(f"step times: the simulator's {what_if.model} on {what_if.gpu}"
                      + ("" if calibration else " (no calibration given)"))
     if calibration is not None:
-        notes.append(_calibration_note(calibration))
-        what_if = what_if.model_copy(
-            update={"flags": {**what_if.flags, "calibration": str(calibration.resolve())}})
+        notes.append(f"step times: the calibration {calibration}")
+        what_if = what_if.model_copy(update={"calibration": str(calibration.resolve())})
     pool = None
     if OVERRIDE not in flags and kind not in SIM_KINDS:
         pool = as_int(pool_config(run.metrics, manifest).get("num_gpu_blocks"))
@@ -109,15 +107,6 @@ def _served_model(launch: dict[str, Any]) -> str | None:
     """``vllm serve MODEL ...``: the model as vLLM was given it."""
     argv = [str(a) for a in launch.get("argv") or []]
     return argv[argv.index("serve") + 1] if "serve" in argv[:-1] else None
-
-
-def _calibration_note(path: Path) -> str:
-    """Whether this simulator build takes a calibration: the file rides in ``what_if``
-    flags either way, and replaces the profile's step times once the engine reads it."""
-    if "calibration" in {f.name for f in dataclasses.fields(SimConfig)}:
-        return f"step times: the calibration {path}"
-    return (f"calibration {path} recorded; this simulator build does not read calibrations "
-            "yet, so the profile's step times stand")
 
 
 def isolation(manifest: dict[str, Any]) -> Isolation | None:
