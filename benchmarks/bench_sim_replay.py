@@ -46,6 +46,7 @@ from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import resolve
 from loadlab.sim.engine.timing import StepTimeModel
+from loadlab.sim.fleet.config import FleetConfig
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Workload
 from loadlab.workload import load_profile
@@ -97,7 +98,7 @@ def by_module(prof: cProfile.Profile) -> dict[str, float]:
 def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, float, int]:
     """(render ms, prometheus_client ms, samples ms, samples) after a one-minute replay."""
     replay = _Replay(
-        cfg,
+        FleetConfig.single(cfg),
         LoadPlan(concurrency=[64], step_duration_s=60, warmup_s=0),
         Workload(),
         out,
@@ -106,7 +107,7 @@ def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, float, int
         None,
     )
     replay.run()
-    metrics = replay.metrics
+    metrics = replay.replicas[0].metrics
 
     n = 50
     t0 = time.perf_counter()

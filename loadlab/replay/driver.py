@@ -172,7 +172,6 @@ class _Replay:
         self.step = 0
         self.ended = False
         self.live: dict[str, _Request] = {}
-        self.token_times = TokenTimes()
         self.busy_users: set[int] = set()
         self.counts = {"completed": 0, "aborted": 0, "engine_steps": 0, "metrics_rows": 0}
 
@@ -258,7 +257,7 @@ class _Replay:
         replica, out = arg
         replica.busy = False
         replica.metrics.observe_step(out)
-        self.token_times.observe(out)
+        replica.token_times.observe(out)
         for fin in out.finished:
             req = self.live.pop(fin.request_id)
             replica.view.outstanding -= 1
@@ -336,7 +335,7 @@ class _Replay:
 
     def record(self, req: _Request, rid: str, status: str, t_done: float) -> None:
         epoch, t_sent = self.epoch, req.t_sent
-        times = self.token_times.pop(rid)
+        times = self.replicas[req.replica].token_times.pop(rid)
         first = float(times[0]) if len(times) else None
         window = self.windows[req.step]
         row: dict[str, Any] = {
