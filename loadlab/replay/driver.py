@@ -350,6 +350,9 @@ class _Replay:
             "target_prompt_tokens": req.target_prompt, "target_output_tokens": req.target_output,
             "prefix_group": req.group, "prefix_tokens": req.prefix, "status": status,
             "http_status": 200, "error": None if status == "ok" else "aborted at end of plan",
+            "failure": None, "ttft_s": None, "ttft_from_scheduled_s": None, "e2e_s": None,
+            "e2e_from_scheduled_s": None, "itl_mean_s": None, "itl_p50_s": None,
+            "itl_p99_s": None, "itl_max_s": None,
         }
         if first is not None:
             row["ttft_s"] = row["ttft_from_scheduled_s"] = first - t_sent
