@@ -13,10 +13,12 @@ the same families, and samples().
         [--max-num-seqs N] [--against TREE [--repeats 5]]
 
 The split (goal: the replay's own work <= 30% of the engine's): during the timed replay
-the engine's methods (``Engine.step``, ``Engine.add_request``) and the making of requests
+the engine's methods (``Engine.step``, ``Engine.add_request``, and the engine's metrics,
+``EngineMetrics.observe_step``/``observe_arrival``/``observe_abort``: the engine is
+``loadlab/sim/engine``, metrics.py included) and the making of requests
 (``RequestSampler.spec``, ``_Replay.request``: lengths drawn, prompts and their block
 hashes built) are wrapped with thread-CPU clocks; the rest of the replay's CPU is its
-overhead: records, metrics, token times, the event heap, the parquet writes. Printed as
+overhead: records, token times, metrics sampling, the event heap, the parquet writes. Printed as
 a share of the engine's time, with and without the making of requests counted in it
 (the wrappers' own cost, ~0.3 us a call, lands in the overhead).
 
@@ -56,6 +58,7 @@ from loadlab.replay.prompts import replay_request
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import resolve
+from loadlab.sim.engine.metrics import EngineMetrics
 from loadlab.sim.engine.timing import StepTimeModel
 from loadlab.sim.fleet.config import FleetConfig
 from loadlab.spec.plan import LoadPlan
@@ -159,6 +162,9 @@ class Split:
     @contextmanager
     def timed(self) -> Iterator[Split]:
         wrapped = [(Engine, "step", "engine"), (Engine, "add_request", "engine"),
+                   (EngineMetrics, "observe_step", "engine"),
+                   (EngineMetrics, "observe_arrival", "engine"),
+                   (EngineMetrics, "observe_abort", "engine"),
                    (RequestSampler, "spec", "requests"), (_Replay, "request", "requests")]
         saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in wrapped]
         for cls, name, bucket in wrapped:
