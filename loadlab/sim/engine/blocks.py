@@ -50,7 +50,6 @@ Everything is O(blocks touched); nothing scans the pool.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush
 from typing import Protocol
@@ -59,28 +58,19 @@ PRIVATE_HASH_BASE = 1 << 64  # above every hash() value; see the module docstrin
 
 
 class Block:
-    """One KV block: reference count, its hash and whether it is in the cache map
-    (private hashes may not be; module docstring).
+    """One KV block: reference count, its hash (None if not hashed) and whether it is in
+    the cache map (private hashes may not be; module docstring).
 
-    Each field is kept exact only while something can read it, so that handing out and
-    freeing blocks touches none that is not in the cache map (those loops wait on a
-    cache miss per block, and were a third of a replay's engine time):
-
-    - ``ref_cnt`` while the block is registered. Only a registered block can be a prefix
-      hit, so an unregistered one has exactly one holder while held, and none once free;
-      it is set to 1 when a held block is registered.
-    - ``block_hash`` while registered, while in the hashed part of the free queue, and
-      while held among the first ``num_cached_blocks`` blocks of its request (the ones
-      :meth:`KVCacheManager.cache_full_blocks` hashed). Elsewhere it may be a stale
-      value from an earlier holder: whether a block is hashed is told by its index in
-      its request's blocks, not by this field.
+    ``ref_cnt`` is exact while the block is held or registered, the only times it is
+    read: a free unregistered block can never be hit, so freeing it may leave it stale
+    (:meth:`BlockPool.free_unshared`) and allocation sets it.
     """
 
     __slots__ = ("block_hash", "block_id", "qpos", "ref_cnt", "registered")
 
-    def __init__(self, block_id: int) -> None:
+    def __init__(self, block_id: int, ref_cnt: int = 0) -> None:
         self.block_id = block_id
-        self.ref_cnt = 0
+        self.ref_cnt = ref_cnt
         self.block_hash: int | None = None
         self.registered = False
         # While free and registered: its absolute position in the free queue (only a
@@ -116,14 +106,11 @@ class BlockPool:
        speed, 3-4x cheaper than popping a linked structure block by block), and a
        touched block leaves a hole (None) at its position ``qpos`` (absolute: list index
        + ``_qbase``), skipped when the head reaches it. The consumed head is cut off once
-       it is most of the list. ``_reg_q`` holds (position, block) of the registered
-       blocks appended to ``_q``, in queue order: handing out a run of ``_q`` evicts the
-       registered blocks in it from that list alone, without reading the others.
+       it is most of the list.
 
     The per-block loops (allocation, freeing) are bound by cache misses on the blocks, so
-    an unregistered block is not read at all when handed out (:class:`Block` says which
-    fields may then be stale), and it gets no ``qpos``. A request holding no registered
-    block is freed
+    they read nothing else of an unregistered block: its hash is not looked at when it
+    is evicted, and it gets no ``qpos``. A request holding no registered block is freed
     without a per-block loop at all (:meth:`free_unshared`): list copies in C reach the
     blocks' memory many at a time, ~10x faster than a Python loop that waits on each.
 
@@ -141,7 +128,6 @@ class BlockPool:
         self._qbase = 0      # absolute position of _q[0]
         self._nq = 0         # blocks in _q[_qh:] (holes not counted)
         self._holes: list[int] = []  # heap of the absolute positions of holes from the head on
-        self._reg_q: deque[tuple[int, Block]] = deque()
         self._cached: dict[int, Block] = {}
         self._dups: dict[int, list[Block]] = {}
 
@@ -170,6 +156,8 @@ class BlockPool:
             first = front[-k:]
             del front[-k:]
             first.reverse()  # the stack's end is the queue head
+            for blk in first:
+                blk.ref_cnt = 1
             if n == k:
                 return first
             n -= k
@@ -177,29 +165,25 @@ class BlockPool:
             first = []
         start = self._next_fresh
         k = min(n, self.num_gpu_blocks - start)
-        out = list(map(Block, range(start, start + k)))
+        out = [Block(i, 1) for i in range(start, start + k)]
         self._next_fresh = start + k
         if first:
             out = first + out
         if n == k:
             return out
         taken = self._take(n - k)
-        regs = self._reg_q
-        if regs:
-            end = self._qbase + self._qh
-            dups = self._dups
-            cached = self._cached
-            while regs and regs[0][0] < end:
-                pos, blk = regs.popleft()
-                if blk.qpos != pos or blk.ref_cnt:  # touched out of the queue since
-                    continue
+        dups = self._dups
+        cached = self._cached
+        for blk in taken:  # every block in _q has a hash
+            if blk.registered:
                 h = blk.block_hash
                 if h in dups:
                     self._evict(blk)
                 else:  # the block is its hash's only block
                     del cached[h]  # type: ignore[arg-type]
                     blk.registered = False
-                blk.qpos = -1
+            blk.block_hash = None
+            blk.ref_cnt = 1
         if out:
             out += taken
             return out
@@ -237,27 +221,26 @@ class BlockPool:
                 self._nq -= 1
             blk.ref_cnt += 1
 
-    def free_blocks(self, blocks_tail_first: list[Block], num_unhashed: int) -> None:
+    def free_blocks(self, blocks_tail_first: Iterable[Block]) -> None:
         """Drop a reference; blocks reaching zero join the queue in the order given:
-        hashed ones at the tail, the ``num_unhashed`` unhashed ones that come first (all
-        of them with caching off) together at the head. Unhashed and other unregistered
-        blocks have this one holder (:class:`Block`), so they are freed unread."""
+        hashed ones at the tail, unhashed ones (all of them with caching off, as no
+        block is ever hashed then) together at the head."""
         q = self._q
         append = q.append
         start = len(q)
         base = self._qbase
-        regs = self._reg_q
-        for blk in blocks_tail_first[num_unhashed:]:
-            if blk.registered:
-                blk.ref_cnt -= 1
-                if blk.ref_cnt:
-                    continue
-                blk.qpos = pos = base + len(q)
-                regs.append((pos, blk))
-            append(blk)
+        unhashed: list[Block] = []
+        for blk in blocks_tail_first:
+            blk.ref_cnt -= 1
+            if blk.ref_cnt == 0:
+                if blk.block_hash is None:
+                    unhashed.append(blk)
+                else:
+                    if blk.registered:
+                        blk.qpos = base + len(q)
+                    append(blk)
         self._nq += len(q) - start
-        if num_unhashed:
-            unhashed = blocks_tail_first[:num_unhashed]
+        if unhashed:
             unhashed.reverse()  # the first one freed ends at the stack's end: the head
             self._front += unhashed
 
@@ -272,13 +255,12 @@ class BlockPool:
         self._front += blocks[num_hashed:]  # its tail block ends at the stack's end: the head
 
     # -- prefix cache ---------------------------------------------------------------
-    def register_private(self, hashed: Iterable[Block]) -> int:
-        """Enter the held, hashed blocks among ``hashed`` that are not in the cache map yet
-        (those with a private hash) into it; returns how many."""
+    def register_private(self, blocks: Iterable[Block]) -> int:
+        """Enter the hashed blocks among ``blocks`` that are not in the cache map yet (those
+        with a private hash) into it; returns how many."""
         n = 0
-        for blk in hashed:
-            if not blk.registered:  # (public ones always are)
-                blk.ref_cnt = 1  # its one holder (Block: exact from now on)
+        for blk in blocks:
+            if blk.block_hash is not None and not blk.registered:  # (public ones always are)
                 self._register(blk)
                 n += 1
         return n
@@ -417,7 +399,6 @@ class KVCacheManager:
             blk.block_hash = h
             if h < PRIVATE_HASH_BASE:  # BlockPool._register, inlined
                 blk.registered = True
-                blk.ref_cnt = 1  # (held by this request alone until now: Block)
                 registered += 1
                 if setdefault(h, blk) is not blk:
                     pool._dups.setdefault(h, []).append(blk)
@@ -431,7 +412,7 @@ class KVCacheManager:
         opposite ends of the queue."""
         if self.enable_caching:
             self.cache_full_blocks(req, min(req.num_computed, req.num_tokens))
-            req.num_registered += self.pool.register_private(req.blocks[:req.num_cached_blocks])
+            req.num_registered += self.pool.register_private(req.blocks)
         self.free(req)
 
     def free(self, req: KVRequest) -> None:
@@ -439,7 +420,7 @@ class KVCacheManager:
         if req.num_registered:
             blocks = req.blocks
             blocks.reverse()
-            self.pool.free_blocks(blocks, len(blocks) - req.num_cached_blocks)
+            self.pool.free_blocks(blocks)
         else:
             self.pool.free_unshared(req.blocks, req.num_cached_blocks)
         req.blocks = []
