@@ -57,8 +57,9 @@ print(*speed(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 
 
 def speed_in(tree: Path, replicas: int, args: argparse.Namespace) -> tuple[float, float, int]:
-    """:func:`speed` in a fresh process importing ``tree``'s loadlab."""
-    argv = [sys.executable, "-c", CHILD, str(Path(__file__).parent), str(replicas),
+    """:func:`speed` in a fresh process importing ``tree``'s loadlab (``-P``: not the
+    working directory's)."""
+    argv = [sys.executable, "-P", "-c", CHILD, str(Path(__file__).parent), str(replicas),
             str(args.per_replica), str(args.minutes), args.router]
     done = subprocess.run(argv, env={**os.environ, "PYTHONPATH": str(tree)},
                           capture_output=True, text=True, check=True)

@@ -211,9 +211,10 @@ with tempfile.TemporaryDirectory() as tmp:
 
 def replay_cpu_s(tree: Path, args: argparse.Namespace) -> tuple[float, int, Split]:
     """(CPU s, engine steps, split) of one replay in a fresh process importing ``tree``'s
-    loadlab."""
+    loadlab (``-P``: with ``-c``, the working directory would come first on the path, and
+    run from a checkout's root its loadlab would stand in for ``tree``'s)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    argv = [sys.executable, "-c", CHILD, str(args.minutes), str(args.concurrency),
+    argv = [sys.executable, "-P", "-c", CHILD, str(args.minutes), str(args.concurrency),
             str(args.max_num_seqs or ""), args.profile_name, str(Path(__file__).parent)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     cpu, steps, engine, requests = done.stdout.split()
