@@ -71,8 +71,8 @@ def against(base: Path, args: argparse.Namespace) -> None:
     """Both trees, one replica and the fleet, alternating; medians per tree."""
     here = Path(loadlab.__file__).resolve().parents[1]
     runs: dict[tuple[Path, int], list[tuple[float, float, int]]] = {}
-    for _ in range(args.repeats):
-        for tree in (here, base):
+    for i in range(args.repeats):
+        for tree in (here, base) if i % 2 == 0 else (base, here):  # ABBA: neither always first
             for n in (1, args.replicas):
                 runs.setdefault((tree, n), []).append(speed_in(tree, n, args))
     for tree, name in ((here, "this tree"), (base, str(base))):

@@ -229,8 +229,8 @@ def against(base: Path, args: argparse.Namespace) -> None:
     times: dict[Path, list[float]] = {here: [], base: []}
     overheads: dict[Path, list[tuple[float, float]]] = {here: [], base: []}
     steps: dict[Path, int] = {}
-    for _ in range(args.repeats):
-        for tree in (here, base):
+    for i in range(args.repeats):
+        for tree in (here, base) if i % 2 == 0 else (base, here):  # ABBA: neither always first
             cpu, steps[tree], split = replay_cpu_s(tree, args)
             times[tree].append(cpu)
             overheads[tree].append(shares(cpu, split))
