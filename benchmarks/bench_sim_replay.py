@@ -10,7 +10,7 @@ machine is shared: CPU time is the steadier figure). Also times EngineMetrics.re
 the same families, and samples().
 
     python benchmarks/bench_sim_replay.py [--minutes 10] [--concurrency 256] [--profile]
-        [--max-num-seqs N] [--against TREE [--repeats 5]]
+        [--max-num-seqs N] [--num-gpu-blocks N] [--against TREE [--repeats 5]]
 
 The split (goal: the replay's own work <= 30% of the engine's): during the timed replay
 the engine's methods (``Engine.step``, ``Engine.add_request``, and the engine's metrics,
@@ -24,6 +24,11 @@ a share of the engine's time, with and without the making of requests counted in
 
 ``--profile`` runs under cProfile and prints where the wall time went, by module
 (engine/scheduler/blocks = the engine; replay/metrics/timing = the replay side).
+``--num-gpu-blocks`` sets the KV pool (default: vLLM's memory formula, 65,459 blocks):
+the same requests in the same steps, over a larger or smaller set of Block objects. The
+allocator hands out the least recently used block, so every allocation touches the
+coldest of them, and the engine's cost per step grows with the pool (a fleet of 8
+holds 8 pools).
 ``--max-num-seqs`` below the concurrency keeps requests waiting at every step, so every
 step records a refusal (the scheduler's worst case for that bookkeeping).
 ``--against TREE`` times the same replay with another loadlab tree (a directory holding
@@ -257,6 +262,7 @@ def main() -> None:
     ap.add_argument("--profile-name", default="sharegpt")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--max-num-seqs", type=int, default=None)
+    ap.add_argument("--num-gpu-blocks", type=int, default=None)
     ap.add_argument("--against", type=Path, default=None)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
@@ -264,7 +270,8 @@ def main() -> None:
     if args.against is not None:
         against(args.against.resolve(), args)
         return
-    cfg = SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=args.max_num_seqs)
+    cfg = SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=args.max_num_seqs,
+                    num_gpu_blocks_override=args.num_gpu_blocks)
     plan = LoadPlan(concurrency=[args.concurrency], step_duration_s=args.minutes * 60, warmup_s=60)
     workload = Workload(profile=args.profile_name)
     with tempfile.TemporaryDirectory() as tmp:
