@@ -24,8 +24,9 @@ a share of the engine's time, with and without the making of requests counted in
 
 ``--profile`` runs under cProfile and prints where the wall time went, by module
 (engine/scheduler/blocks = the engine; replay/metrics/timing = the replay side).
-``--num-gpu-blocks`` sets the KV pool (default: vLLM's memory formula, 65,459 blocks):
-the same requests in the same steps, over a larger or smaller set of Block objects. The
+``--num-gpu-blocks`` sets the KV pool (default: vLLM's memory formula, 65,459 blocks;
+not with ``--against``): the same requests in the same steps, over a larger or smaller
+set of Block objects. The
 allocator hands out the least recently used block, so every allocation touches the
 coldest of them, and the engine's cost per step grows with the pool (a fleet of 8
 holds 8 pools).
