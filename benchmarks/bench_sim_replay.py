@@ -10,10 +10,26 @@ machine is shared: CPU time is the steadier figure). Also times EngineMetrics.re
 the same families, and samples().
 
     python benchmarks/bench_sim_replay.py [--minutes 10] [--concurrency 256] [--profile]
-        [--max-num-seqs N] [--against TREE [--repeats 5]]
+        [--max-num-seqs N] [--num-gpu-blocks N] [--against TREE [--repeats 5]]
+
+The split (goal: the replay's own work <= 30% of the engine's): during the timed replay
+the engine's methods (``Engine.step``, ``Engine.add_request``, and the engine's metrics,
+``EngineMetrics.observe_step``/``observe_arrival``/``observe_abort``: the engine is
+``loadlab/sim/engine``, metrics.py included) and the making of requests
+(``RequestSampler.spec``, ``_Replay.request``: lengths drawn, prompts and their block
+hashes built) are wrapped with thread-CPU clocks; the rest of the replay's CPU is its
+overhead: records, token times, metrics sampling, the event heap, the parquet writes. Printed as
+a share of the engine's time, with and without the making of requests counted in it
+(the wrappers' own cost, ~0.3 us a call, lands in the overhead).
 
 ``--profile`` runs under cProfile and prints where the wall time went, by module
 (engine/scheduler/blocks = the engine; replay/metrics/timing = the replay side).
+``--num-gpu-blocks`` sets the KV pool (default: vLLM's memory formula, 65,459 blocks;
+not with ``--against``): the same requests in the same steps, over a larger or smaller
+set of Block objects. The
+allocator hands out the least recently used block, so every allocation touches the
+coldest of them, and the engine's cost per step grows with the pool (a fleet of 8
+holds 8 pools).
 ``--max-num-seqs`` below the concurrency keeps requests waiting at every step, so every
 step records a refusal (the scheduler's worst case for that bookkeeping).
 ``--against TREE`` times the same replay with another loadlab tree (a directory holding
@@ -37,18 +53,24 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import loadlab
-from loadlab.replay.driver import ReplayOptions, _Replay, run_replay
+from loadlab.replay.driver import ReplayOptions, ReplaySummary, _Replay, run_replay
 from loadlab.replay.prompts import replay_request
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import resolve
+from loadlab.sim.engine.metrics import EngineMetrics
 from loadlab.sim.engine.timing import StepTimeModel
+from loadlab.sim.fleet.config import FleetConfig
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Workload
 from loadlab.workload import load_profile
+from loadlab.workload.sampler import RequestSampler
 
 
 def engine_only(cfg: SimConfig, plan: LoadPlan, workload: Workload) -> tuple[float, float, int]:
@@ -97,7 +119,7 @@ def by_module(prof: cProfile.Profile) -> dict[str, float]:
 def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, float, int]:
     """(render ms, prometheus_client ms, samples ms, samples) after a one-minute replay."""
     replay = _Replay(
-        cfg,
+        FleetConfig.single(cfg),
         LoadPlan(concurrency=[64], step_duration_s=60, warmup_s=0),
         Workload(),
         out,
@@ -106,7 +128,7 @@ def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, float, int
         None,
     )
     replay.run()
-    metrics = replay.metrics
+    metrics = replay.replicas[0].metrics
 
     n = 50
     t0 = time.perf_counter()
@@ -122,10 +144,65 @@ def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, float, int
     return (t1 - t0) / n * 1e3, (t2 - t1) / n * 1e3, (t3 - t2) / n * 1e3, len(rows)
 
 
+class Split:
+    """Thread-CPU seconds inside the engine's methods and inside the making of requests,
+    accumulated by wrappers on their classes while :meth:`timed` runs."""
+
+    def __init__(self) -> None:
+        self.engine = 0.0
+        self.requests = 0.0
+
+    def _wrap(self, cls: type, name: str, bucket: str) -> None:
+        inner = getattr(cls, name)
+        clock = time.thread_time
+
+        def timed(*a: Any, **kw: Any) -> Any:
+            t0 = clock()
+            try:
+                return inner(*a, **kw)
+            finally:
+                setattr(self, bucket, getattr(self, bucket) + clock() - t0)
+
+        setattr(cls, name, timed)
+
+    @contextmanager
+    def timed(self) -> Iterator[Split]:
+        wrapped = [(Engine, "step", "engine"), (Engine, "add_request", "engine"),
+                   (EngineMetrics, "observe_step", "engine"),
+                   (EngineMetrics, "observe_arrival", "engine"),
+                   (EngineMetrics, "observe_abort", "engine"),
+                   (RequestSampler, "spec", "requests"), (_Replay, "request", "requests")]
+        saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in wrapped]
+        for cls, name, bucket in wrapped:
+            self._wrap(cls, name, bucket)
+        try:
+            yield self
+        finally:
+            for cls, name, inner in saved:
+                setattr(cls, name, inner)
+
+
+def split_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload,
+                 out: Path) -> tuple[ReplaySummary, float, Split]:
+    """(summary, CPU s of the whole replay, its split) of one replay."""
+    with Split().timed() as split:
+        c0 = time.process_time()
+        summary = run_replay(cfg, plan, workload, out)
+        cpu = time.process_time() - c0
+    return summary, cpu, split
+
+
+def shares(cpu: float, split: Split) -> tuple[float, float]:
+    """(overhead / engine, overhead with the making of requests / engine)."""
+    rest = cpu - split.engine - split.requests
+    return rest / split.engine, (rest + split.requests) / split.engine
+
+
 CHILD = """
-import sys, tempfile, time
+import sys, tempfile
 from pathlib import Path
-from loadlab.replay.driver import run_replay
+sys.path.insert(0, sys.argv[5])
+from bench_sim_replay import split_replay
 from loadlab.sim.engine.config import SimConfig
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Workload
@@ -133,31 +210,36 @@ minutes, concurrency, seqs, profile = float(sys.argv[1]), int(sys.argv[2]), sys.
 cfg = SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=int(seqs) if seqs else None)
 plan = LoadPlan(concurrency=[concurrency], step_duration_s=minutes * 60, warmup_s=60)
 with tempfile.TemporaryDirectory() as tmp:
-    c0 = time.process_time()
-    summary = run_replay(cfg, plan, Workload(profile=profile), Path(tmp) / "run")
-    print(time.process_time() - c0, summary.engine_steps)
+    summary, cpu, split = split_replay(cfg, plan, Workload(profile=profile), Path(tmp) / "run")
+    print(cpu, summary.engine_steps, split.engine, split.requests)
 """
 
 
-def replay_cpu_s(tree: Path, args: argparse.Namespace) -> tuple[float, int]:
-    """(CPU s, engine steps) of one replay in a fresh process importing ``tree``'s loadlab."""
+def replay_cpu_s(tree: Path, args: argparse.Namespace) -> tuple[float, int, Split]:
+    """(CPU s, engine steps, split) of one replay in a fresh process importing ``tree``'s
+    loadlab (``-P``: with ``-c``, the working directory would come first on the path, and
+    run from a checkout's root its loadlab would stand in for ``tree``'s)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    argv = [sys.executable, "-c", CHILD, str(args.minutes), str(args.concurrency),
-            str(args.max_num_seqs or ""), args.profile_name]
+    argv = [sys.executable, "-P", "-c", CHILD, str(args.minutes), str(args.concurrency),
+            str(args.max_num_seqs or ""), args.profile_name, str(Path(__file__).parent)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    cpu, steps = done.stdout.split()
-    return float(cpu), int(steps)
+    cpu, steps, engine, requests = done.stdout.split()
+    split = Split()
+    split.engine, split.requests = float(engine), float(requests)
+    return float(cpu), int(steps), split
 
 
 def against(base: Path, args: argparse.Namespace) -> None:
     """This tree and ``base`` alternating, so both see the same load on a shared machine."""
     here = Path(loadlab.__file__).resolve().parents[1]
     times: dict[Path, list[float]] = {here: [], base: []}
+    overheads: dict[Path, list[tuple[float, float]]] = {here: [], base: []}
     steps: dict[Path, int] = {}
-    for _ in range(args.repeats):
-        for tree in (here, base):
-            cpu, steps[tree] = replay_cpu_s(tree, args)
+    for i in range(args.repeats):
+        for tree in (here, base) if i % 2 == 0 else (base, here):  # ABBA: neither always first
+            cpu, steps[tree], split = replay_cpu_s(tree, args)
             times[tree].append(cpu)
+            overheads[tree].append(shares(cpu, split))
     this, other = statistics.median(times[here]), statistics.median(times[base])
     fastest = min(times[here]) / min(times[base])
     print(f"replay CPU s, median of {args.repeats}: this tree {this:.2f} "
@@ -165,6 +247,13 @@ def against(base: Path, args: argparse.Namespace) -> None:
           f"ratio {this / other:.3f} (of the fastest runs: {fastest:.3f})")
     print(f"  this tree: {', '.join(f'{t:.2f}' for t in times[here])}")
     print(f"  {base}: {', '.join(f'{t:.2f}' for t in times[base])}")
+    v = args.minutes * 60
+    for tree, name in ((here, "this tree"), (base, str(base))):
+        own = statistics.median(o for o, _ in overheads[tree])
+        with_requests = statistics.median(w for _, w in overheads[tree])
+        print(f"  {name}: {v / statistics.median(times[tree]):.0f}x real time per CPU s; "
+              f"replay overhead / engine {own:.2f} (goal <= 0.30), "
+              f"{with_requests:.2f} counting the making of requests")
 
 
 def main() -> None:
@@ -174,6 +263,7 @@ def main() -> None:
     ap.add_argument("--profile-name", default="sharegpt")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--max-num-seqs", type=int, default=None)
+    ap.add_argument("--num-gpu-blocks", type=int, default=None)
     ap.add_argument("--against", type=Path, default=None)
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
@@ -181,18 +271,21 @@ def main() -> None:
     if args.against is not None:
         against(args.against.resolve(), args)
         return
-    cfg = SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=args.max_num_seqs)
+    cfg = SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=args.max_num_seqs,
+                    num_gpu_blocks_override=args.num_gpu_blocks)
     plan = LoadPlan(concurrency=[args.concurrency], step_duration_s=args.minutes * 60, warmup_s=60)
     workload = Workload(profile=args.profile_name)
     with tempfile.TemporaryDirectory() as tmp:
         prof = cProfile.Profile() if args.profile else None
         if prof:
             prof.enable()
-        c0 = time.process_time()
-        summary = run_replay(cfg, plan, workload, Path(tmp) / "run")
-        cpu = time.process_time() - c0
         if prof:
+            c0 = time.process_time()
+            summary = run_replay(cfg, plan, workload, Path(tmp) / "run")
+            cpu = time.process_time() - c0
             prof.disable()
+        else:
+            summary, cpu, split = split_replay(cfg, plan, workload, Path(tmp) / "run")
         bare_wall, bare_cpu, bare_steps = engine_only(cfg, plan, workload)
         render_ms, client_ms, samples_ms, n_samples = time_exposition(cfg, Path(tmp) / "expo")
     v = summary.virtual_s
@@ -210,6 +303,12 @@ def main() -> None:
         f"({bare_steps} steps, {bare_cpu / bare_steps * 1e6:.0f} CPU us per step); "
         f"replay adds {(cpu - bare_cpu) / cpu:.0%} of the replay's CPU time"
     )
+    if not prof:
+        own, with_requests = shares(cpu, split)
+        print(f"split: engine {split.engine:.2f} CPU s, making requests {split.requests:.2f}, "
+              f"the rest (records, metrics, events, writes) "
+              f"{cpu - split.engine - split.requests:.2f}; replay overhead / engine "
+              f"{own:.2f} (goal <= 0.30), {with_requests:.2f} counting the making of requests")
     print(
         f"metrics page of {n_samples} samples: render() {render_ms:.2f} ms, prometheus_client "
         f"generate_latest {client_ms:.2f} ms ({client_ms / render_ms:.1f}x), "

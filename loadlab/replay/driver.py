@@ -174,7 +174,6 @@ class _Replay:
         self.step = 0
         self.ended = False
         self.live: dict[str, _Request] = {}
-        self.token_times = TokenTimes()
         self.busy_users: set[int] = set()
         self.counts = {"completed": 0, "aborted": 0, "engine_steps": 0, "metrics_rows": 0}
 
@@ -276,7 +275,7 @@ class _Replay:
         replica, out = arg
         replica.busy = False
         replica.metrics.observe_step(out)
-        self.token_times.observe(out)
+        replica.token_times.observe(out)
         for fin in out.finished:
             req = self.live.pop(fin.request_id)
             replica.view.outstanding -= 1
@@ -376,7 +375,7 @@ class _Replay:
 
     def record(self, req: _Request, rid: str, status: str, t_done: float) -> None:
         epoch, t_sent = self.epoch, req.t_sent
-        times = self.token_times.pop(rid)
+        times = self.replicas[req.replica].token_times.pop(rid)
         first = float(times[0]) if len(times) else None
         window = self.windows[req.step]
         row: dict[str, Any] = {
@@ -391,6 +390,9 @@ class _Replay:
             "target_prompt_tokens": req.target_prompt, "target_output_tokens": req.target_output,
             "prefix_group": req.group, "prefix_tokens": req.prefix, "status": status,
             "http_status": 200, "error": None if status == "ok" else "aborted at end of plan",
+            "failure": None, "ttft_s": None, "ttft_from_scheduled_s": None, "e2e_s": None,
+            "e2e_from_scheduled_s": None, "itl_mean_s": None, "itl_p50_s": None,
+            "itl_p99_s": None, "itl_max_s": None,
         }
         if first is not None:
             row["ttft_s"] = row["ttft_from_scheduled_s"] = first - t_sent
@@ -406,26 +408,23 @@ class _Replay:
 
 
 @contextmanager
-def gc_relaxed(gen0_threshold: int = 50_000) -> Iterator[None]:
-    """Fewer garbage collections while a replay runs; the settings are restored after.
+def gc_relaxed() -> Iterator[None]:
+    """No garbage collection while a replay runs; the collector is restored after.
 
-    A replay allocates millions of short-lived objects and almost no reference cycles,
-    yet the collector's default young-generation threshold (700 allocations) made it
-    scan the long-lived engine state (blocks, requests) hundreds of times a run.
-    Objects alive at the start are frozen (left out of full collections) unless the
-    process froze some itself, in which case freezing is left to it.
+    A replay allocates millions of objects, nearly all freed by reference counting, and
+    keeps hundreds of thousands alive: a fleet's KV blocks (8 pools of 65k blocks in
+    benchmarks/bench_fleet_replay.py). Even with a young-generation threshold of 50,000
+    allocations, each pass walked every block made since the last one: 6% of a fleet
+    replay's CPU, and those 25 passes found 67 objects in cycles. What cycles a replay
+    leaves wait for the first collection after it.
     """
-    threshold = gc.get_threshold()
-    freeze = gc.get_freeze_count() == 0
-    if freeze:
-        gc.freeze()
-    gc.set_threshold(max(gen0_threshold, threshold[0]), *threshold[1:])
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        gc.set_threshold(*threshold)
-        if freeze:
-            gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
@@ -442,7 +441,7 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     ``observer(out)`` sees every engine step's StepOutput (the engine's own state: ground
     truth for tests of the analyzer, which sees only the run folder; in a fleet, every
     replica's). ``cfg`` is one engine's config or a fleet's. The
-    garbage collector runs less often meanwhile (:func:`gc_relaxed`). Once complete, the
+    garbage collector is off meanwhile (:func:`gc_relaxed`). Once complete, the
     folder's tables are compacted (:func:`loadlab.runstore.compact_run`; ``notice(line)``
     hears about it when that takes a while). ``replay_cls`` makes the loop (one that sends
     a recorded trace: :mod:`loadlab.replay.trace`). Raises InputError for a bad plan or an

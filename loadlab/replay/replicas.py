@@ -5,6 +5,10 @@ its own metrics.parquet writer under its own endpoint label, as the live collect
 labels each scraped server: ``sim://replay`` alone, ``sim://replay/replica/<i>`` in a
 fleet (the path ``loadlab sim serve --replicas`` serves that replica's /metrics on).
 So per-replica series stay apart in one table and a one-engine replay reads as before.
+Token times are kept per replica too: :class:`~loadlab.replay.records.TokenTimes` reads
+each request's times off its own engine's step-end timeline, and one timeline shared by
+replicas stepping at different times sent every request down its slow path (a list per
+request, appended at every step): the fleet replay ran at half the speed per step.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 
 from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.collect.sink import MetricsSink
+from loadlab.replay.records import TokenTimes
 from loadlab.runstore.layout import METRICS_TABLE
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import ResolvedConfig, resolve
@@ -50,6 +55,7 @@ class ReplayReplica:
                                 writer_id=WORKER if alone else f"{WORKER}-r{view.index}",
                                 flush_interval_s=30.0)
         self.series_ids: list[int] = []
+        self.token_times = TokenTimes()
         self.busy = False
 
     def sample(self, t: float) -> int:
