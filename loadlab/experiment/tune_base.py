@@ -74,8 +74,11 @@ def server_base(run: RunData, model: str | None, gpu: str | None,
     notes: list[str] = []
     if kind in SIM_KINDS:
         known = accepted_flags()
+        # the run's own calibration is a what-if setting (a path and its fit errors in the
+        # manifest), not a flag: it stands in for --calibration when that is not given
         flags = {k: v for k, v in (launch.get("flags") or server).items()
-                 if v is not None and k in known and k != "model"}
+                 if v is not None and k in known and k not in ("model", "calibration")}
+        calibration = calibration or _run_calibration(server, notes)
         profile = sim_config({"model": server.get("model") or SimConfig.model}).model
         tgt = Target(launch="sim", model=model or profile)
         what_if = WhatIf(model=model or profile, gpu=gpu or flags.get("gpu") or SimConfig.gpu)
@@ -89,8 +92,9 @@ def server_base(run: RunData, model: str | None, gpu: str | None,
             notes.append("the run loaded a URL: the scenario launches vLLM with the served "
                          "model's name; put its path there before a real sweep")
         what_if = WhatIf(model=model or SimConfig.model, gpu=gpu or SimConfig.gpu)
-        notes.append(f"step times: the simulator's {what_if.model} on {what_if.gpu}"
-                     + ("" if calibration else " (no calibration given)"))
+        if calibration is None:
+            notes.append(f"step times: the simulator's {what_if.model} on {what_if.gpu} "
+                         "(no calibration given)")
     if calibration is not None:
         notes.append(f"step times: the calibration {calibration}")
         what_if = what_if.model_copy(update={"calibration": str(calibration.resolve())})
@@ -101,6 +105,18 @@ def server_base(run: RunData, model: str | None, gpu: str | None,
             notes.append("the run reported no KV pool (num_gpu_blocks): the simulator "
                          "profile's pool stands in")
     return ServerBase(tgt, flags, what_if, pool, bool(launch), tuple(notes))
+
+
+def _run_calibration(server: dict[str, Any], notes: list[str]) -> Path | None:
+    """The calibration a simulator run replayed with, when its file is still there."""
+    recorded = server.get("calibration") or {}
+    path = recorded.get("path") if isinstance(recorded, dict) else recorded
+    if not path:
+        return None
+    if not Path(path).is_file():
+        notes.append(f"the run's calibration {path} is gone: its simulator profile stands in")
+        return None
+    return Path(path)
 
 
 def _served_model(launch: dict[str, Any]) -> str | None:
