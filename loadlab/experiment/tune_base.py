@@ -24,7 +24,8 @@ from typing import Any
 
 from loadlab.analyze.capacity import as_int, pool_config
 from loadlab.analyze.steps import RunData
-from loadlab.experiment.tune_space import scaled_pool
+from loadlab.experiment.tune_space import Candidate, scaled_pool
+from loadlab.sim.engine import calibration as calibration_file
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.flags import sim_config
 from loadlab.sim.serve.flags import accepted_flags
@@ -105,6 +106,24 @@ def server_base(run: RunData, model: str | None, gpu: str | None,
             notes.append("the run reported no KV pool (num_gpu_blocks): the simulator "
                          "profile's pool stands in")
     return ServerBase(tgt, flags, what_if, pool, bool(launch), tuple(notes))
+
+
+def extrapolation_note(calibration: str | None, grid: list[Candidate],
+                       current: dict[str, Any]) -> str | None:
+    """Which candidates run more requests at once than the calibrated server could: a fit
+    sees the engine only up to its server's max_num_seqs, so the per-request cost is
+    extrapolated past it (benchmarks/README.md, tune_tiny_vllm.py: 8x past a cap of 2
+    put ITL 3.4x too high)."""
+    if not calibration:
+        return None
+    seen = calibration_file.load(calibration).server.get("max_num_seqs")
+    caps = {c.name: int(c.changes.get("max_num_seqs", current["max_num_seqs"])) for c in grid}
+    past = [name for name, cap in caps.items() if seen and cap > int(seen)]
+    if not past:
+        return None
+    return (f"the calibration's server ran at most {seen} requests at once (max_num_seqs): "
+            f"step times of {', '.join(past)} are extrapolated past that (fit on a load that "
+            "runs as many)")
 
 
 def _run_calibration(server: dict[str, Any], notes: list[str]) -> Path | None:

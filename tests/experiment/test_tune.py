@@ -171,8 +171,9 @@ SLOW_SERVER = Calibration(   # a server whose steps are ~3x the H100 profile's a
 def test_tune_with_a_calibration_of_the_run_predicts_with_its_step_times(tmp_path) -> None:
     """The issue's recipe on a simulator-made run of SLOW_SERVER (a calibration's replay
     records it in the manifest's server block): calibrate the run, tune with the fit, and
-    the predicted ITL is the server's, not the H100 profile's; a copy of the run whose
-    calibration file is gone falls back to the profile and says so."""
+    the predicted ITL is the server's, not the H100 profile's, and a cap past the calibrated
+    one is said to be extrapolated; with the run's calibration file gone the profile stands
+    in, and the notes say so."""
     SLOW_SERVER.save(tmp_path / "slow.yaml")
     run, fit = tmp_path / "run", tmp_path / "fit.yaml"
     main(["sim", "replay", "--calibration", str(tmp_path / "slow.yaml"), "--profile",
@@ -185,6 +186,8 @@ def test_tune_with_a_calibration_of_the_run_predicts_with_its_step_times(tmp_pat
     step_at_2 = SLOW_SERVER.step.fixed_s + 2 * SLOW_SERVER.step.per_request_s
     assert current.figures["itl_p50_ms"] == pytest.approx(step_at_2 * 1e3, rel=0.1)
     assert f"step times: the calibration {fit}" in result.notes
+    assert any("ran at most 2 requests at once" in n and "max-num-seqs-4 are extrapolated" in n
+               for n in result.notes)                   # the fit saw at most 2 running
     replayed = read_manifest(tmp_path / "cal" / "whatif" / "current")
     assert replayed["server"]["calibration"]["path"] == str(fit.resolve())
 
