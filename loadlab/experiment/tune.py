@@ -31,7 +31,13 @@ import yaml
 from loadlab.analyze.slo import parse_slo
 from loadlab.analyze.steps import load_run
 from loadlab.errors import InputError
-from loadlab.experiment.tune_base import ServerBase, isolation, loadgen, server_base
+from loadlab.experiment.tune_base import (
+    ServerBase,
+    extrapolation_note,
+    isolation,
+    loadgen,
+    server_base,
+)
 from loadlab.experiment.tune_space import SEARCHABLE, Candidate, Limits, candidates, refusal
 from loadlab.experiment.tune_workload import recorded_lengths, recorded_workload
 from loadlab.experiment.verdicts import analyze_point
@@ -136,6 +142,9 @@ def tune(run_dir: Path, req: TuneRequest, out: Path,
                          fix="pass --model/--gpu of a simulator profile that holds it")
     grid, cut = candidates(req.grid, current, req.max_candidates)
     notes = list(base.notes)
+    beyond = extrapolation_note(scenario.what_if.calibration, grid, current)
+    if beyond:
+        notes.append(beyond)
     if cut:
         notes.append(f"{cut} more configurations cut at the cap of {req.max_candidates} "
                      "(raise --max-candidates or narrow --search)")

@@ -24,7 +24,8 @@ from typing import Any
 
 from loadlab.analyze.capacity import as_int, pool_config
 from loadlab.analyze.steps import RunData
-from loadlab.experiment.tune_space import scaled_pool
+from loadlab.experiment.tune_space import Candidate, scaled_pool
+from loadlab.sim.engine import calibration as calibration_file
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.flags import sim_config
 from loadlab.sim.serve.flags import accepted_flags
@@ -74,8 +75,11 @@ def server_base(run: RunData, model: str | None, gpu: str | None,
     notes: list[str] = []
     if kind in SIM_KINDS:
         known = accepted_flags()
+        # the run's own calibration is a what-if setting (a path and its fit errors in the
+        # manifest), not a flag: it stands in for --calibration when that is not given
         flags = {k: v for k, v in (launch.get("flags") or server).items()
-                 if v is not None and k in known and k != "model"}
+                 if v is not None and k in known and k not in ("model", "calibration")}
+        calibration = calibration or _run_calibration(server, notes)
         profile = sim_config({"model": server.get("model") or SimConfig.model}).model
         tgt = Target(launch="sim", model=model or profile)
         what_if = WhatIf(model=model or profile, gpu=gpu or flags.get("gpu") or SimConfig.gpu)
@@ -89,8 +93,9 @@ def server_base(run: RunData, model: str | None, gpu: str | None,
             notes.append("the run loaded a URL: the scenario launches vLLM with the served "
                          "model's name; put its path there before a real sweep")
         what_if = WhatIf(model=model or SimConfig.model, gpu=gpu or SimConfig.gpu)
-        notes.append(f"step times: the simulator's {what_if.model} on {what_if.gpu}"
-                     + ("" if calibration else " (no calibration given)"))
+        if calibration is None:
+            notes.append(f"step times: the simulator's {what_if.model} on {what_if.gpu} "
+                         "(no calibration given)")
     if calibration is not None:
         notes.append(f"step times: the calibration {calibration}")
         what_if = what_if.model_copy(update={"calibration": str(calibration.resolve())})
@@ -101,6 +106,36 @@ def server_base(run: RunData, model: str | None, gpu: str | None,
             notes.append("the run reported no KV pool (num_gpu_blocks): the simulator "
                          "profile's pool stands in")
     return ServerBase(tgt, flags, what_if, pool, bool(launch), tuple(notes))
+
+
+def extrapolation_note(calibration: str | None, grid: list[Candidate],
+                       current: dict[str, Any]) -> str | None:
+    """Which candidates run more requests at once than the calibrated server could: a fit
+    sees the engine only up to its server's max_num_seqs, so the per-request cost is
+    extrapolated past it (benchmarks/README.md, tune_tiny_vllm.py: 8x past a cap of 2
+    put ITL 3.4x too high)."""
+    if not calibration:
+        return None
+    seen = calibration_file.load(calibration).server.get("max_num_seqs")
+    caps = {c.name: int(c.changes.get("max_num_seqs", current["max_num_seqs"])) for c in grid}
+    past = [name for name, cap in caps.items() if seen and cap > int(seen)]
+    if not past:
+        return None
+    return (f"the calibration's server ran at most {seen} requests at once (max_num_seqs): "
+            f"step times of {', '.join(past)} are extrapolated past that (fit on a load that "
+            "runs as many)")
+
+
+def _run_calibration(server: dict[str, Any], notes: list[str]) -> Path | None:
+    """The calibration a simulator run replayed with, when its file is still there."""
+    recorded = server.get("calibration") or {}
+    path = recorded.get("path") if isinstance(recorded, dict) else recorded
+    if not path:
+        return None
+    if not Path(path).is_file():
+        notes.append(f"the run's calibration {path} is gone: its simulator profile stands in")
+        return None
+    return Path(path)
 
 
 def _served_model(launch: dict[str, Any]) -> str | None:

@@ -22,9 +22,12 @@ from loadlab.experiment.tune import TUNE_JSON, TUNE_YAML, TuneRequest, TuneResul
 from loadlab.experiment.tune_space import candidates, parse_search, scaled_pool
 from loadlab.replay.driver import run_replay
 from loadlab.runstore import read_manifest
+from loadlab.sim.engine.calibration import Calibration, StepTerms
 from loadlab.sim.engine.config import SimConfig
 from loadlab.spec.plan import LoadPlan
 from loadlab.spec.scenario import Workload
+
+PROFILES = Path(__file__).resolve().parents[1] / "vllm" / "profiles"
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +158,41 @@ def test_confirm_refuses_when_the_current_configuration_ranks_first(poor_run, tm
     assert "--confirm: the current configuration ranks first" in captured.err
     assert captured.out.splitlines()[1].split()[:2] == ["1", "current"]   # the table came first
     assert not (tmp_path / "confirm").exists()
+
+
+SLOW_SERVER = Calibration(   # a server whose steps are ~3x the H100 profile's at 2 running
+    step=StepTerms(fixed_s=20e-3, per_request_s=2e-3, per_prefill_token_s=25e-6,
+                   per_context_token_s=1e-6),
+    front_s=6e-3, front_per_in_flight_s=1e-3, turnaround_s=3e-3,
+    server={"max_num_seqs": 2, "max_num_batched_tokens": 256, "block_size": 32,
+            "num_gpu_blocks_override": 512, "max_model_len": 1024})
+
+
+def test_tune_with_a_calibration_of_the_run_predicts_with_its_step_times(tmp_path) -> None:
+    """The issue's recipe on a simulator-made run of SLOW_SERVER (a calibration's replay
+    records it in the manifest's server block): calibrate the run, tune with the fit, and
+    the predicted ITL is the server's, not the H100 profile's, and a cap past the calibrated
+    one is said to be extrapolated; with the run's calibration file gone the profile stands
+    in, and the notes say so."""
+    SLOW_SERVER.save(tmp_path / "slow.yaml")
+    run, fit = tmp_path / "run", tmp_path / "fit.yaml"
+    main(["sim", "replay", "--calibration", str(tmp_path / "slow.yaml"), "--profile",
+          str(PROFILES / "tiny-short.yaml"), "--concurrency", "1,2", "--step-duration", "10",
+          "--warmup", "2", "--interval", "0.5", "--out", str(run)])
+    main(["sim", "calibrate", str(run), "--out", str(fit)])
+    grid = parse_search(["max-num-seqs=4"])
+    result = tune(run, TuneRequest(grid, max_level=4, calibration=fit), tmp_path / "cal")
+    current = next(o for o in result.outcomes if o.name == "current")
+    step_at_2 = SLOW_SERVER.step.fixed_s + 2 * SLOW_SERVER.step.per_request_s
+    assert current.figures["itl_p50_ms"] == pytest.approx(step_at_2 * 1e3, rel=0.1)
+    assert f"step times: the calibration {fit}" in result.notes
+    assert any("ran at most 2 requests at once" in n and "max-num-seqs-4 are extrapolated" in n
+               for n in result.notes)                   # the fit saw at most 2 running
+    replayed = read_manifest(tmp_path / "cal" / "whatif" / "current")
+    assert replayed["server"]["calibration"]["path"] == str(fit.resolve())
+
+    (tmp_path / "slow.yaml").unlink()
+    profiled = tune(run, TuneRequest(grid, max_level=4), tmp_path / "profile")
+    assert any("calibration" in n and "is gone" in n for n in profiled.notes)
+    itl = next(o for o in profiled.outcomes if o.name == "current").figures["itl_p50_ms"]
+    assert itl < step_at_2 * 1e3 / 2
