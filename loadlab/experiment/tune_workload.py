@@ -1,11 +1,10 @@
 """The workload of a what-if of a run: the run's own request lengths, resampled.
 
-A what-if should send the requests the run sent. Until trace replay in virtual time
-re-issues them one by one, this writes a workload profile fitted to the run's recorded
-prompt and output lengths (:func:`loadlab.workload.derive.fit_profile`, what ``loadlab
-profile build`` fits), which the replay driver samples like any profile: the lengths'
-distribution and their pairing, not the exact sequence, and no shared prefixes.
-:func:`recorded_workload` is the one place to swap for the trace when it lands.
+Tune tries levels the run never reached, where a trace (:mod:`loadlab.replay.trace`)
+has no requests to re-issue, so this writes a workload profile fitted to the run's
+recorded prompt and output lengths (:func:`loadlab.workload.derive.fit_profile`, what
+``loadlab profile build`` fits), which the replay driver samples at any level: the
+lengths' distribution and their pairing, not the exact sequence, and no shared prefixes.
 """
 
 from __future__ import annotations
