@@ -23,7 +23,8 @@ writes every seed's row with the summary as JSON. At most two processes.
 
 A validation set is scored once, after tuning, and never tuned on; a spent one (seeds.json
 ``spent``) is refused. Replays are cached per seed (``--cache``, default
-``$TMPDIR/heldout-cache/<seed>``, keyed by the seed's whole spec).
+``$TMPDIR/heldout-cache/<seed>``, keyed by the seed's whole spec); ``--replay-only`` fills
+the cache and reads nothing from it.
 
     PYTHONPATH=. python benchmarks/heldout/score.py --set tuning2 [--limit N] [--out F]
 """
@@ -276,6 +277,22 @@ def _score_args(args: tuple[int, Path | None, Path]) -> dict[str, Any]:
     return score_seed(*args)
 
 
+def replay_only(seeds: list[int], cache: Path, jobs: int = MAX_JOBS) -> int:
+    """Fill the cache with the seeds' replays and nothing else: no truth is measured and no
+    analysis run, so this reads no result (a validation set's replays can be made while
+    the analyzer is still being tuned). Returns how many were replayed now."""
+    jobs = max(1, min(jobs, MAX_JOBS))
+    args = [(s, cache) for s in seeds]
+    if jobs == 1:
+        return sum(1 for t in map(_replay_args, args) if t > 0)
+    with Pool(jobs) as pool:
+        return sum(1 for t in pool.imap_unordered(_replay_args, args) if t > 0)
+
+
+def _replay_args(args: tuple[int, Path]) -> float:
+    return replayed(*args)[2]
+
+
 def _collect(results: Any, say: Any) -> list[dict[str, Any]]:
     rows = []
     for r in results:
@@ -300,10 +317,16 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="keep each seed's folders here")
     ap.add_argument("--cache", type=Path, default=CACHE,
                     help=f"replayed run folders per seed (default {CACHE})")
+    ap.add_argument("--replay-only", action="store_true",
+                    help="only fill the cache with the replays: no truth, no analysis, no score")
     args = ap.parse_args()
     if args.which in sets.get("spent", []):
         ap.error(f"the {args.which} set is spent (scored once; seeds.json 'spent')")
     seeds = seeds_of(args.which)[: args.limit]
+    if args.replay_only:
+        done = replay_only(seeds, args.cache, args.jobs)
+        print(f"{len(seeds)} seeds in {args.cache}; {done} replayed now")
+        return
     result = score(seeds, args.jobs, args.keep, say=lambda line: print(line, flush=True),
                    cache=args.cache)
     print()
