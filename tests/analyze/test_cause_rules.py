@@ -51,6 +51,18 @@ def test_a_long_head_where_the_median_request_fits_is_head_blocked() -> None:
     assert best(uniform) == "kv_exhausted"
 
 
+def test_head_blocked_needs_room_for_two_median_requests_at_the_scrape() -> None:
+    # 140 free blocks at the scrapes: the head needs 188; the median request 100 would fit
+    # once, but at a refusal the pool is fuller than at a scrape: not enough to say the
+    # head's size, not a full pool, held the queue
+    one = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=64, prompt_max=3000,
+              typical_blocks=100.0)
+    assert best(one) == "kv_exhausted"
+    two = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=64, prompt_max=3000,
+              typical_blocks=70.0)
+    assert best(two) == "head_blocked"
+
+
 def test_a_cap_is_inferred_from_a_plateau_across_steps_not_from_one() -> None:
     waiting = np.full(3, 5.0)
     levels = [10.0, 20.0, 30.0]
