@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadlab.analyze.cause import Signals, plateau, signatures
+from loadlab.analyze.cause import Signals, confidence, plateau, signatures
 
 
 def sig(running_max: list[float], kv_max: float, kv_mean: float, cap: int | None = None,
@@ -85,3 +85,19 @@ def test_a_budget_without_the_flag_is_tokens_per_step_held_while_running_moves()
     flat_running = sig([64, 64, 64], kv_max=0.08, kv_mean=0.06,
                        tokens_per_step=[285, 283, 283])
     assert best(flat_running) == "unknown"   # a cap unknown to us fits too: no budget guess
+
+
+def test_high_needs_a_sure_knee_and_a_capless_head_is_low() -> None:
+    """As calibrated on the tuning seeds: the 3 misses of the flag-backed rule for high all
+    had a knee bracket the bootstrap was unsure of; head_blocked without the cap was right
+    in 7 of 12."""
+    at_cap = sig([12, 12, 12], kv_max=0.5, kv_mean=0.4, cap=12)
+    found = signatures(at_cap)
+    assert confidence("seq_cap", found, at_cap, "high") == "high"
+    assert confidence("seq_cap", found, at_cap, None) == "high"   # diagnose: no bracket
+    assert confidence("seq_cap", found, at_cap, "medium") == "medium"
+    head = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=64, prompt_max=3000)
+    assert confidence("head_blocked", signatures(head), head, "high") == "medium"
+    capless = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=None, prompt_max=3000)
+    assert best(capless) == "head_blocked"
+    assert confidence("head_blocked", signatures(capless), capless, "high") == "low"
