@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadlab.analyze.cause import Signals, confidence, plateau, signatures
+from loadlab.analyze.cause import Candidate, Signals, choose, confidence, plateau, signatures
 
 
 def sig(running_max: list[float], kv_max: float, kv_mean: float, cap: int | None = None,
@@ -101,3 +101,12 @@ def test_high_needs_a_sure_knee_and_a_capless_head_is_low() -> None:
     capless = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=None, prompt_max=3000)
     assert best(capless) == "head_blocked"
     assert confidence("head_blocked", signatures(capless), capless, "high") == "low"
+
+
+def test_a_tie_goes_to_head_blocked() -> None:
+    for other in ("seq_cap", "kv_exhausted"):
+        tied = [Candidate(other, 0.5, []), Candidate("head_blocked", 0.5, [])]
+        assert choose(tied, knee_found=True, client_before=False,
+                      server_metrics=True) == "head_blocked"
+    ahead = [Candidate("seq_cap", 0.6, []), Candidate("head_blocked", 0.5, [])]
+    assert choose(ahead, knee_found=True, client_before=False, server_metrics=True) == "seq_cap"
