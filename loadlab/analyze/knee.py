@@ -17,7 +17,7 @@ Steps:
    which lifts the mean queue (Little's law) and the queue-time share while the queue is
    empty most of the time; a persistent queue, the knee's own definition, is one present
    in most of the step (on the held-out tuning seeds this moved the knee within one level
-   from 87% to 97%: ``benchmarks/heldout/README.md``).
+   from 89% to 97%: ``benchmarks/heldout/README.md``).
 4. Knee: over the judged steps in level order, the first from which every later one is
    stalled: ``upper``; the judged step before it: ``lower``. Nothing stalled: "never
    stalled up to" the highest level (``found`` False, ``lower`` = that level). The first
