@@ -41,7 +41,8 @@ def kept(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> Path:
 def test_seed_sets_are_disjoint_and_the_generator_deterministic() -> None:
     sets = {k: set(v) for k, v in heldout.seed_sets().items() if k != "spent"}
     assert set(sets) >= {"tuning", "validation", "tuning2", "validation2"}
-    assert len(sets["validation2"]) >= 200 and heldout.seed_sets()["spent"] == ["validation"]
+    assert len(sets["validation2"]) >= 200
+    assert {"validation", "validation2"} <= set(heldout.seed_sets()["spent"])
     names = sorted(sets)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
