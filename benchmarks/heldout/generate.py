@@ -39,8 +39,16 @@ CLASSES: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "short": ((32, 400), (16, 300)),
     "medium": ((400, 1500), (50, 500)),
     "long": ((1800, 3500), (16, 200)),
+    "document": ((12000, 30000), (16, 200)),   # only in the long-head family
 }
 TOP_STEPS = ("plain", "repeat", "dip")
+
+SECOND_SET_FROM = 200_000
+"""Seeds from here on (the ``validation2`` and ``tuning2`` sets) also draw the long-head
+and token-budget families, from a second random stream, so that the truth classes are less
+lopsided (the first sets had almost no ``head_blocked`` and few ``token_budget`` truths).
+Seeds below it give exactly the scenarios they gave when they were scored."""
+FAMILY_SHARES = {"long_head": 0.3, "token_budget": 0.15}
 
 
 def _mixture(rng: random.Random) -> list[dict[str, Any]]:
@@ -140,16 +148,63 @@ def _top_step(rng: random.Random, plan: dict[str, Any]) -> str:
     return kind
 
 
+def _long_head(rng: random.Random, server: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """Mostly short requests with an occasional document of 12k-30k prompt tokens, against
+    a pool that holds one document and not much more, under reserve-full-ISL (vLLM admits a
+    request only when its whole prompt fits in free blocks: ``allocate_slots`` with
+    ``full_sequence_must_fit`` in vllm/v1/core/kv_cache_manager.py). A document at the head
+    of the FCFS queue then waits for the short requests to drain while KV usage stays low:
+    the shape of scenarios/kv-26-percent-long-head.yaml. Sets the server's model length and
+    pool in place; returns the mixture and the shared prefix (none)."""
+    share = round(rng.uniform(0.01, 0.08), 3)
+    mix = [{"class": "short", "weight": round(1 - share, 3)},
+           {"class": "document", "weight": share}]
+    server["max_model_len"] = 32768   # both models' positions
+    if not server["enable_chunked_prefill"]:
+        server["max_num_batched_tokens"] = 32768
+    per_doc = math.ceil(32768 / server["block_size"])   # vLLM needs room for one of these
+    server["num_gpu_blocks_override"] = math.ceil(per_doc * rng.uniform(1.05, 1.8)) + 2
+    return mix, 0
+
+
+def _token_budget(rng: random.Random, server: dict[str, Any]) -> None:
+    """A small step token budget with chunked prefill beside a large cap and pool, so that
+    the budget can bind before the seats or the blocks do (vLLM's scheduler stops admitting
+    when ``token_budget`` reaches 0: vllm/v1/core/sched/scheduler.py)."""
+    server["enable_chunked_prefill"] = True
+    server["max_num_batched_tokens"] = rng.choice([128, 256, 512, 1024])
+    server["max_num_seqs"] = rng.choice([64, 128, 256])
+    server["num_gpu_blocks_override"] = None
+
+
+def _family(seed: int) -> str:
+    """The family of a seed: ``base`` below :data:`SECOND_SET_FROM`, else drawn from a
+    stream of its own (the base draws of the seed stay as they are)."""
+    if seed < SECOND_SET_FROM:
+        return "base"
+    u = random.Random(f"family-{seed}").random()
+    for name, share in FAMILY_SHARES.items():
+        if u < share:
+            return name
+        u -= share
+    return "base"
+
+
 def generate(seed: int) -> dict[str, Any]:
     """The scenario of ``seed``: plain data, the same on every call and machine."""
     rng = random.Random(seed)
+    family = _family(seed)
     mix = _mixture(rng)
     common = rng.choice([256, 512, 1024, 2048]) if rng.random() < 0.3 else 0
     server = _server(rng, mix, common)
+    if family == "long_head":
+        mix, common = _long_head(rng, server)
+    elif family == "token_budget":
+        _token_budget(rng, server)
     interval = rng.choice([1.0, 15.0])
     plan = _plan(rng, server, mix, common, interval)
     top = _top_step(rng, plan)
-    return {
+    spec = {
         "seed": seed,
         "workload": {"mix": mix, "common_tokens": common},
         "server": server,
@@ -158,6 +213,9 @@ def generate(seed: int) -> dict[str, Any]:
         "strip_flags": rng.random() < 0.5,
         "top_step": top,
     }
+    if family != "base":
+        spec["family"] = family
+    return spec
 
 
 def sim_config(spec: dict[str, Any]) -> SimConfig:
@@ -184,6 +242,8 @@ def _table(mix: list[dict[str, Any]], side: int, add: int) -> tuple[list[float],
         return sum(w * min(1.0, max(0.0, (x - a) / (b - a))) for (a, b), w in ranges) / total
 
     grid = [lo + (hi - lo) * k / 400 for k in range(401)]
+    if any(p["class"] == "document" for p in mix):   # each class its own grid: not 4 points
+        grid = sorted({a + (b - a) * k / 400 for (a, b), _ in ranges for k in range(401)})
     ps, vs = [0.0], [float(lo + add)]
     for x in grid[1:]:
         p = cdf(x)

@@ -21,9 +21,12 @@ analyzer. The analyzer judges the copy. Scores:
 Prints the confusion matrix (rows truth, columns inferred) and the calibration table, and
 writes every seed's row with the summary as JSON. At most two processes.
 
-The ``validation`` set is scored once, after tuning, and never tuned on.
+A validation set is scored once, after tuning, and never tuned on; a spent one (seeds.json
+``spent``) is refused. Replays are cached per seed (``--cache``, default
+``$TMPDIR/heldout-cache/<seed>``, keyed by the seed's whole spec); ``--replay-only`` fills
+the cache and reads nothing from it.
 
-    PYTHONPATH=. python benchmarks/heldout/score.py --set tuning [--limit N] [--out F]
+    PYTHONPATH=. python benchmarks/heldout/score.py --set tuning2 [--limit N] [--out F]
 """
 
 from __future__ import annotations
@@ -47,30 +50,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate, load_plan, sim_config, write_profile
 
 from loadlab.analyze.analysis import analyze_run
-from loadlab.analyze.measured import SERIES_PREFIX, measure
+from loadlab.analyze.measured import SERIES_PREFIX, measure, typical_request_blocks
 from loadlab.analyze.steps import measured_windows
-from loadlab.analyze.tables import METRIC_COLUMNS, read_metrics
+from loadlab.analyze.tables import METRIC_COLUMNS, read_metrics, read_requests
 from loadlab.replay.driver import ReplayOptions, run_replay
 from loadlab.runstore import read_manifest
 from loadlab.runstore.layout import MANIFEST, METRICS_TABLE
 from loadlab.spec.scenario import Workload
 
 SEEDS = Path(__file__).resolve().parent / "seeds.json"
+CACHE = Path(tempfile.gettempdir()) / "heldout-cache"
 MAX_JOBS = 2
 CONFIDENCES = ("high", "medium", "low")
 ABSTAIN = "undetermined"
 
 
-def truth_of(run_dir: Path) -> dict[str, Any]:
+def truth_of(run_dir: Path, block_size: int) -> dict[str, Any]:
     """The measured knee and cause of a replayed folder, from its ``loadlab:`` series (and
-    vLLM's KV usage gauge) only: nothing the analyzer infers."""
+    vLLM's KV usage gauge) only: nothing the analyzer infers. The ``kv_blocks`` split
+    (:func:`loadlab.analyze.measured.kv_cause`) needs the median request's blocks: from the
+    lengths sent and the scenario's block size, as the measured verdict of a full run takes
+    them (without them every ``kv_blocks`` truth read ``kv_exhausted``)."""
     metrics = read_metrics(run_dir, columns=METRIC_COLUMNS)
     kept = metrics["family"].astype(str)
     metrics = metrics[kept.str.startswith(SERIES_PREFIX) | (kept == "vllm:kv_cache_usage_perc")]
     windows = measured_windows(read_manifest(run_dir))
     windows["level"] = windows["concurrency"].where(windows["concurrency"].notna(),
                                                     windows["target_rate"])
-    measured = measure(metrics, windows)
+    measured = measure(metrics, windows, typical_request_blocks(read_requests(run_dir),
+                                                                block_size))
     if measured is None:
         raise RuntimeError(f"{run_dir}: the replay exported no loadlab: series")
     return measured
@@ -113,25 +121,45 @@ def knee_index(levels: list[float], upper: float | None) -> int:
     return min(range(len(levels)), key=lambda i: abs(levels[i] - float(upper)))
 
 
-def score_seed(seed: int, keep: Path | None = None) -> dict[str, Any]:
-    """Generate, replay, measure, strip, analyse and score one seed."""
+def replayed(seed: int, cache: Path) -> tuple[dict[str, Any], Path, float]:
+    """The seed's spec and its replayed run folder under ``cache/<seed>``, replayed only when
+    the cache has no folder for this very spec (the replay does not depend on the analyzer,
+    so re-scoring after an analyzer change only reruns the analysis); and the replay's
+    seconds (0 when cached). A replay is written beside its place and renamed into it, so an
+    interrupted one is never taken for a finished one."""
     spec = generate(seed)
-    with tempfile.TemporaryDirectory(prefix=f"heldout-{seed}-") as tmp:
-        folder = Path(tmp)
-        profile = write_profile(spec, folder)
-        run_dir = folder / "run"
+    folder = cache / str(seed)
+    stamp = folder / "spec.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) == spec:
+        return spec, folder / "run", 0.0
+    cache.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f".{seed}-", dir=cache) as tmp:
+        work = Path(tmp) / "seed"
+        work.mkdir()
+        profile = write_profile(spec, work)
         t0 = time.perf_counter()
         run_replay(sim_config(spec), load_plan(spec), Workload(profile=str(profile), seed=seed),
-                   run_dir, ReplayOptions(metrics_interval_s=spec["metrics_interval_s"],
-                                          start_epoch=1.7e9))
+                   work / "run", ReplayOptions(metrics_interval_s=spec["metrics_interval_s"],
+                                               start_epoch=1.7e9))
         replay_s = time.perf_counter() - t0
-        truth = truth_of(run_dir)
-        copy = stripped_copy(run_dir, folder / "analysed", spec["strip_flags"])
+        (work / "spec.json").write_text(json.dumps(spec))
+        work.rename(folder)
+    return spec, folder / "run", replay_s
+
+
+def score_seed(seed: int, keep: Path | None = None, cache: Path = CACHE) -> dict[str, Any]:
+    """Replay (or take from the cache), measure, strip, analyse and score one seed."""
+    spec, run_dir, replay_s = replayed(seed, cache)
+    truth = truth_of(run_dir, spec["server"]["block_size"])
+    with tempfile.TemporaryDirectory(prefix=f"heldout-{seed}-") as tmp:
+        copy = stripped_copy(run_dir, Path(tmp) / "analysed", spec["strip_flags"])
         t0 = time.perf_counter()
         inferred = analyze_run(copy).as_json()
         analyse_s = time.perf_counter() - t0
         if keep is not None:
-            shutil.copytree(folder, keep / str(seed), dirs_exist_ok=True)
+            shutil.copytree(run_dir.parent, keep / str(seed), dirs_exist_ok=True)
+            shutil.copytree(copy, keep / str(seed) / "analysed", dirs_exist_ok=True)
     plan = spec["plan"]
     levels = sorted({float(v) for v in plan.get("concurrency") or plan.get("rate")})
     knee = inferred["knee"]
@@ -153,6 +181,7 @@ def score_seed(seed: int, keep: Path | None = None) -> dict[str, Any]:
         "flags_stripped": spec["strip_flags"],
         "top_step": spec["top_step"],
         "chunked": spec["server"]["enable_chunked_prefill"],
+        "family": spec.get("family", "base"),
         "replay_s": round(replay_s, 2),
         "analyse_s": round(analyse_s, 2),
     }
@@ -223,15 +252,19 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def seed_sets() -> dict[str, Any]:
+    return {k: v for k, v in json.loads(SEEDS.read_text()).items() if k != "note"}
+
+
 def seeds_of(name: str) -> list[int]:
-    return [int(s) for s in json.loads(SEEDS.read_text())[name]]
+    return [int(s) for s in seed_sets()[name]]
 
 
 def score(seeds: list[int], jobs: int = MAX_JOBS, keep: Path | None = None,
-          say: Any = None) -> dict[str, Any]:
+          say: Any = None, cache: Path = CACHE) -> dict[str, Any]:
     """Every seed's row and the summary; ``say`` gets a line per seed as it finishes."""
     jobs = max(1, min(jobs, MAX_JOBS))
-    args = [(s, keep) for s in seeds]
+    args = [(s, keep, cache) for s in seeds]
     if jobs == 1:
         rows = _collect(map(_score_args, args), say)
     else:
@@ -240,8 +273,24 @@ def score(seeds: list[int], jobs: int = MAX_JOBS, keep: Path | None = None,
     return {"rows": rows, "summary": summarise(rows)}
 
 
-def _score_args(args: tuple[int, Path | None]) -> dict[str, Any]:
+def _score_args(args: tuple[int, Path | None, Path]) -> dict[str, Any]:
     return score_seed(*args)
+
+
+def replay_only(seeds: list[int], cache: Path, jobs: int = MAX_JOBS) -> int:
+    """Fill the cache with the seeds' replays and nothing else: no truth is measured and no
+    analysis run, so this reads no result (a validation set's replays can be made while
+    the analyzer is still being tuned). Returns how many were replayed now."""
+    jobs = max(1, min(jobs, MAX_JOBS))
+    args = [(s, cache) for s in seeds]
+    if jobs == 1:
+        return sum(1 for t in map(_replay_args, args) if t > 0)
+    with Pool(jobs) as pool:
+        return sum(1 for t in pool.imap_unordered(_replay_args, args) if t > 0)
+
+
+def _replay_args(args: tuple[int, Path]) -> float:
+    return replayed(*args)[2]
 
 
 def _collect(results: Any, say: Any) -> list[dict[str, Any]]:
@@ -258,15 +307,28 @@ def _collect(results: Any, say: Any) -> list[dict[str, Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", dest="which", choices=("tuning", "validation"), required=True)
+    sets = seed_sets()
+    names = [k for k in sets if k != "spent"]
+    ap.add_argument("--set", dest="which", choices=names, required=True)
     ap.add_argument("--limit", type=int, default=None, help="the first N seeds of the set")
     ap.add_argument("--jobs", type=int, default=MAX_JOBS, help=f"processes (at most {MAX_JOBS})")
     ap.add_argument("--out", type=Path, default=None,
                     help="JSON result (default: heldout-SET.json)")
     ap.add_argument("--keep", type=Path, default=None, help="keep each seed's folders here")
+    ap.add_argument("--cache", type=Path, default=CACHE,
+                    help=f"replayed run folders per seed (default {CACHE})")
+    ap.add_argument("--replay-only", action="store_true",
+                    help="only fill the cache with the replays: no truth, no analysis, no score")
     args = ap.parse_args()
+    if args.which in sets.get("spent", []):
+        ap.error(f"the {args.which} set is spent (scored once; seeds.json 'spent')")
     seeds = seeds_of(args.which)[: args.limit]
-    result = score(seeds, args.jobs, args.keep, say=lambda line: print(line, flush=True))
+    if args.replay_only:
+        done = replay_only(seeds, args.cache, args.jobs)
+        print(f"{len(seeds)} seeds in {args.cache}; {done} replayed now")
+        return
+    result = score(seeds, args.jobs, args.keep, say=lambda line: print(line, flush=True),
+                   cache=args.cache)
     print()
     print(render(result["summary"]))
     out = args.out or Path(f"heldout-{args.which}.json")

@@ -110,7 +110,8 @@ def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any]
     limited = [int(s) for s, st in zip(table["step"], table["state"]) if st == "client_limited"]
     return causes.assess(stalled, table, run.manifest.get("server") or {}, config, cap,
                          causes.Verdict(knee.found, knee.client_limited_before, limited,
-                                        not run.metrics.empty, knee.psi, run.closed_loop),
+                                        not run.metrics.empty, knee.psi, run.closed_loop,
+                                        knee.confidence),
                          run.requests)
 
 

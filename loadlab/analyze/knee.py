@@ -11,7 +11,13 @@ Steps:
    below 0.9 of the offered rate and 3 Poisson sigmas under it. They are never blamed
    on the server.
 3. Detector votes per step (:mod:`loadlab.analyze.detectors`); a step is stalled when
-   more detectors say so than not (a tie goes to the counter-based ``queue``/``little``).
+   more detectors say so than not. A tie goes to ``occupancy`` (the share of scrapes
+   with a non-empty queue) where it voted, else to the counter-based ``queue``/``little``:
+   a long prompt that blocks the head now and then piles a deep queue up for a moment,
+   which lifts the mean queue (Little's law) and the queue-time share while the queue is
+   empty most of the time; a persistent queue, the knee's own definition, is one present
+   in most of the step (on the held-out tuning seeds this moved the knee within one level
+   from 89% to 97%: ``benchmarks/heldout/README.md``).
 4. Knee: over the judged steps in level order, the first from which every later one is
    stalled: ``upper``; the judged step before it: ``lower``. Nothing stalled: "never
    stalled up to" the highest level (``found`` False, ``lower`` = that level). The first
@@ -139,6 +145,9 @@ def state_codes(votes: dict[str, np.ndarray], limited: np.ndarray) -> np.ndarray
     for name in ("queue", "little"):
         if name in votes:
             tie_break |= votes[name] == 1
+    if "occupancy" in votes:   # a tie goes to the share of time the queue is non-empty
+        occupancy = votes["occupancy"]
+        tie_break = np.where(np.isnan(occupancy), tie_break, occupancy == 1)
     stalled = (yes > no) | ((yes == no) & tie_break)
     codes = np.where(yes + no == 0, 3, np.where(stalled, 1, 0))
     return np.where(limited, 2, codes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadlab.analyze.cause import Signals, plateau, signatures
+from loadlab.analyze.cause import Candidate, Signals, choose, confidence, plateau, signatures
 
 
 def sig(running_max: list[float], kv_max: float, kv_mean: float, cap: int | None = None,
@@ -51,6 +51,18 @@ def test_a_long_head_where_the_median_request_fits_is_head_blocked() -> None:
     assert best(uniform) == "kv_exhausted"
 
 
+def test_head_blocked_needs_room_for_two_median_requests_at_the_scrape() -> None:
+    # 140 free blocks at the scrapes: the head needs 188; the median request 100 would fit
+    # once, but at a refusal the pool is fuller than at a scrape: not enough to say the
+    # head's size, not a full pool, held the queue
+    one = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=64, prompt_max=3000,
+              typical_blocks=100.0)
+    assert best(one) == "kv_exhausted"
+    two = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=64, prompt_max=3000,
+              typical_blocks=70.0)
+    assert best(two) == "head_blocked"
+
+
 def test_a_cap_is_inferred_from_a_plateau_across_steps_not_from_one() -> None:
     waiting = np.full(3, 5.0)
     levels = [10.0, 20.0, 30.0]
@@ -73,3 +85,28 @@ def test_a_budget_without_the_flag_is_tokens_per_step_held_while_running_moves()
     flat_running = sig([64, 64, 64], kv_max=0.08, kv_mean=0.06,
                        tokens_per_step=[285, 283, 283])
     assert best(flat_running) == "unknown"   # a cap unknown to us fits too: no budget guess
+
+
+def test_high_needs_a_sure_knee_and_a_capless_head_is_low() -> None:
+    """As calibrated on the tuning seeds: the 3 misses of the flag-backed rule for high all
+    had a knee bracket the bootstrap was unsure of; head_blocked without the cap was right
+    in 7 of 12."""
+    at_cap = sig([12, 12, 12], kv_max=0.5, kv_mean=0.4, cap=12)
+    found = signatures(at_cap)
+    assert confidence("seq_cap", found, at_cap, "high") == "high"
+    assert confidence("seq_cap", found, at_cap, None) == "high"   # diagnose: no bracket
+    assert confidence("seq_cap", found, at_cap, "medium") == "medium"
+    head = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=64, prompt_max=3000)
+    assert confidence("head_blocked", signatures(head), head, "high") == "medium"
+    capless = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=None, prompt_max=3000)
+    assert best(capless) == "head_blocked"
+    assert confidence("head_blocked", signatures(capless), capless, "high") == "low"
+
+
+def test_a_tie_goes_to_head_blocked() -> None:
+    for other in ("seq_cap", "kv_exhausted"):
+        tied = [Candidate(other, 0.5, []), Candidate("head_blocked", 0.5, [])]
+        assert choose(tied, knee_found=True, client_before=False,
+                      server_metrics=True) == "head_blocked"
+    ahead = [Candidate("seq_cap", 0.6, []), Candidate("head_blocked", 0.5, [])]
+    assert choose(ahead, knee_found=True, client_before=False, server_metrics=True) == "seq_cap"

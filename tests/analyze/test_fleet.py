@@ -76,7 +76,14 @@ def test_least_waiting_on_the_same_load_is_not_routing_imbalance(
     assert lw.cause.name not in (CAUSE, "unknown")
     assert lw.imbalance is not None and not lw.imbalance.chosen
     assert lw.knee.upper is not None and rr.knee.upper is not None
-    assert lw.knee.upper > rr.knee.upper
+    assert lw.knee.upper >= rr.knee.upper
+    # the scheduler refuses the head less often at every level (its own measured series;
+    # at 32 users round-robin's refusals are 2% of steps: a queue now and then, not yet
+    # the knee, which the inferred knee follows since a tie of votes goes to occupancy)
+    assert rr.knee.measured is not None and lw.knee.measured is not None
+    rr_share = {x.level: x.share for x in rr.knee.measured.refused_share}
+    for x in lw.knee.measured.refused_share:
+        assert x.share <= rr_share[x.level], (x, rr_share)
     by_step = {s.step: s.stranded_mean for s in rr.imbalance.steps} if rr.imbalance else {}
     for s in lw.imbalance.steps:        # less of the queue sits where another has room
         assert s.stranded_mean is not None and s.stranded_mean <= (by_step[s.step] or 0)

@@ -20,26 +20,69 @@ generate = heldout.generate
 
 SAMPLE = [3, 5, 8]            # quick tuning seeds: closed loop, a knee and none
 STRIPPED_FLAGS_SEED = 8        # a seed whose scenario strips the server flags
+LONG_HEAD_SEED = 300000        # a tuning2 seed of the long-head family (a quick replay)
 CAUSES = {"seq_cap", "kv_exhausted", "head_blocked", "token_budget", "unknown", "none"}
 
 
 @pytest.fixture(scope="module")
-def kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A replay cache of this module's own."""
+    return tmp_path_factory.mktemp("heldout-cache")
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> Path:
     """One seed's replayed folder and its analysed copy, kept for the checks below."""
     keep = tmp_path_factory.mktemp("heldout")
-    heldout.score_seed(STRIPPED_FLAGS_SEED, keep=keep)
+    heldout.score_seed(STRIPPED_FLAGS_SEED, keep=keep, cache=cache)
     return keep / str(STRIPPED_FLAGS_SEED)
 
 
 def test_seed_sets_are_disjoint_and_the_generator_deterministic() -> None:
-    tuning, validation = set(heldout.seeds_of("tuning")), set(heldout.seeds_of("validation"))
-    assert len(validation) >= 240 and tuning and not tuning & validation
+    sets = {k: set(v) for k, v in heldout.seed_sets().items() if k != "spent"}
+    assert set(sets) >= {"tuning", "validation", "tuning2", "validation2"}
+    assert len(sets["validation2"]) >= 200
+    assert {"validation", "validation2"} <= set(heldout.seed_sets()["spent"])
+    names = sorted(sets)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not sets[a] & sets[b], (a, b)
     assert generate(41) == generate(41) != generate(42)
     assert generate(STRIPPED_FLAGS_SEED)["strip_flags"] is True
 
 
-def test_a_few_tuning_seeds_are_scored_end_to_end() -> None:
-    result = heldout.score(SAMPLE, jobs=1)
+def test_the_second_sets_draw_the_long_head_and_budget_families() -> None:
+    families = [generate(s).get("family", "base") for s in heldout.seeds_of("tuning2")]
+    assert {"base", "long_head", "token_budget"} <= set(families)
+    assert all("family" not in generate(s) for s in SAMPLE)   # the first sets unchanged
+    spec = generate(LONG_HEAD_SEED)
+    assert spec["family"] == "long_head"
+    assert [p["class"] for p in spec["workload"]["mix"]] == ["short", "document"]
+
+
+def test_a_long_head_seed_measures_head_blocked(cache: Path) -> None:
+    spec, run_dir, _ = heldout.replayed(LONG_HEAD_SEED, cache)
+    cause = heldout.truth_of(run_dir, spec["server"]["block_size"])["cause"]
+    # the head needs more blocks than are free while the median request would have fitted
+    assert cause["name"] == "head_blocked", cause
+    assert cause["head_blocks_needed"] > cause["head_free_blocks"] >= cause[
+        "typical_request_blocks"]
+
+
+def test_a_replay_is_cached_per_seed_and_spec(cache: Path) -> None:
+    first = heldout.score_seed(SAMPLE[0], cache=cache)
+    again = heldout.score_seed(SAMPLE[0], cache=cache)
+    assert first["replay_s"] > 0 and again["replay_s"] == 0
+    drop = {"replay_s", "analyse_s"}
+    assert {k: v for k, v in again.items() if k not in drop} == {
+        k: v for k, v in first.items() if k not in drop}
+    stamp = cache / str(SAMPLE[0]) / "spec.json"
+    stamp.write_text(json.dumps({**generate(SAMPLE[0]), "seed": -1}))   # another spec
+    assert heldout.score_seed(SAMPLE[0], cache=cache)["replay_s"] > 0
+
+
+def test_a_few_tuning_seeds_are_scored_end_to_end(cache: Path) -> None:
+    result = heldout.score(SAMPLE, jobs=1, cache=cache)
     rows, summary = result["rows"], result["summary"]
     assert [r["seed"] for r in rows] == SAMPLE and summary["n"] == len(SAMPLE)
     for r in rows:
@@ -53,7 +96,8 @@ def test_a_few_tuning_seeds_are_scored_end_to_end() -> None:
 
 
 def test_truth_comes_from_the_loadlab_series_alone(kept: Path, tmp_path: Path) -> None:
-    truth = heldout.truth_of(kept / "run")
+    block_size = generate(STRIPPED_FLAGS_SEED)["server"]["block_size"]
+    truth = heldout.truth_of(kept / "run", block_size)
     assert truth["knee"]["refused_share"], truth
     # the same truth once every vLLM series but the KV gauge is gone from the folder
     only = heldout.stripped_copy(kept / "run", tmp_path / "only", strip_flags=True)
@@ -64,9 +108,9 @@ def test_truth_comes_from_the_loadlab_series_alone(kept: Path, tmp_path: Path) -
     kept_rows = full[full["family"].astype(str).str.startswith("loadlab:")
                      | (full["family"].astype(str) == "vllm:kv_cache_usage_perc")]
     kept_rows.to_parquet(only_metrics / "part-only.parquet", index=False)
-    assert heldout.truth_of(only) == truth
+    assert heldout.truth_of(only, block_size) == truth
     with pytest.raises(RuntimeError, match="no loadlab: series"):
-        heldout.truth_of(kept / "analysed")
+        heldout.truth_of(kept / "analysed", block_size)
 
 
 def test_the_analysed_copy_has_no_loadlab_series_nor_flags(kept: Path) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from groundtruth import SCENARIOS, Scenario, run_scenario
 
-from loadlab.analyze.knee import bracket, find_knee
+from loadlab.analyze.knee import STATES, bracket, find_knee, state_codes
 from loadlab.analyze.steps import build_step_table, load_run
 
 
@@ -72,3 +73,14 @@ def test_one_stalled_step_is_never_high_confidence(tmp_path):
     knee = find_knee(run, build_step_table(run))
     assert (knee.found, knee.upper) == (True, 12)
     assert knee.confidence != "high", knee.reasons
+
+
+def test_a_tie_goes_to_occupancy_where_it_voted():
+    """Queue share and Little's mean say stalled, occupancy and the hinge say not: a deep
+    queue for a moment (a long head), not a persistent one. Without an occupancy vote the
+    tie still goes to the counter-based detectors."""
+    nan = np.nan
+    votes = {"queue": np.array([1.0, 1.0, 1.0]), "little": np.array([1.0, 1.0, 1.0]),
+             "occupancy": np.array([0.0, 1.0, nan]), "hinge": np.array([0.0, 0.0, 0.0])}
+    codes = state_codes(votes, np.zeros(3, dtype=bool))
+    assert [STATES[c] for c in codes] == ["ok", "stalled", "stalled"]
