@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.collect.sink import MetricsSink
-from loadlab.replay.records import TokenTimes
+from loadlab.replay.records import ENDPOINT, WORKER, TokenTimes
 from loadlab.runstore.layout import METRICS_TABLE
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import ResolvedConfig, resolve
@@ -27,9 +27,6 @@ from loadlab.sim.engine.step_model import step_time_for
 from loadlab.sim.engine.types import StepOutput
 from loadlab.sim.fleet.config import FleetConfig
 from loadlab.sim.fleet.router import ReplicaView
-
-ENDPOINT = "sim://replay"
-WORKER = "sim-replay"
 
 
 def replica_path(index: int) -> str:
