@@ -158,6 +158,9 @@ class _Replay:
         self.ended = False
         self.live: dict[str, SentRequest] = {}
         self.busy_users: set[int] = set()
+        # Replicas that may step: only a step's end or a new request makes one so, and
+        # checking just those keeps a fleet's loop from visiting every replica per event.
+        self.ready: set[int] = set()
         self.counts = {"completed": 0, "aborted": 0, "engine_steps": 0, "metrics_rows": 0}
 
     # ---- the loop ------------------------------------------------------------------------
@@ -175,13 +178,18 @@ class _Replay:
             handler(arg)
             if self.ended or (self.heap and self.heap[0][0] <= self.now):
                 continue
-            for replica in self.replicas:
-                if not replica.busy and replica.engine.has_unfinished_requests():
-                    out = replica.engine.step(self.now)
-                    if out is not None:
-                        replica.busy = True
-                        self.counts["engine_steps"] += 1
-                        self.push(out.t_end, _STEP_END, self.on_step_end, (replica, out))
+            ready = self.ready
+            for index in sorted(ready):  # in replica order, as all replicas were once checked
+                replica = self.replicas[index]
+                if replica.busy or not replica.engine.has_unfinished_requests():
+                    ready.discard(index)
+                    continue
+                out = replica.engine.step(self.now)
+                if out is not None:  # (None: nothing schedulable; tried again after next event)
+                    ready.discard(index)
+                    replica.busy = True
+                    self.counts["engine_steps"] += 1
+                    self.push(out.t_end, _STEP_END, self.on_step_end, (replica, out))
 
     # ---- handlers ------------------------------------------------------------------------
     def on_boundary(self, k: int) -> None:
@@ -257,6 +265,7 @@ class _Replay:
     def on_step_end(self, arg: tuple[ReplayReplica, StepOutput]) -> None:
         replica, out = arg
         replica.busy = False
+        self.ready.add(replica.view.index)
         replica.metrics.observe_step(out)
         replica.token_times.observe(out)
         for fin in out.finished:
@@ -331,6 +340,7 @@ class _Replay:
     def admit(self, arg: tuple[ReplayReplica, EngineRequest]) -> None:
         replica, req = arg
         replica.engine.add_request(req)
+        self.ready.add(replica.view.index)
         replica.metrics.observe_arrival(req, self.now)
 
     def request(self, rid: str, spec: RequestSpec, mml: int,
@@ -408,7 +418,8 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     fleet = cfg if isinstance(cfg, FleetConfig) else FleetConfig.single(cfg)
     replay = replay_cls(fleet, plan, workload, out, opts, progress, judge, observer)
     flags = replay.resolved.server_flags()
-    endpoints = {r.endpoint: _describe(r) for r in replay.replicas}
+    pages: dict[str, dict[str, Any]] = {}  # a fleet's replicas mostly serve one page at start
+    endpoints = {r.endpoint: _describe(r.metrics.render(), pages) for r in replay.replicas}
     info = endpoints[replay.replicas[0].endpoint]
     write_manifest(
         out,
@@ -465,9 +476,12 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     return summary
 
 
-def _describe(replica: ReplayReplica) -> dict[str, Any]:
-    page = ExpositionParser()
-    return describe_endpoint(page, page.parse(replica.metrics.render()).ids)
+def _describe(page: str, seen: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The manifest's entry for an endpoint serving ``page``, parsed once per distinct page."""
+    if page not in seen:
+        parser = ExpositionParser()
+        seen[page] = describe_endpoint(parser, parser.parse(page).ids)
+    return seen[page]
 
 
 def _fleet_entry(fleet: FleetConfig, replicas: list[ReplayReplica]) -> dict[str, Any]:
