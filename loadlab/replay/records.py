@@ -170,19 +170,22 @@ class RequestRows:
         has = lens > 0
         first = np.zeros(n)
         first[has] = flat[start[has]]
-        # Each request's gaps are flat's differences inside it: gaps[start:end - 1].
-        gaps = flat[1:] - flat[:-1]
         multi = lens > 1
         g0, g1 = start[multi], end[multi] - 1
-        for lo, hi in zip(g0.tolist(), g1.tolist(), strict=True):
-            gaps[lo:hi].sort()
         count = lens[multi] - 1
-        itl = {"itl_mean_s": (flat[g1] - flat[g0]) / count,
+        itl_mean = (flat[g1] - flat[g0]) / count
+        # Each request's gaps are flat's differences inside it, gaps[start:end - 1]: sorted
+        # in place, one request at a time; then flat becomes the offsets from each send,
+        # in place too (a fresh array of every token costs ~10 ns a value in page faults).
+        gaps = flat[1:] - flat[:-1]
+        for lo, hi, t in zip(start.tolist(), end.tolist(), sent, strict=True):
+            if hi - lo > 1:
+                gaps[lo:hi - 1].sort()
+            flat[lo:hi] -= t
+        itl = {"itl_mean_s": itl_mean,
                "itl_p50_s": segment_quantile(gaps, g0, count, 0.5),
                "itl_p99_s": segment_quantile(gaps, g0, count, 0.99),
                "itl_max_s": gaps[g1 - 1]}
-        offsets = np.repeat(t_sent, lens)
-        np.subtract(flat, offsets, out=offsets)  # (in place: fresh pages are costly here)
         ttft = pa.array(first - t_sent, mask=~has)
         e2e = pa.array(t_done - t_sent, mask=~ok)
         scheduled = pa.array(epoch + t_sent)
@@ -206,7 +209,7 @@ class RequestRows:
             "e2e_s": e2e, "e2e_from_scheduled_s": e2e,
             "n_chunks": n_tokens, "output_tokens": n_tokens,
             _OFFSETS: pa.ListArray.from_arrays(pa.array(bounds.astype(np.int32)),
-                                               pa.array(offsets)),
+                                               pa.array(flat)),
             "prompt_tokens": pa.array(prompt, pa.int32()),
             "target_prompt_tokens": pa.array(target_prompt, pa.int32()),
             "target_output_tokens": pa.array(target_output, pa.int32()),
