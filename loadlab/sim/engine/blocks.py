@@ -50,32 +50,12 @@ Everything is O(blocks touched); nothing scans the pool.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush
 from typing import Protocol
 
 PRIVATE_HASH_BASE = 1 << 64  # above every hash() value; see the module docstring
-
-
-class Block:
-    """One KV block: reference count, its hash (None if not hashed) and whether it is in
-    the cache map (private hashes may not be; module docstring).
-
-    ``ref_cnt`` is exact while the block is held or registered, the only times it is
-    read: a free unregistered block can never be hit, so freeing it may leave it stale
-    (:meth:`BlockPool.free_unshared`) and allocation sets it.
-    """
-
-    __slots__ = ("block_hash", "block_id", "qpos", "ref_cnt", "registered")
-
-    def __init__(self, block_id: int, ref_cnt: int = 0) -> None:
-        self.block_id = block_id
-        self.ref_cnt = ref_cnt
-        self.block_hash: int | None = None
-        self.registered = False
-        # While free and registered: its absolute position in the free queue (only a
-        # registered block can be hit, i.e. touched out of the queue).
-        self.qpos = -1
 
 
 def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int = 0) -> list[int]:
@@ -94,25 +74,38 @@ def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int =
 class BlockPool:
     """Blocks, reference counts, the LRU free queue and the hash -> block map.
 
+    A block is its id. Its fields live in per-pool arrays indexed by id (a
+    struct-of-arrays pool): ``ref_cnt``, ``block_hash`` (None if not hashed) and
+    ``registered`` (whether the block is in the cache map; private hashes may not be,
+    module docstring), and ``qpos`` while it is free and registered (its absolute
+    position in the free queue: only a registered block can be hit, i.e. touched out of
+    the queue). vLLM hands out the least recently freed block, so allocation touches the
+    coldest block of the pool; as objects (one per block), each such touch missed the
+    cache, and a fleet of 8 pools of 65k blocks paid it on every block
+    (``benchmarks/README.md``, "Simulator speed"). The arrays are dense: 1 byte
+    (registered) and 8 (a list slot) per block.
+
+    ``ref_cnt`` is exact while the block is held or registered, the only times it is
+    read: a free unregistered block can never be hit, so freeing it may leave it stale
+    (:meth:`free_unshared`) and allocation sets it.
+
     The free queue is, head first:
 
-    1. ``_front``: blocks freed without a hash, a list used as a stack whose END is the
-       queue head (vLLM prepends them; nothing takes one out of the middle, since only
-       hashed blocks are prefix hits);
-    2. the blocks never handed out (ids ``_next_fresh`` .. ``num_gpu_blocks - 1``,
-       created on first use, so a 65k-block pool costs nothing to build);
-    3. the blocks freed with a hash, in the list ``_q`` from index ``_qh``: freeing
-       appends at the tail, allocation takes a slice at the head (runs of blocks at list
-       speed, 3-4x cheaper than popping a linked structure block by block), and a
-       touched block leaves a hole (None) at its position ``qpos`` (absolute: list index
-       + ``_qbase``), skipped when the head reaches it. The consumed head is cut off once
-       it is most of the list.
+    1. ``_front``: blocks freed without a hash, an ``array`` used as a stack whose END is
+       the queue head (vLLM prepends them; nothing takes one out of the middle, since
+       only hashed blocks are prefix hits);
+    2. the blocks never handed out (ids ``_next_fresh`` .. ``num_gpu_blocks - 1``);
+    3. the blocks freed with a hash, in the ``array`` ``_q`` from index ``_qh``: freeing
+       appends at the tail, allocation takes a slice at the head (runs of blocks at C
+       speed), and a touched block leaves a hole (0: the null block is never free) at
+       its position ``qpos`` (absolute: index + ``_qbase``), skipped when the head
+       reaches it. The consumed head is cut off once it is most of the array.
 
-    The per-block loops (allocation, freeing) are bound by cache misses on the blocks, so
-    they read nothing else of an unregistered block: its hash is not looked at when it
-    is evicted, and it gets no ``qpos``. A request holding no registered block is freed
-    without a per-block loop at all (:meth:`free_unshared`): list copies in C reach the
-    blocks' memory many at a time, ~10x faster than a Python loop that waits on each.
+    The queues hold ids as machine integers, not Python ints, so moving a block through
+    them touches no object of its own. The per-block loops (allocation, freeing) read
+    nothing else of an unregistered block: its hash is not looked at when it is
+    evicted, and it gets no ``qpos``. A request holding no registered block is freed
+    without a per-block loop at all (:meth:`free_unshared`).
 
     Free blocks keep that split: a block gains a hash only while held, and loses it only
     when popped.
@@ -121,15 +114,19 @@ class BlockPool:
     def __init__(self, num_gpu_blocks: int, enable_caching: bool = True) -> None:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
+        self.ref_cnt = [0] * num_gpu_blocks
+        self.block_hash: list[int | None] = [None] * num_gpu_blocks
+        self.registered = bytearray(num_gpu_blocks)
+        self.qpos = array("q", bytes(8 * num_gpu_blocks))
         self._next_fresh = 1  # block 0 is the null block, never free
-        self._front: list[Block] = []
-        self._q: list[Block | None] = []
+        self._front = array("q")
+        self._q = array("q")
         self._qh = 0         # index of the queue head in _q
         self._qbase = 0      # absolute position of _q[0]
         self._nq = 0         # blocks in _q[_qh:] (holes not counted)
         self._holes: list[int] = []  # heap of the absolute positions of holes from the head on
-        self._cached: dict[int, Block] = {}
-        self._dups: dict[int, list[Block]] = {}
+        self._cached: dict[int, int] = {}
+        self._dups: dict[int, list[int]] = {}
 
     @property
     def num_free(self) -> int:
@@ -137,69 +134,70 @@ class BlockPool:
 
     def free_queue_ids(self) -> list[int]:
         """Block ids from LRU head to tail (for tests and debugging; O(pool))."""
-        front = [blk.block_id for blk in reversed(self._front)]
+        front = self._front.tolist()
+        front.reverse()
         fresh = list(range(self._next_fresh, self.num_gpu_blocks))
-        return front + fresh + [blk.block_id for blk in self._q[self._qh:] if blk is not None]
+        return front + fresh + [b for b in self._q[self._qh:] if b]
 
     def free_queue_hashes(self) -> list[int | None]:
         """Hashes from LRU head to tail, None for unhashed blocks (id-free, for tests)."""
         fresh: list[int | None] = [None] * (self.num_gpu_blocks - self._next_fresh)
+        hashes = self.block_hash
         return ([None] * len(self._front) + fresh
-                + [blk.block_hash for blk in self._q[self._qh:] if blk is not None])
+                + [hashes[b] for b in self._q[self._qh:] if b])
 
     # -- allocation -----------------------------------------------------------------
-    def get_new_blocks(self, n: int) -> list[Block]:
+    def get_new_blocks(self, n: int) -> list[int]:
         """Pop ``n`` blocks from the queue head, evicting their hashes. Caller checks num_free."""
+        ref = self.ref_cnt
         front = self._front
         if front:
             k = min(n, len(front))
-            first = front[-k:]
+            out = front[-k:].tolist()
             del front[-k:]
-            first.reverse()  # the stack's end is the queue head
-            for blk in first:
-                blk.ref_cnt = 1
+            out.reverse()  # the stack's end is the queue head
+            for b in out:
+                ref[b] = 1
             if n == k:
-                return first
+                return out
             n -= k
         else:
-            first = []
+            out = []
         start = self._next_fresh
         k = min(n, self.num_gpu_blocks - start)
-        out = [Block(i, 1) for i in range(start, start + k)]
-        self._next_fresh = start + k
-        if first:
-            out = first + out
+        if k:
+            ref[start:start + k] = [1] * k
+            out += range(start, start + k)
+            self._next_fresh = start + k
         if n == k:
             return out
         taken = self._take(n - k)
-        dups = self._dups
-        cached = self._cached
-        for blk in taken:  # every block in _q has a hash
-            if blk.registered:
-                h = blk.block_hash
+        dups, cached = self._dups, self._cached
+        hashes, registered = self.block_hash, self.registered
+        for b in taken:  # every block in _q has a hash
+            if registered[b]:
+                h = hashes[b]
                 if h in dups:
-                    self._evict(blk)
+                    self._evict(b)
                 else:  # the block is its hash's only block
                     del cached[h]  # type: ignore[arg-type]
-                    blk.registered = False
-            blk.block_hash = None
-            blk.ref_cnt = 1
-        if out:
-            out += taken
-            return out
-        return taken
+                    registered[b] = 0
+            hashes[b] = None
+            ref[b] = 1
+        out += taken
+        return out
 
-    def _take(self, m: int) -> list[Block]:
+    def _take(self, m: int) -> list[int]:
         """The ``m`` blocks at the head of ``_q``, skipping holes."""
         q, h, holes = self._q, self._qh, self._holes
-        taken = q[h:h + m]
+        taken = q[h:h + m].tolist()
         h += m
         if holes and holes[0] < self._qbase + h:
-            taken = [blk for blk in taken if blk is not None]
+            taken = [b for b in taken if b]
             while len(taken) < m:
                 more = q[h:h + m - len(taken)]
                 h += len(more)
-                taken += [blk for blk in more if blk is not None]
+                taken += [b for b in more if b]
             end = self._qbase + h
             while holes and holes[0] < end:
                 heappop(holes)
@@ -209,19 +207,19 @@ class BlockPool:
             self._qbase += h
             h = 0
         self._qh = h
-        return taken  # type: ignore[return-value]
+        return taken
 
-    def touch(self, blocks: Iterable[Block]) -> None:
+    def touch(self, blocks: Iterable[int]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
-        q, base = self._q, self._qbase
-        for blk in blocks:
-            if blk.ref_cnt == 0:
-                q[blk.qpos - base] = None
-                heappush(self._holes, blk.qpos)
+        q, base, ref, qpos = self._q, self._qbase, self.ref_cnt, self.qpos
+        for b in blocks:
+            if ref[b] == 0:
+                q[qpos[b] - base] = 0
+                heappush(self._holes, qpos[b])
                 self._nq -= 1
-            blk.ref_cnt += 1
+            ref[b] += 1
 
-    def free_blocks(self, blocks_tail_first: Iterable[Block]) -> None:
+    def free_blocks(self, blocks_tail_first: Iterable[int]) -> None:
         """Drop a reference; blocks reaching zero join the queue in the order given:
         hashed ones at the tail, unhashed ones (all of them with caching off, as no
         block is ever hashed then) together at the head."""
@@ -229,53 +227,56 @@ class BlockPool:
         append = q.append
         start = len(q)
         base = self._qbase
-        unhashed: list[Block] = []
-        for blk in blocks_tail_first:
-            blk.ref_cnt -= 1
-            if blk.ref_cnt == 0:
-                if blk.block_hash is None:
-                    unhashed.append(blk)
+        ref, hashes, registered, qpos = self.ref_cnt, self.block_hash, self.registered, self.qpos
+        unhashed: list[int] = []
+        for b in blocks_tail_first:
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                if hashes[b] is None:
+                    unhashed.append(b)
                 else:
-                    if blk.registered:
-                        blk.qpos = base + len(q)
-                    append(blk)
+                    if registered[b]:
+                        qpos[b] = base + len(q)
+                    append(b)
         self._nq += len(q) - start
         if unhashed:
             unhashed.reverse()  # the first one freed ends at the stack's end: the head
-            self._front += unhashed
+            self._front.extend(unhashed)
 
-    def free_unshared(self, blocks: list[Block], num_hashed: int) -> None:
+    def free_unshared(self, blocks: list[int], num_hashed: int) -> None:
         """:meth:`free_blocks` for the blocks of a request holding none that is registered,
         given head first, the first ``num_hashed`` hashed: nobody else holds them, so all
         of them become free, tail first, without reading one."""
         hashed = blocks[:num_hashed]
         hashed.reverse()
-        self._q += hashed
+        self._q.extend(hashed)
         self._nq += num_hashed
-        self._front += blocks[num_hashed:]  # its tail block ends at the stack's end: the head
+        self._front.extend(blocks[num_hashed:])  # its tail block ends at the stack's end: the head
 
     # -- prefix cache ---------------------------------------------------------------
-    def register_private(self, blocks: Iterable[Block]) -> int:
+    def register_private(self, blocks: Iterable[int]) -> int:
         """Enter the hashed blocks among ``blocks`` that are not in the cache map yet (those
         with a private hash) into it; returns how many."""
         n = 0
-        for blk in blocks:
-            if blk.block_hash is not None and not blk.registered:  # (public ones always are)
-                self._register(blk)
+        hashes, registered = self.block_hash, self.registered
+        for b in blocks:
+            if hashes[b] is not None and not registered[b]:  # (public ones always are)
+                self._register(b)
                 n += 1
         return n
 
-    def _register(self, blk: Block) -> None:
-        h = blk.block_hash
-        blk.registered = True
-        if self._cached.setdefault(h, blk) is not blk:  # type: ignore[arg-type]
-            self._dups.setdefault(h, []).append(blk)  # type: ignore[arg-type]
+    def _register(self, b: int) -> None:
+        h = self.block_hash[b]
+        self.registered[b] = 1
+        if self._cached.setdefault(h, b) != b:  # type: ignore[arg-type]
+            self._dups.setdefault(h, []).append(b)  # type: ignore[arg-type]
 
-    def _evict(self, blk: Block) -> None:
-        h = blk.block_hash
-        blk.registered = False
+    def _evict(self, b: int) -> None:
+        h = self.block_hash[b]
+        self.registered[b] = 0
         dups = self._dups.get(h)  # type: ignore[arg-type]
-        if self._cached.get(h) is blk:  # type: ignore[arg-type]
+        if self._cached.get(h) == b:  # type: ignore[arg-type]
             if dups:
                 self._cached[h] = dups.pop(0)  # type: ignore[index]
                 if not dups:
@@ -283,19 +284,19 @@ class BlockPool:
             else:
                 del self._cached[h]  # type: ignore[arg-type]
         else:
-            dups.remove(blk)  # type: ignore[union-attr]
+            dups.remove(b)  # type: ignore[union-attr]
             if not dups:
                 del self._dups[h]  # type: ignore[arg-type]
 
-    def longest_hit(self, block_hashes: Sequence[int], max_blocks: int) -> list[Block]:
+    def longest_hit(self, block_hashes: Sequence[int], max_blocks: int) -> list[int]:
         """Cached blocks for the longest leading run of ``block_hashes`` (at most max_blocks)."""
-        hit: list[Block] = []
+        hit: list[int] = []
         cached = self._cached
         for i in range(min(max_blocks, len(block_hashes))):
-            blk = cached.get(block_hashes[i])
-            if blk is None:
+            b = cached.get(block_hashes[i])
+            if b is None:
                 break
-            hit.append(blk)
+            hit.append(b)
         return hit
 
     @property
@@ -314,7 +315,7 @@ class KVRequest(Protocol):
     key: int                  # unique per request: part of its generated-token block ids
     num_tokens: int           # prompt + generated so far
     num_computed: int
-    blocks: list[Block]
+    blocks: list[int]         # block ids, head first
     block_hashes: list[int]   # chained hashes of full blocks known so far
     num_cached_blocks: int    # leading blocks already hashed (registered unless private)
     num_registered: int       # blocks it holds that are in the cache map (0: none shared)
@@ -332,13 +333,13 @@ class KVCacheManager:
         # kept on failure only, so a successful call costs nothing more.
         self.refused_need = 0
 
-    def lookup(self, req: KVRequest) -> list[Block]:
+    def lookup(self, req: KVRequest) -> list[int]:
         """Prefix hit for a request not yet holding blocks: at most num_tokens - 1 tokens."""
         if not self.enable_caching:
             return []
         return self.pool.longest_hit(req.block_hashes, (req.num_tokens - 1) // self.block_size)
 
-    def allocate_slots(self, req: KVRequest, num_new_tokens: int, hit: Sequence[Block] = (),
+    def allocate_slots(self, req: KVRequest, num_new_tokens: int, hit: Sequence[int] = (),
                        full_sequence_must_fit: bool = False) -> bool:
         """Give ``req`` blocks for ``num_new_tokens`` more tokens after its computed and hit ones.
 
@@ -351,8 +352,9 @@ class KVCacheManager:
         pool = self.pool
         held = len(req.blocks) + len(hit)
         evictable = 0
-        for blk in hit:
-            if blk.ref_cnt == 0:
+        ref = pool.ref_cnt
+        for b in hit:
+            if ref[b] == 0:
                 evictable += 1
         total_computed = req.num_computed + len(hit) * bs
         if full_sequence_must_fit:
@@ -394,14 +396,15 @@ class KVCacheManager:
             hashes += range(gen + len(hashes), gen + n_full)
         pool = self.pool
         setdefault = pool._cached.setdefault
+        block_hash, in_map = pool.block_hash, pool.registered
         registered = 0
-        for blk, h in zip(req.blocks[i:n_full], hashes[i:n_full]):
-            blk.block_hash = h
+        for b, h in zip(req.blocks[i:n_full], hashes[i:n_full]):
+            block_hash[b] = h
             if h < PRIVATE_HASH_BASE:  # BlockPool._register, inlined
-                blk.registered = True
+                in_map[b] = 1
                 registered += 1
-                if setdefault(h, blk) is not blk:
-                    pool._dups.setdefault(h, []).append(blk)
+                if setdefault(h, b) != b:
+                    pool._dups.setdefault(h, []).append(b)
         req.num_cached_blocks = n_full
         req.num_registered += registered
 
