@@ -29,7 +29,7 @@ def test_null_block_is_never_handed_out_and_usage_uses_n_minus_1() -> None:
     pool = BlockPool(6)
     assert pool.num_free == 5 and pool.usage() == 0.0
     got = pool.get_new_blocks(5)
-    assert sorted(got) == [1, 2, 3, 4, 5]
+    assert sorted(b.block_id for b in got) == [1, 2, 3, 4, 5]
     assert pool.num_free == 0 and pool.usage() == 1.0
 
 
@@ -76,7 +76,7 @@ def test_lru_evicts_a_freed_requests_tail_before_its_prefix() -> None:
     pool.get_new_blocks(2)  # pops block 5 (never used) and block 4 (the tail)
     probe = FakeReq(toks + unique_tokens(1), 16)
     hit = kv.lookup(probe)
-    assert hit == [1, 2, 3]
+    assert [b.block_id for b in hit] == [1, 2, 3]
 
 
 def test_touching_a_free_hit_block_takes_it_out_of_the_queue() -> None:
@@ -92,7 +92,7 @@ def test_touching_a_free_hit_block_takes_it_out_of_the_queue() -> None:
     assert len(hit) == 3
     assert kv.allocate_slots(b, 5, hit)
     assert pool.num_free == free_before - 4  # 3 touched + 1 new
-    assert all(blk not in pool.free_queue_ids() for blk in hit)
+    assert all(blk.block_id not in pool.free_queue_ids() for blk in hit)
 
 
 def test_allocation_failure_changes_nothing() -> None:
@@ -139,7 +139,7 @@ def test_private_blocks_enter_the_map_only_when_their_request_is_preempted() -> 
     kv.free(done)  # finished: hashed, so freed to the tail, but nobody can look them up
     assert pool.num_cached_blocks == 0
     assert pool.free_queue_hashes()[-4:] == [PRIVATE_HASH_BASE + i for i in (3, 2, 1, 0)]
-    assert pool.free_queue_ids()[0] == partial  # unhashed: at the head
+    assert pool.free_queue_ids()[0] == partial.block_id  # unhashed: at the head
     preempted = FakeReq(unique_tokens(70), 16, key=1)
     preempted.block_hashes = [PRIVATE_HASH_BASE + 100 + i for i in range(4)]
     assert kv.allocate_slots(preempted, 70)

@@ -69,7 +69,7 @@ def test_free_queue_takes_unhashed_blocks_at_the_head_hashed_at_the_tail(caching
     # caching: 3 (no hash) ahead of the fresh blocks, 2 and 1 behind them;
     # caching off: nothing is hashed, so all three go ahead, the first freed first.
     assert pool.free_queue_ids() == ([3, 4, 5, 6, 7, 2, 1] if caching else [3, 2, 1, 4, 5, 6, 7])
-    assert pool.get_new_blocks(2) == [3, 4 if caching else 2]
+    assert [b.block_id for b in pool.get_new_blocks(2)] == [3, 4 if caching else 2]
 
 
 @ENGINES

@@ -50,12 +50,32 @@ Everything is O(blocks touched); nothing scans the pool.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush
 from typing import Protocol
 
 PRIVATE_HASH_BASE = 1 << 64  # above every hash() value; see the module docstring
+
+
+class Block:
+    """One KV block: reference count, its hash (None if not hashed) and whether it is in
+    the cache map (private hashes may not be; module docstring).
+
+    ``ref_cnt`` is exact while the block is held or registered, the only times it is
+    read: a free unregistered block can never be hit, so freeing it may leave it stale
+    (:meth:`BlockPool.free_unshared`) and allocation sets it.
+    """
+
+    __slots__ = ("block_hash", "block_id", "qpos", "ref_cnt", "registered")
+
+    def __init__(self, block_id: int, ref_cnt: int = 0) -> None:
+        self.block_id = block_id
+        self.ref_cnt = ref_cnt
+        self.block_hash: int | None = None
+        self.registered = False
+        # While free and registered: its absolute position in the free queue (only a
+        # registered block can be hit, i.e. touched out of the queue).
+        self.qpos = -1
 
 
 def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int = 0) -> list[int]:
@@ -74,38 +94,25 @@ def prompt_block_hashes(token_ids: Sequence[int], block_size: int, parent: int =
 class BlockPool:
     """Blocks, reference counts, the LRU free queue and the hash -> block map.
 
-    A block is its id. Its fields live in per-pool arrays indexed by id (a
-    struct-of-arrays pool): ``ref_cnt``, ``block_hash`` (None if not hashed) and
-    ``registered`` (whether the block is in the cache map; private hashes may not be,
-    module docstring), and ``qpos`` while it is free and registered (its absolute
-    position in the free queue: only a registered block can be hit, i.e. touched out of
-    the queue). vLLM hands out the least recently freed block, so allocation touches the
-    coldest block of the pool; as objects (one per block), each such touch missed the
-    cache, and a fleet of 8 pools of 65k blocks paid it on every block
-    (``benchmarks/README.md``, "Simulator speed"). The arrays are dense: 1 byte
-    (registered) and 8 (a list slot) per block.
-
-    ``ref_cnt`` is exact while the block is held or registered, the only times it is
-    read: a free unregistered block can never be hit, so freeing it may leave it stale
-    (:meth:`free_unshared`) and allocation sets it.
-
     The free queue is, head first:
 
-    1. ``_front``: blocks freed without a hash, an ``array`` used as a stack whose END is
-       the queue head (vLLM prepends them; nothing takes one out of the middle, since
-       only hashed blocks are prefix hits);
-    2. the blocks never handed out (ids ``_next_fresh`` .. ``num_gpu_blocks - 1``);
-    3. the blocks freed with a hash, in the ``array`` ``_q`` from index ``_qh``: freeing
-       appends at the tail, allocation takes a slice at the head (runs of blocks at C
-       speed), and a touched block leaves a hole (0: the null block is never free) at
-       its position ``qpos`` (absolute: index + ``_qbase``), skipped when the head
-       reaches it. The consumed head is cut off once it is most of the array.
+    1. ``_front``: blocks freed without a hash, a list used as a stack whose END is the
+       queue head (vLLM prepends them; nothing takes one out of the middle, since only
+       hashed blocks are prefix hits);
+    2. the blocks never handed out (ids ``_next_fresh`` .. ``num_gpu_blocks - 1``,
+       created on first use, so a 65k-block pool costs nothing to build);
+    3. the blocks freed with a hash, in the list ``_q`` from index ``_qh``: freeing
+       appends at the tail, allocation takes a slice at the head (runs of blocks at list
+       speed, 3-4x cheaper than popping a linked structure block by block), and a
+       touched block leaves a hole (None) at its position ``qpos`` (absolute: list index
+       + ``_qbase``), skipped when the head reaches it. The consumed head is cut off once
+       it is most of the list.
 
-    The queues hold ids as machine integers, not Python ints, so moving a block through
-    them touches no object of its own. The per-block loops (allocation, freeing) read
-    nothing else of an unregistered block: its hash is not looked at when it is
-    evicted, and it gets no ``qpos``. A request holding no registered block is freed
-    without a per-block loop at all (:meth:`free_unshared`).
+    The per-block loops (allocation, freeing) are bound by cache misses on the blocks, so
+    they read nothing else of an unregistered block: its hash is not looked at when it
+    is evicted, and it gets no ``qpos``. A request holding no registered block is freed
+    without a per-block loop at all (:meth:`free_unshared`): list copies in C reach the
+    blocks' memory many at a time, ~10x faster than a Python loop that waits on each.
 
     Free blocks keep that split: a block gains a hash only while held, and loses it only
     when popped.
@@ -114,19 +121,15 @@ class BlockPool:
     def __init__(self, num_gpu_blocks: int, enable_caching: bool = True) -> None:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
-        self.ref_cnt = [0] * num_gpu_blocks
-        self.block_hash: list[int | None] = [None] * num_gpu_blocks
-        self.registered = bytearray(num_gpu_blocks)
-        self.qpos = array("q", bytes(8 * num_gpu_blocks))
         self._next_fresh = 1  # block 0 is the null block, never free
-        self._front = array("q")
-        self._q = array("q")
+        self._front: list[Block] = []
+        self._q: list[Block | None] = []
         self._qh = 0         # index of the queue head in _q
         self._qbase = 0      # absolute position of _q[0]
         self._nq = 0         # blocks in _q[_qh:] (holes not counted)
         self._holes: list[int] = []  # heap of the absolute positions of holes from the head on
-        self._cached: dict[int, int] = {}
-        self._dups: dict[int, list[int]] = {}
+        self._cached: dict[int, Block] = {}
+        self._dups: dict[int, list[Block]] = {}
 
     @property
     def num_free(self) -> int:
@@ -134,70 +137,69 @@ class BlockPool:
 
     def free_queue_ids(self) -> list[int]:
         """Block ids from LRU head to tail (for tests and debugging; O(pool))."""
-        front = self._front.tolist()
-        front.reverse()
+        front = [blk.block_id for blk in reversed(self._front)]
         fresh = list(range(self._next_fresh, self.num_gpu_blocks))
-        return front + fresh + [b for b in self._q[self._qh:] if b]
+        return front + fresh + [blk.block_id for blk in self._q[self._qh:] if blk is not None]
 
     def free_queue_hashes(self) -> list[int | None]:
         """Hashes from LRU head to tail, None for unhashed blocks (id-free, for tests)."""
         fresh: list[int | None] = [None] * (self.num_gpu_blocks - self._next_fresh)
-        hashes = self.block_hash
         return ([None] * len(self._front) + fresh
-                + [hashes[b] for b in self._q[self._qh:] if b])
+                + [blk.block_hash for blk in self._q[self._qh:] if blk is not None])
 
     # -- allocation -----------------------------------------------------------------
-    def get_new_blocks(self, n: int) -> list[int]:
+    def get_new_blocks(self, n: int) -> list[Block]:
         """Pop ``n`` blocks from the queue head, evicting their hashes. Caller checks num_free."""
-        ref = self.ref_cnt
         front = self._front
         if front:
             k = min(n, len(front))
-            out = front[-k:].tolist()
+            first = front[-k:]
             del front[-k:]
-            out.reverse()  # the stack's end is the queue head
-            for b in out:
-                ref[b] = 1
+            first.reverse()  # the stack's end is the queue head
+            for blk in first:
+                blk.ref_cnt = 1
             if n == k:
-                return out
+                return first
             n -= k
         else:
-            out = []
+            first = []
         start = self._next_fresh
         k = min(n, self.num_gpu_blocks - start)
-        if k:
-            ref[start:start + k] = [1] * k
-            out += range(start, start + k)
-            self._next_fresh = start + k
+        out = [Block(i, 1) for i in range(start, start + k)]
+        self._next_fresh = start + k
+        if first:
+            out = first + out
         if n == k:
             return out
         taken = self._take(n - k)
-        dups, cached = self._dups, self._cached
-        hashes, registered = self.block_hash, self.registered
-        for b in taken:  # every block in _q has a hash
-            if registered[b]:
-                h = hashes[b]
+        dups = self._dups
+        cached = self._cached
+        for blk in taken:  # every block in _q has a hash
+            if blk.registered:
+                h = blk.block_hash
                 if h in dups:
-                    self._evict(b)
+                    self._evict(blk)
                 else:  # the block is its hash's only block
                     del cached[h]  # type: ignore[arg-type]
-                    registered[b] = 0
-            hashes[b] = None
-            ref[b] = 1
-        out += taken
-        return out
+                    blk.registered = False
+            blk.block_hash = None
+            blk.ref_cnt = 1
+        if out:
+            out += taken
+            return out
+        return taken
 
-    def _take(self, m: int) -> list[int]:
+    def _take(self, m: int) -> list[Block]:
         """The ``m`` blocks at the head of ``_q``, skipping holes."""
         q, h, holes = self._q, self._qh, self._holes
-        taken = q[h:h + m].tolist()
+        taken = q[h:h + m]
         h += m
         if holes and holes[0] < self._qbase + h:
-            taken = [b for b in taken if b]
+            taken = [blk for blk in taken if blk is not None]
             while len(taken) < m:
                 more = q[h:h + m - len(taken)]
                 h += len(more)
-                taken += [b for b in more if b]
+                taken += [blk for blk in more if blk is not None]
             end = self._qbase + h
             while holes and holes[0] < end:
                 heappop(holes)
@@ -207,19 +209,19 @@ class BlockPool:
             self._qbase += h
             h = 0
         self._qh = h
-        return taken
+        return taken  # type: ignore[return-value]
 
-    def touch(self, blocks: Iterable[int]) -> None:
+    def touch(self, blocks: Iterable[Block]) -> None:
         """Take a reference on prefix-hit blocks, pulling free ones out of the queue."""
-        q, base, ref, qpos = self._q, self._qbase, self.ref_cnt, self.qpos
-        for b in blocks:
-            if ref[b] == 0:
-                q[qpos[b] - base] = 0
-                heappush(self._holes, qpos[b])
+        q, base = self._q, self._qbase
+        for blk in blocks:
+            if blk.ref_cnt == 0:
+                q[blk.qpos - base] = None
+                heappush(self._holes, blk.qpos)
                 self._nq -= 1
-            ref[b] += 1
+            blk.ref_cnt += 1
 
-    def free_blocks(self, blocks_tail_first: Iterable[int]) -> None:
+    def free_blocks(self, blocks_tail_first: Iterable[Block]) -> None:
         """Drop a reference; blocks reaching zero join the queue in the order given:
         hashed ones at the tail, unhashed ones (all of them with caching off, as no
         block is ever hashed then) together at the head."""
@@ -227,56 +229,53 @@ class BlockPool:
         append = q.append
         start = len(q)
         base = self._qbase
-        ref, hashes, registered, qpos = self.ref_cnt, self.block_hash, self.registered, self.qpos
-        unhashed: list[int] = []
-        for b in blocks_tail_first:
-            r = ref[b] - 1
-            ref[b] = r
-            if r == 0:
-                if hashes[b] is None:
-                    unhashed.append(b)
+        unhashed: list[Block] = []
+        for blk in blocks_tail_first:
+            blk.ref_cnt -= 1
+            if blk.ref_cnt == 0:
+                if blk.block_hash is None:
+                    unhashed.append(blk)
                 else:
-                    if registered[b]:
-                        qpos[b] = base + len(q)
-                    append(b)
+                    if blk.registered:
+                        blk.qpos = base + len(q)
+                    append(blk)
         self._nq += len(q) - start
         if unhashed:
             unhashed.reverse()  # the first one freed ends at the stack's end: the head
-            self._front.extend(unhashed)
+            self._front += unhashed
 
-    def free_unshared(self, blocks: list[int], num_hashed: int) -> None:
+    def free_unshared(self, blocks: list[Block], num_hashed: int) -> None:
         """:meth:`free_blocks` for the blocks of a request holding none that is registered,
         given head first, the first ``num_hashed`` hashed: nobody else holds them, so all
         of them become free, tail first, without reading one."""
         hashed = blocks[:num_hashed]
         hashed.reverse()
-        self._q.extend(hashed)
+        self._q += hashed
         self._nq += num_hashed
-        self._front.extend(blocks[num_hashed:])  # its tail block ends at the stack's end: the head
+        self._front += blocks[num_hashed:]  # its tail block ends at the stack's end: the head
 
     # -- prefix cache ---------------------------------------------------------------
-    def register_private(self, blocks: Iterable[int]) -> int:
+    def register_private(self, blocks: Iterable[Block]) -> int:
         """Enter the hashed blocks among ``blocks`` that are not in the cache map yet (those
         with a private hash) into it; returns how many."""
         n = 0
-        hashes, registered = self.block_hash, self.registered
-        for b in blocks:
-            if hashes[b] is not None and not registered[b]:  # (public ones always are)
-                self._register(b)
+        for blk in blocks:
+            if blk.block_hash is not None and not blk.registered:  # (public ones always are)
+                self._register(blk)
                 n += 1
         return n
 
-    def _register(self, b: int) -> None:
-        h = self.block_hash[b]
-        self.registered[b] = 1
-        if self._cached.setdefault(h, b) != b:  # type: ignore[arg-type]
-            self._dups.setdefault(h, []).append(b)  # type: ignore[arg-type]
+    def _register(self, blk: Block) -> None:
+        h = blk.block_hash
+        blk.registered = True
+        if self._cached.setdefault(h, blk) is not blk:  # type: ignore[arg-type]
+            self._dups.setdefault(h, []).append(blk)  # type: ignore[arg-type]
 
-    def _evict(self, b: int) -> None:
-        h = self.block_hash[b]
-        self.registered[b] = 0
+    def _evict(self, blk: Block) -> None:
+        h = blk.block_hash
+        blk.registered = False
         dups = self._dups.get(h)  # type: ignore[arg-type]
-        if self._cached.get(h) == b:  # type: ignore[arg-type]
+        if self._cached.get(h) is blk:  # type: ignore[arg-type]
             if dups:
                 self._cached[h] = dups.pop(0)  # type: ignore[index]
                 if not dups:
@@ -284,19 +283,19 @@ class BlockPool:
             else:
                 del self._cached[h]  # type: ignore[arg-type]
         else:
-            dups.remove(b)  # type: ignore[union-attr]
+            dups.remove(blk)  # type: ignore[union-attr]
             if not dups:
                 del self._dups[h]  # type: ignore[arg-type]
 
-    def longest_hit(self, block_hashes: Sequence[int], max_blocks: int) -> list[int]:
+    def longest_hit(self, block_hashes: Sequence[int], max_blocks: int) -> list[Block]:
         """Cached blocks for the longest leading run of ``block_hashes`` (at most max_blocks)."""
-        hit: list[int] = []
+        hit: list[Block] = []
         cached = self._cached
         for i in range(min(max_blocks, len(block_hashes))):
-            b = cached.get(block_hashes[i])
-            if b is None:
+            blk = cached.get(block_hashes[i])
+            if blk is None:
                 break
-            hit.append(b)
+            hit.append(blk)
         return hit
 
     @property
@@ -315,7 +314,7 @@ class KVRequest(Protocol):
     key: int                  # unique per request: part of its generated-token block ids
     num_tokens: int           # prompt + generated so far
     num_computed: int
-    blocks: list[int]         # block ids, head first
+    blocks: list[Block]
     block_hashes: list[int]   # chained hashes of full blocks known so far
     num_cached_blocks: int    # leading blocks already hashed (registered unless private)
     num_registered: int       # blocks it holds that are in the cache map (0: none shared)
@@ -333,13 +332,13 @@ class KVCacheManager:
         # kept on failure only, so a successful call costs nothing more.
         self.refused_need = 0
 
-    def lookup(self, req: KVRequest) -> list[int]:
+    def lookup(self, req: KVRequest) -> list[Block]:
         """Prefix hit for a request not yet holding blocks: at most num_tokens - 1 tokens."""
         if not self.enable_caching:
             return []
         return self.pool.longest_hit(req.block_hashes, (req.num_tokens - 1) // self.block_size)
 
-    def allocate_slots(self, req: KVRequest, num_new_tokens: int, hit: Sequence[int] = (),
+    def allocate_slots(self, req: KVRequest, num_new_tokens: int, hit: Sequence[Block] = (),
                        full_sequence_must_fit: bool = False) -> bool:
         """Give ``req`` blocks for ``num_new_tokens`` more tokens after its computed and hit ones.
 
@@ -352,9 +351,8 @@ class KVCacheManager:
         pool = self.pool
         held = len(req.blocks) + len(hit)
         evictable = 0
-        ref = pool.ref_cnt
-        for b in hit:
-            if ref[b] == 0:
+        for blk in hit:
+            if blk.ref_cnt == 0:
                 evictable += 1
         total_computed = req.num_computed + len(hit) * bs
         if full_sequence_must_fit:
@@ -396,15 +394,14 @@ class KVCacheManager:
             hashes += range(gen + len(hashes), gen + n_full)
         pool = self.pool
         setdefault = pool._cached.setdefault
-        block_hash, in_map = pool.block_hash, pool.registered
         registered = 0
-        for b, h in zip(req.blocks[i:n_full], hashes[i:n_full]):
-            block_hash[b] = h
+        for blk, h in zip(req.blocks[i:n_full], hashes[i:n_full]):
+            blk.block_hash = h
             if h < PRIVATE_HASH_BASE:  # BlockPool._register, inlined
-                in_map[b] = 1
+                blk.registered = True
                 registered += 1
-                if setdefault(h, b) != b:
-                    pool._dups.setdefault(h, []).append(b)
+                if setdefault(h, blk) is not blk:
+                    pool._dups.setdefault(h, []).append(blk)
         req.num_cached_blocks = n_full
         req.num_registered += registered
 

@@ -63,7 +63,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from loadlab.errors import InputError
-from loadlab.sim.engine.blocks import BlockPool, KVCacheManager, prompt_block_hashes
+from loadlab.sim.engine.blocks import Block, BlockPool, KVCacheManager, prompt_block_hashes
 from loadlab.sim.engine.types import EngineRequest, Refusal, SchedulerSettings
 
 SchedulerConfig = SchedulerSettings  # what the scheduler reads (ResolvedConfig is one)
@@ -109,7 +109,7 @@ class SimRequest:
         self.num_tokens = self.prompt_len
         self.num_computed = 0
         self.num_output = 0
-        self.blocks: list[int] = []  # KV block ids, head first
+        self.blocks: list[Block] = []
         self.block_hashes = block_hashes
         self.num_cached_blocks = 0
         self.num_registered = 0
