@@ -60,8 +60,8 @@ from typing import Any
 from loadlab.collect.parse import ExpositionParser, describe_endpoint
 from loadlab.errors import InputError
 from loadlab.replay.prompts import prompt_ids, replay_request
-from loadlab.replay.records import RequestRows, TokenTimes, quantile
-from loadlab.replay.replicas import ENDPOINT, WORKER, ReplayReplica, build_replicas
+from loadlab.replay.records import ENDPOINT, WORKER, RequestRows, SentRequest, TokenTimes
+from loadlab.replay.replicas import ReplayReplica, build_replicas
 from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
 from loadlab.runstore.claim import owner_entry
 from loadlab.runstore.layout import REQUESTS_TABLE
@@ -78,8 +78,7 @@ from loadlab.workload import load_profile
 from loadlab.workload.arrivals import RenewalSchedule, step_schedule
 from loadlab.workload.sampler import RequestSpec
 
-__all__ = ["ReplayOptions", "ReplaySummary", "TokenTimes", "gc_relaxed", "prompt_ids", "quantile",
-           "run_replay"]
+__all__ = ["ReplayOptions", "ReplaySummary", "TokenTimes", "gc_relaxed", "prompt_ids", "run_replay"]
 
 _STEP_END, _SAMPLE, _BOUNDARY, _ARRIVAL = range(4)
 Progress = Callable[[float, "float | None"], None]   # (virtual seconds, total or None)
@@ -124,22 +123,6 @@ class ReplaySummary:
         return self.virtual_s / self.wall_s if self.wall_s > 0 else float("inf")
 
 
-@dataclass(slots=True)
-class _Request:
-    """What the record of a request in flight needs besides its token times."""
-
-    seq: int
-    user: int | None
-    step: int
-    t_sent: float
-    prompt_len: int
-    target_prompt: int
-    target_output: int
-    group: int | None
-    prefix: int
-    replica: int
-
-
 class _Replay:
     """One replay's clock, event heap, engine, metrics and writers (no class-level state)."""
 
@@ -166,15 +149,18 @@ class _Replay:
         self.epoch = time.time() if opts.start_epoch is None else opts.start_epoch
         self.progress = progress
         self.requests = RequestRows(PartWriter(out_dir / REQUESTS_TABLE, REQUESTS,
-                                               writer_id=WORKER))
+                                               writer_id=WORKER), opts.point, self.epoch)
         self.now = 0.0
         self.heap: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
         self.n_events = 0
         self.seq = 0
         self.step = 0
         self.ended = False
-        self.live: dict[str, _Request] = {}
+        self.live: dict[str, SentRequest] = {}
         self.busy_users: set[int] = set()
+        # Replicas that may step: only a step's end or a new request makes one so, and
+        # checking just those keeps a fleet's loop from visiting every replica per event.
+        self.ready: set[int] = set()
         self.counts = {"completed": 0, "aborted": 0, "engine_steps": 0, "metrics_rows": 0}
 
     # ---- the loop ------------------------------------------------------------------------
@@ -192,13 +178,18 @@ class _Replay:
             handler(arg)
             if self.ended or (self.heap and self.heap[0][0] <= self.now):
                 continue
-            for replica in self.replicas:
-                if not replica.busy and replica.engine.has_unfinished_requests():
-                    out = replica.engine.step(self.now)
-                    if out is not None:
-                        replica.busy = True
-                        self.counts["engine_steps"] += 1
-                        self.push(out.t_end, _STEP_END, self.on_step_end, (replica, out))
+            ready = self.ready
+            for index in sorted(ready):  # in replica order, as all replicas were once checked
+                replica = self.replicas[index]
+                if replica.busy or not replica.engine.has_unfinished_requests():
+                    ready.discard(index)
+                    continue
+                out = replica.engine.step(self.now)
+                if out is not None:  # (None: nothing schedulable; tried again after next event)
+                    ready.discard(index)
+                    replica.busy = True
+                    self.counts["engine_steps"] += 1
+                    self.push(out.t_end, _STEP_END, self.on_step_end, (replica, out))
 
     # ---- handlers ------------------------------------------------------------------------
     def on_boundary(self, k: int) -> None:
@@ -274,6 +265,7 @@ class _Replay:
     def on_step_end(self, arg: tuple[ReplayReplica, StepOutput]) -> None:
         replica, out = arg
         replica.busy = False
+        self.ready.add(replica.view.index)
         replica.metrics.observe_step(out)
         replica.token_times.observe(out)
         for fin in out.finished:
@@ -321,7 +313,7 @@ class _Replay:
         if own.max_model_len < self.fleet_mml or own.block_size != self.resolved.block_size:
             req, prefix = self.request(rid, spec, own.max_model_len, own.block_size)
         prompt_len = len(req.prompt_token_ids)
-        self.live[rid] = _Request(
+        self.live[rid] = SentRequest(
             seq=self.seq,
             user=user,
             step=self.step,
@@ -348,6 +340,7 @@ class _Replay:
     def admit(self, arg: tuple[ReplayReplica, EngineRequest]) -> None:
         replica, req = arg
         replica.engine.add_request(req)
+        self.ready.add(replica.view.index)
         replica.metrics.observe_arrival(req, self.now)
 
     def request(self, rid: str, spec: RequestSpec, mml: int,
@@ -373,38 +366,11 @@ class _Replay:
             self.counts["aborted"] += 1
         self.live.clear()
 
-    def record(self, req: _Request, rid: str, status: str, t_done: float) -> None:
-        epoch, t_sent = self.epoch, req.t_sent
-        times = self.replicas[req.replica].token_times.pop(rid)
-        first = float(times[0]) if len(times) else None
+    def record(self, req: SentRequest, rid: str, status: str, t_done: float) -> None:
         window = self.windows[req.step]
-        row: dict[str, Any] = {
-            "point": self.opts.point, "step": req.step, "worker": WORKER, "user": req.user,
-            "concurrency": window.get("concurrency"), "target_rate": window.get("target_rate"),
-            "request_id": rid, "seq": req.seq, "endpoint": ENDPOINT, "api": "completions",
-            "t_scheduled": epoch + t_sent, "t_issued": epoch + t_sent, "t_sent": epoch + t_sent,
-            "send_lag_s": 0.0,
-            "t_first_token": None if first is None else epoch + first,
-            "t_done": epoch + t_done, "n_chunks": len(times),
-            "prompt_tokens": req.prompt_len, "output_tokens": len(times),
-            "target_prompt_tokens": req.target_prompt, "target_output_tokens": req.target_output,
-            "prefix_group": req.group, "prefix_tokens": req.prefix, "status": status,
-            "http_status": 200, "error": None if status == "ok" else "aborted at end of plan",
-            "failure": None, "ttft_s": None, "ttft_from_scheduled_s": None, "e2e_s": None,
-            "e2e_from_scheduled_s": None, "itl_mean_s": None, "itl_p50_s": None,
-            "itl_p99_s": None, "itl_max_s": None,
-        }
-        if first is not None:
-            row["ttft_s"] = row["ttft_from_scheduled_s"] = first - t_sent
-        if status == "ok":
-            row["e2e_s"] = row["e2e_from_scheduled_s"] = t_done - t_sent
-        if len(times) > 1:
-            gaps = times[1:] - times[:-1]  # np.diff without its dispatch, sorted in place
-            gaps.sort()
-            row.update(itl_mean_s=float(times[-1] - times[0]) / (len(times) - 1),
-                       itl_p50_s=quantile(gaps, 0.5),
-                       itl_p99_s=quantile(gaps, 0.99), itl_max_s=float(gaps[-1]))
-        self.requests.add(row, times - t_sent)
+        times = self.replicas[req.replica].token_times.pop(rid)
+        self.requests.add(req, rid, status == "ok", t_done, window.get("concurrency"),
+                          window.get("target_rate"), times)
 
 
 @contextmanager
@@ -452,7 +418,8 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     fleet = cfg if isinstance(cfg, FleetConfig) else FleetConfig.single(cfg)
     replay = replay_cls(fleet, plan, workload, out, opts, progress, judge, observer)
     flags = replay.resolved.server_flags()
-    endpoints = {r.endpoint: _describe(r) for r in replay.replicas}
+    pages: dict[str, dict[str, Any]] = {}  # a fleet's replicas mostly serve one page at start
+    endpoints = {r.endpoint: _describe(r.metrics.render(), pages) for r in replay.replicas}
     info = endpoints[replay.replicas[0].endpoint]
     write_manifest(
         out,
@@ -509,9 +476,12 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     return summary
 
 
-def _describe(replica: ReplayReplica) -> dict[str, Any]:
-    page = ExpositionParser()
-    return describe_endpoint(page, page.parse(replica.metrics.render()).ids)
+def _describe(page: str, seen: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The manifest's entry for an endpoint serving ``page``, parsed once per distinct page."""
+    if page not in seen:
+        parser = ExpositionParser()
+        seen[page] = describe_endpoint(parser, parser.parse(page).ids)
+    return seen[page]
 
 
 def _fleet_entry(fleet: FleetConfig, replicas: list[ReplayReplica]) -> dict[str, Any]:

@@ -1,25 +1,25 @@
-"""Replay's request records: token times per request, and REQUESTS rows built column-wise.
+"""Replay's request records: token times per request, and REQUESTS rows built in bulk.
 
 :class:`TokenTimes` keeps each request's token times as a slice of the step-end
-timeline. :class:`RequestRows` buffers rows and writes them as REQUESTS parts through
-:meth:`PartWriter.write_table`: the per-token ``chunk_offsets_s`` list column is built
-from one flat float array and its offsets (``pa.ListArray.from_arrays``), not from a
-Python list per row, which was most of the cost of writing requests.parquet
-(``benchmarks/bench_sim_replay.py``), and it is written without dictionary encoding
-(a dictionary of per-token floats is costly and useless). Every row carries every other
-column, so one ``itemgetter`` call per row and a ``zip`` transpose (both in C) turn the
-rows into columns: ``pa.Table.from_pylist`` looked each key up row by row in Python, and
-cost as much as the parquet write. Flushing: every ``flush_rows``
-rows or when the oldest buffered row is ``flush_interval_s`` wall seconds old, and at
-:meth:`close`.
+timeline. :class:`RequestRows` keeps, per request done, one tuple and its token times
+(a numpy view, no copy) and builds every REQUESTS column at a flush with numpy: the
+token offsets from one concatenation, the ITL figures from the gaps of that one array
+(each request's gaps sorted in place, its quantiles then read for all requests at
+once), the constant columns as constants. Per request that leaves one tuple append: a
+dict per row and per-row quantiles cost ~28 us a request, a third of the replay's own
+work (``benchmarks/bench_sim_replay.py``). The ``chunk_offsets_s`` list column is
+built from the flat array and its offsets (``pa.ListArray.from_arrays``) and written
+without dictionary encoding (a dictionary of per-token floats is costly and useless).
+Flushing: every ``flush_rows`` rows or when the oldest buffered row is
+``flush_interval_s`` wall seconds old, and at :meth:`close`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Set as AbstractSet
-from operator import itemgetter
-from typing import Any
+from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 import pyarrow as pa
@@ -28,9 +28,30 @@ from loadlab.runstore import REQUESTS, PartWriter
 from loadlab.sim.engine.types import StepOutput
 
 _OFFSETS = "chunk_offsets_s"
-_OFFSETS_INDEX = REQUESTS.get_field_index(_OFFSETS)
-_SCALARS = pa.schema([f for f in REQUESTS if f.name != _OFFSETS])
-_IN_SCHEMA_ORDER = itemgetter(*_SCALARS.names)
+_DICTIONARY = [f.name for f in REQUESTS if f.name != _OFFSETS]
+ENDPOINT = "sim://replay"   # the endpoint and worker columns of a replay's rows
+WORKER = "sim-replay"
+_ABORTED = "aborted at end of plan"
+
+
+@dataclass(slots=True)
+class SentRequest:
+    """What the record of a request in flight needs besides its token times."""
+
+    seq: int
+    user: int | None
+    step: int
+    t_sent: float
+    prompt_len: int
+    target_prompt: int
+    target_output: int
+    group: int | None
+    prefix: int
+    replica: int
+
+
+_SENT_FIELDS = attrgetter("step", "user", "seq", "t_sent", "prompt_len", "target_prompt",
+                          "target_output", "group", "prefix")
 
 
 class TokenTimes:
@@ -87,51 +108,123 @@ class TokenTimes:
         return self._ends[first:self._n] if first is not None else np.empty(0)
 
 
-def quantile(sorted_values: np.ndarray, q: float) -> float:
-    """Linear-interpolation quantile of sorted values (numpy's default method, ~20x cheaper)."""
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
-
+def segment_quantile(gaps: np.ndarray, start: np.ndarray, count: np.ndarray,
+                     q: float) -> np.ndarray:
+    """Linear-interpolation quantile (numpy's default method) of each sorted segment
+    ``gaps[start:start + count]`` (count >= 1), for all segments at once."""
+    pos = q * (count - 1)
+    lo = pos.astype(np.int64)
+    hi = np.minimum(lo + 1, count - 1)
+    low = gaps[start + lo]
+    return low + (gaps[start + hi] - low) * (pos - lo)
 
 
 class RequestRows:
-    """REQUESTS rows: scalars as dicts, chunk offsets as arrays, one table per part."""
+    """REQUESTS rows of one replay: a tuple and the token times per request, one table
+    per part (module docstring). ``epoch`` is the unix time of virtual 0."""
 
-    def __init__(self, writer: PartWriter, flush_rows: int = 20_000,
+    def __init__(self, writer: PartWriter, point: str, epoch: float, flush_rows: int = 20_000,
                  flush_interval_s: float = 30.0) -> None:
         self.writer = writer
+        self.point = point
+        self.epoch = epoch
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
-        self._rows: list[dict[str, Any]] = []
-        self._offsets: list[np.ndarray] = []
+        self._rows: list[tuple[SentRequest, str, bool, float, int | None, float | None]] = []
+        self._times: list[np.ndarray] = []
         self._last_flush = time.monotonic()
 
-    def add(self, row: dict[str, Any], chunk_offsets_s: np.ndarray) -> None:
-        """Queue one row: every REQUESTS column but chunk_offsets_s (None where it has no
-        value; a missing one is a KeyError at the flush), which comes apart."""
-        self._rows.append(row)
-        self._offsets.append(chunk_offsets_s)
+    def add(self, req: SentRequest, rid: str, ok: bool, t_done: float, concurrency: int | None,
+            target_rate: float | None, times: np.ndarray) -> None:
+        """Queue the row of a request done at virtual ``t_done`` (``ok``: finished, else
+        aborted at the end of the plan) whose tokens came at virtual ``times``;
+        ``concurrency`` / ``target_rate``: its load step's."""
+        self._rows.append((req, rid, ok, t_done, concurrency, target_rate))
+        self._times.append(times)
         if (len(self._rows) >= self.flush_rows
                 or time.monotonic() - self._last_flush >= self.flush_interval_s):
             self.flush()
 
     def flush(self) -> None:
-        rows, offsets = self._rows, self._offsets
-        self._rows, self._offsets = [], []
+        rows, times = self._rows, self._times
+        self._rows, self._times = [], []
         self._last_flush = time.monotonic()
-        if not rows:
-            return
-        bounds = np.zeros(len(offsets) + 1, dtype=np.int32)
-        np.cumsum([len(a) for a in offsets], out=bounds[1:])
-        values = np.concatenate(offsets).astype(np.float64, copy=False)
-        column = pa.ListArray.from_arrays(pa.array(bounds), pa.array(values))
-        columns = zip(*map(_IN_SCHEMA_ORDER, rows), strict=True)
-        table = pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, _SCALARS)],
-                                     schema=_SCALARS)
-        self.writer.write_table(table.add_column(_OFFSETS_INDEX, REQUESTS.field(_OFFSETS), column),
-                                dictionary_columns=_SCALARS.names)
+        if rows:
+            self.writer.write_table(self._table(rows, times), dictionary_columns=_DICTIONARY)
+
+    def _table(self, rows: list[tuple[SentRequest, str, bool, float, int | None, float | None]],
+               times: list[np.ndarray]) -> pa.Table:
+        """The REQUESTS table of ``rows``: every column a numpy or pyarrow operation."""
+        n, epoch = len(rows), self.epoch
+        reqs, rids, oks, dones, concurrency, target_rate = zip(*rows, strict=True)
+        step, user, seq, sent, prompt, target_prompt, target_output, group, prefix = zip(
+            *map(_SENT_FIELDS, reqs), strict=True)
+        t_sent = np.array(sent)
+        t_done = np.array(dones)
+        ok = np.array(oks)
+        lens = np.fromiter(map(len, times), np.int64, n)
+        bounds = np.zeros(n + 1, np.int64)
+        np.cumsum(lens, out=bounds[1:])
+        flat = np.concatenate(times).astype(np.float64, copy=False)
+        start, end = bounds[:-1], bounds[1:]
+        has = lens > 0
+        first = np.zeros(n)
+        first[has] = flat[start[has]]
+        multi = lens > 1
+        g0, g1 = start[multi], end[multi] - 1
+        count = lens[multi] - 1
+        itl_mean = (flat[g1] - flat[g0]) / count
+        # Each request's gaps are flat's differences inside it, gaps[start:end - 1]: sorted
+        # in place, one request at a time; then flat becomes the offsets from each send,
+        # in place too (a fresh array of every token costs ~10 ns a value in page faults).
+        gaps = flat[1:] - flat[:-1]
+        for lo, hi, t in zip(start.tolist(), end.tolist(), sent, strict=True):
+            if hi - lo > 1:
+                gaps[lo:hi - 1].sort()
+            flat[lo:hi] -= t
+        itl = {"itl_mean_s": itl_mean,
+               "itl_p50_s": segment_quantile(gaps, g0, count, 0.5),
+               "itl_p99_s": segment_quantile(gaps, g0, count, 0.99),
+               "itl_max_s": gaps[g1 - 1]}
+        ttft = pa.array(first - t_sent, mask=~has)
+        e2e = pa.array(t_done - t_sent, mask=~ok)
+        scheduled = pa.array(epoch + t_sent)
+        n_tokens = pa.array(lens, pa.int32())
+        columns: dict[str, pa.Array] = {
+            "point": pa.array([self.point] * n, pa.string()),
+            "step": pa.array(step, pa.int32()),
+            "concurrency": pa.array(concurrency, pa.int32()),
+            "target_rate": pa.array(target_rate, pa.float64()),
+            "worker": pa.array([WORKER] * n, pa.string()),
+            "user": pa.array(user, pa.int32()),
+            "request_id": pa.array(rids, pa.string()),
+            "seq": pa.array(seq, pa.int64()),
+            "endpoint": pa.array([ENDPOINT] * n, pa.string()),
+            "api": pa.array(["completions"] * n, pa.string()),
+            "t_scheduled": scheduled, "t_issued": scheduled, "t_sent": scheduled,
+            "t_first_token": pa.array(epoch + first, mask=~has),
+            "t_done": pa.array(epoch + t_done),
+            "send_lag_s": pa.array(np.zeros(n)),
+            "ttft_s": ttft, "ttft_from_scheduled_s": ttft,
+            "e2e_s": e2e, "e2e_from_scheduled_s": e2e,
+            "n_chunks": n_tokens, "output_tokens": n_tokens,
+            _OFFSETS: pa.ListArray.from_arrays(pa.array(bounds.astype(np.int32)),
+                                               pa.array(flat)),
+            "prompt_tokens": pa.array(prompt, pa.int32()),
+            "target_prompt_tokens": pa.array(target_prompt, pa.int32()),
+            "target_output_tokens": pa.array(target_output, pa.int32()),
+            "prefix_group": pa.array(group, pa.int32()),
+            "prefix_tokens": pa.array(prefix, pa.int32()),
+            "status": pa.array(["ok" if o else "aborted" for o in oks], pa.string()),
+            "http_status": pa.array(np.full(n, 200, np.int32)),
+            "error": pa.array([None if o else _ABORTED for o in oks], pa.string()),
+            "failure": pa.nulls(n, pa.string()),
+        }
+        for name, values in itl.items():
+            column = np.zeros(n)
+            column[multi] = values
+            columns[name] = pa.array(column, mask=~multi)
+        return pa.Table.from_arrays([columns[f.name] for f in REQUESTS], schema=REQUESTS)
 
     def close(self) -> None:
         self.flush()

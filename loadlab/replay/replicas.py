@@ -9,6 +9,10 @@ Token times are kept per replica too: :class:`~loadlab.replay.records.TokenTimes
 each request's times off its own engine's step-end timeline, and one timeline shared by
 replicas stepping at different times sent every request down its slow path (a list per
 request, appended at every step): the fleet replay ran at half the speed per step.
+The replicas share one :class:`~loadlab.collect.parse.ExpositionParser`: it learns a
+page's series once (each one a prometheus_client parse, ~10 ms a page) and then reads
+every replica's page, the same lines, from its memo; each replica's writer takes the
+series' strings from it by id.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 
 from loadlab.collect.parse import ExpositionParser, Scrape
 from loadlab.collect.sink import MetricsSink
-from loadlab.replay.records import TokenTimes
+from loadlab.replay.records import ENDPOINT, WORKER, TokenTimes
 from loadlab.runstore.layout import METRICS_TABLE
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import ResolvedConfig, resolve
@@ -27,9 +31,6 @@ from loadlab.sim.engine.step_model import step_time_for
 from loadlab.sim.engine.types import StepOutput
 from loadlab.sim.fleet.config import FleetConfig
 from loadlab.sim.fleet.router import ReplicaView
-
-ENDPOINT = "sim://replay"
-WORKER = "sim-replay"
 
 
 def replica_path(index: int) -> str:
@@ -42,14 +43,14 @@ class ReplayReplica:
 
     def __init__(self, resolved: ResolvedConfig, metrics_names: str, out_dir: Path,
                  view: ReplicaView, fleet_size: int,
-                 observer: Callable[[StepOutput], None] | None) -> None:
+                 observer: Callable[[StepOutput], None] | None, parser: ExpositionParser) -> None:
         self.resolved = resolved
         self.view = view
         self.metrics = EngineMetrics(resolved, names=metrics_names)
         self.engine = Engine(resolved, step_time_for(resolved), observer)
         alone = fleet_size == 1
         self.endpoint = ENDPOINT if alone else ENDPOINT + replica_path(view.index)
-        self.parser = ExpositionParser()
+        self.parser = parser
         self.sink = MetricsSink(out_dir / METRICS_TABLE, self.parser, endpoint=self.endpoint,
                                 source="sim",
                                 writer_id=WORKER if alone else f"{WORKER}-r{view.index}",
@@ -75,7 +76,8 @@ def build_replicas(fleet: FleetConfig, out_dir: Path,
                    observer: Callable[[StepOutput], None] | None) -> list[ReplayReplica]:
     """The fleet's replicas (InputError from ``resolve`` for an impossible config)."""
     resolved = [resolve(cfg) for cfg in fleet.configs]     # all checked before any writer
+    parser = ExpositionParser()
     return [ReplayReplica(r, cfg.metrics_names, out_dir, ReplicaView(i, pool), fleet.size,
-                          observer)
+                          observer, parser)
             for i, (r, cfg, pool) in enumerate(zip(resolved, fleet.configs, fleet.pools,
                                                    strict=True))]

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from loadlab.errors import InputError
-from loadlab.replay.driver import ReplayOptions, TokenTimes, prompt_ids, quantile, run_replay
+from loadlab.replay.driver import ReplayOptions, TokenTimes, prompt_ids, run_replay
+from loadlab.replay.records import segment_quantile
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
@@ -222,10 +223,15 @@ def test_token_times_match_per_token_tracking_under_preemption() -> None:
     assert done == naive
 
 
-def test_quantile_matches_numpy() -> None:
-    values = np.sort(np.random.default_rng(0).exponential(size=37))
+def test_segment_quantile_matches_numpy() -> None:
+    rng = np.random.default_rng(0)
+    segments = [np.sort(rng.exponential(size=n)) for n in (37, 1, 2, 100)]
+    flat = np.concatenate(segments)
+    count = np.array([len(s) for s in segments])
+    start = np.concatenate(([0], np.cumsum(count)[:-1]))
     for q in (0.0, 0.5, 0.99, 1.0):
-        assert quantile(values, q) == pytest.approx(np.percentile(values, q * 100))
+        got = segment_quantile(flat, start, count, q)
+        assert got == pytest.approx([np.percentile(s, q * 100) for s in segments])
 
 
 def test_lowered_concurrency_retires_users(tmp_path: Path) -> None:
