@@ -55,11 +55,11 @@ PROFILES = ROOT / "tests" / "vllm" / "profiles"
 STEP_S, WARMUP_S = 15.0, 2.0
 SERVERS: dict[str, tuple[dict[str, object], list[tuple[str, str]]]] = {
     "s1": ({"max_num_seqs": 16, "num_gpu_blocks_override": 512},
-           [("tiny-prefill", "1"), ("tiny-short", "1,4,8,16")]),
+           [("tiny-prefill", "1"), ("tiny-short", "1,4,8,16"), ("tiny-decode", "1,4,8,16")]),
     "s2": ({"max_num_seqs": 32, "num_gpu_blocks_override": 64, "enable_prefix_caching": False},
            [("tiny-check", "4,12,16"), ("tiny-short", "1,4,8,16"), ("tiny-prefill", "1")]),
 }
-FIT = ["s1/tiny-prefill", "s1/tiny-short"]
+FIT = ["s1/tiny-prefill", "s1/tiny-short", "s1/tiny-decode"]
 CHECK = ["s2/tiny-check"]
 SAME_LOAD = ["tiny-prefill", "tiny-short"]
 
