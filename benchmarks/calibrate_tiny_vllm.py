@@ -14,20 +14,25 @@ server CPUs, the load generator and its /metrics scraper on the client CPU), eac
 before and after each load to ``loadavg.txt``:
 
 - server 1, ``--max-num-seqs 16``, 512 blocks: the FIT loads, ``tiny-prefill`` (512 in,
-  4 out) at 1 user and ``tiny-short`` (64 in, 32 out) at 1, 4, 8, 16 users. The fit must
-  see as many running requests as the check will (9-16): fitted at 4 or fewer, a
-  per-context term is an extrapolation past everything it was fitted on;
+  4 out) at 1 user, ``tiny-short`` (64 in, 32 out) and ``tiny-decode`` (64 in, 160 out)
+  at 1, 4, 8, 16 users. The fit must see as many running requests as the check will
+  (9-16): fitted at 4 or fewer, a per-context term is an extrapolation past everything it
+  was fitted on. And it must see two contexts per running request: with one length, the
+  context a step reads is a fixed multiple of its requests, the two terms cannot be told
+  apart, and the fit keeps per-request alone (``loadlab.calibrate.terms``, rule 0);
 - server 2, ``--max-num-seqs 32 --num-gpu-blocks-override 64``, no prefix caching: the
   CHECK load ``tiny-check`` (160 in, 48 out) at 4, 12, 16 users (a request holds 7 of
   the 63 usable blocks, so past 9 running the pool is the knee: 12 and 16 are past it),
-  then the fit loads again, so the two servers can be compared on the same load.
+  then ``tiny-short`` and ``tiny-prefill`` again, so the two servers can be compared on the
+  same load.
 
 A ``--target`` run cannot see the server's flags, so its manifest's ``server`` block is
 filled with the launch flags afterwards, as ``loadlab sim calibrate``'s refusal says.
 
 ``report`` fits server 1's runs with :func:`loadlab.calibrate.fit_runs` and checks server
 2's with :func:`loadlab.calibrate.check_runs` (client TTFT, ITL and E2E p50 per level,
-predicted / measured - 1), and prints how much the two servers differ on the same load.
+predicted / measured - 1), and prints how much the two servers differ on the same load;
+without a server 2 folder (collected apart, later) it prints the fit alone.
 """
 
 from __future__ import annotations
@@ -136,14 +141,19 @@ def report(data: Path) -> None:
     print(f"fit: {cal.step}\nfront {cal.front_s * 1e3:.2f} ms + "
           f"{cal.front_per_in_flight_s * 1e3:.2f} ms/in flight, turnaround "
           f"{cal.turnaround_s * 1e3:.2f} ms; dropped {cal.dropped}")
-    fit = check_runs(cal, [data / p for p in FIT])
-    held = check_runs(cal, [data / p for p in CHECK])
-    for title, table in (("fit (server 1)", fit), ("held out (server 2)", held)):
+    tables = [("fit (server 1)", check_runs(cal, [data / p for p in FIT]))]
+    held_out = (data / "s2").is_dir()    # collected apart, maybe later, on a quiet host
+    if held_out:
+        tables.append(("held out (server 2)", check_runs(cal, [data / p for p in CHECK])))
+    for title, table in tables:
         print(f"\n{title}:")
         print("\n".join(format_table(table)))
         print("\n".join(markdown(table, title)))
-    print("\nserver 2 against server 1, same load:")
-    print(server_spread(data).to_string(index=False))
+    if held_out:
+        print("\nserver 2 against server 1, same load:")
+        print(server_spread(data).to_string(index=False))
+    else:
+        print(f"\nno {data / 's2'}: the held-out check waits for `collect {data} s2`")
 
 
 if __name__ == "__main__":
