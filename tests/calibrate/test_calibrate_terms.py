@@ -62,3 +62,16 @@ def test_too_few_levels_fall_back_to_the_in_sample_error():
     coef, dropped = least_squares(features[keep], (features @ TRUE)[keep], TERMS, groups[keep])
     assert coef[0] > 0
     assert all("left out" not in why for why in dropped.values())
+
+
+def test_a_context_proportional_to_the_requests_is_not_separable():
+    """Every request of the same length: the context read is 80 tokens a running request,
+    so per-request and per-context fit equally; the earlier of the pair (per request)
+    stays, and carries both costs, exact on these loads."""
+    features, groups = rows()
+    features[:, 4] = 80.0 * features[:, 1]
+    measured = features @ TRUE
+    coef, dropped = least_squares(features, measured, TERMS, groups)
+    assert dropped["per_context_token_s"].startswith("not separable from per_request_s")
+    assert coef[4] == 0.0
+    assert coef[1] == pytest.approx(TRUE[1] + 80.0 * TRUE[4], rel=1e-6)
