@@ -9,7 +9,9 @@ the replay forms depend a little on the step time itself (who arrives before a s
 starts), so the fit is repeated from its own answer a few times.
 
 A term stays only when the data supports it (:mod:`loadlab.calibrate.terms`): one that
-no step exercises, one the fit sets to zero, or one without which the levels, each left
+no step exercises, one the fit loads cannot tell apart from another (per context token
+from per request when every request has the same lengths), one the fit sets to zero, or
+one without which the levels, each left
 out of the fit in turn, are predicted about as well, is dropped, and named with its
 reason in the calibration. The front
 end and the turnaround are per-level differences of measured means (``Level.front_s``,
