@@ -3,26 +3,36 @@
 Needs ``bash tools/install_vllm.sh``. Two phases, so the real-vLLM part runs once and the
 fit can be rerun offline on its folders:
 
-    flock /tmp/realvllm.lock python3 benchmarks/calibrate_tiny_vllm.py collect /tmp/caldata
+    flock /tmp/realvllm.lock python3 benchmarks/calibrate_tiny_vllm.py collect /tmp/caldata s1
+    flock /tmp/realvllm.lock python3 benchmarks/calibrate_tiny_vllm.py collect /tmp/caldata s2
     python3 benchmarks/calibrate_tiny_vllm.py report /tmp/caldata
 
-``collect`` (about 6 minutes on 2 cores) starts two servers of the tiny model one after
-the other (``tiny_vllm``: vLLM on the server CPUs, the load generator and its /metrics
-scraper on the client CPU), each load one ``loadlab run --target URL --collect`` folder:
+``collect`` (3-5 minutes a server on 2 cores, so each holds the lock under 10 minutes)
+starts the named servers of the tiny model one after the other (``tiny_vllm``: vLLM on the
+server CPUs, the load generator and its /metrics scraper on the client CPU), each load one
+``loadlab run --target URL --collect`` folder, and appends the machine's load average
+before and after each load to ``loadavg.txt``:
 
-- server 1, ``--max-num-seqs 4``, 512 blocks: the FIT loads, ``tiny-prefill`` (512 in,
-  4 out) at 1 user and ``tiny-short`` (64 in, 32 out) at 1, 2, 4 users;
+- server 1, ``--max-num-seqs 16``, 512 blocks: the FIT loads, ``tiny-prefill`` (512 in,
+  4 out) at 1 user, ``tiny-short`` (64 in, 32 out) and ``tiny-decode`` (64 in, 160 out)
+  at 1, 4, 8, 16 users. The fit must see as many running requests as the check will
+  (9-16): fitted at 4 or fewer, a per-context term is an extrapolation past everything it
+  was fitted on. And it must see two contexts per running request: with one length, the
+  context a step reads is a fixed multiple of its requests, the two terms cannot be told
+  apart, and the fit keeps per-request alone (``loadlab.calibrate.terms``, rule 0);
 - server 2, ``--max-num-seqs 32 --num-gpu-blocks-override 64``, no prefix caching: the
   CHECK load ``tiny-check`` (160 in, 48 out) at 4, 12, 16 users (a request holds 7 of
   the 63 usable blocks, so past 9 running the pool is the knee: 12 and 16 are past it),
-  then the fit loads again, so the two servers can be compared on the same load.
+  then ``tiny-short`` and ``tiny-prefill`` again, so the two servers can be compared on the
+  same load.
 
 A ``--target`` run cannot see the server's flags, so its manifest's ``server`` block is
 filled with the launch flags afterwards, as ``loadlab sim calibrate``'s refusal says.
 
 ``report`` fits server 1's runs with :func:`loadlab.calibrate.fit_runs` and checks server
 2's with :func:`loadlab.calibrate.check_runs` (client TTFT, ITL and E2E p50 per level,
-predicted / measured - 1), and prints how much the two servers differ on the same load.
+predicted / measured - 1), and prints how much the two servers differ on the same load;
+without a server 2 folder (collected apart, later) it prints the fit alone.
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -47,12 +59,12 @@ from loadlab.experiment.cpus import format_cpu_list
 PROFILES = ROOT / "tests" / "vllm" / "profiles"
 STEP_S, WARMUP_S = 15.0, 2.0
 SERVERS: dict[str, tuple[dict[str, object], list[tuple[str, str]]]] = {
-    "s1": ({"max_num_seqs": 4, "num_gpu_blocks_override": 512},
-           [("tiny-prefill", "1"), ("tiny-short", "1,2,4")]),
+    "s1": ({"max_num_seqs": 16, "num_gpu_blocks_override": 512},
+           [("tiny-prefill", "1"), ("tiny-short", "1,4,8,16"), ("tiny-decode", "1,4,8,16")]),
     "s2": ({"max_num_seqs": 32, "num_gpu_blocks_override": 64, "enable_prefix_caching": False},
-           [("tiny-check", "4,12,16"), ("tiny-short", "1,2,4"), ("tiny-prefill", "1")]),
+           [("tiny-check", "4,12,16"), ("tiny-short", "1,4,8,16"), ("tiny-prefill", "1")]),
 }
-FIT = ["s1/tiny-prefill", "s1/tiny-short"]
+FIT = ["s1/tiny-prefill", "s1/tiny-short", "s1/tiny-decode"]
 CHECK = ["s2/tiny-check"]
 SAME_LOAD = ["tiny-prefill", "tiny-short"]
 
@@ -73,15 +85,26 @@ def run_load(url: str, out: Path, profile: str, levels: str, server: dict[str, o
     manifest_path.write_text(json.dumps(manifest, indent=2))
 
 
-def collect(out: Path) -> None:
+def note_load(out: Path, what: str) -> None:
+    """Append the machine's load average: a shared host's speed moves with it."""
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "loadavg.txt").open("a") as f:
+        f.write(f"{time.strftime('%H:%M:%S', time.gmtime())} UTC {what}: "
+                f"{Path('/proc/loadavg').read_text().strip()}\n")
+
+
+def collect(out: Path, names: Sequence[str] = ()) -> None:
     reason = missing_reason()
     if reason:
         sys.exit(reason)
-    for name, (flags, loads) in SERVERS.items():
+    for name in names or SERVERS:
+        flags, loads = SERVERS[name]
         with tiny_vllm(out / name / "server", **flags) as target:
             for profile, levels in loads:
+                note_load(out, f"{name}/{profile} start")
                 run_load(target.base_url, out / name / profile, profile, levels,
                          target.server_settings())
+        note_load(out, f"{name} done")
 
 
 def markdown(table: pd.DataFrame, title: str) -> list[str]:
@@ -118,15 +141,23 @@ def report(data: Path) -> None:
     print(f"fit: {cal.step}\nfront {cal.front_s * 1e3:.2f} ms + "
           f"{cal.front_per_in_flight_s * 1e3:.2f} ms/in flight, turnaround "
           f"{cal.turnaround_s * 1e3:.2f} ms; dropped {cal.dropped}")
-    fit = check_runs(cal, [data / p for p in FIT])
-    held = check_runs(cal, [data / p for p in CHECK])
-    for title, table in (("fit (server 1)", fit), ("held out (server 2)", held)):
+    tables = [("fit (server 1)", check_runs(cal, [data / p for p in FIT]))]
+    held_out = (data / "s2").is_dir()    # collected apart, maybe later, on a quiet host
+    if held_out:
+        tables.append(("held out (server 2)", check_runs(cal, [data / p for p in CHECK])))
+    for title, table in tables:
         print(f"\n{title}:")
         print("\n".join(format_table(table)))
         print("\n".join(markdown(table, title)))
-    print("\nserver 2 against server 1, same load:")
-    print(server_spread(data).to_string(index=False))
+    if held_out:
+        print("\nserver 2 against server 1, same load:")
+        print(server_spread(data).to_string(index=False))
+    else:
+        print(f"\nno {data / 's2'}: the held-out check waits for `collect {data} s2`")
 
 
 if __name__ == "__main__":
-    {"collect": collect, "report": report}[sys.argv[1]](Path(sys.argv[2]))
+    if sys.argv[1] == "collect":
+        collect(Path(sys.argv[2]), sys.argv[3:])
+    else:
+        report(Path(sys.argv[2]))
