@@ -19,7 +19,11 @@ before and after each load to ``loadavg.txt``:
   (9-16): fitted at 4 or fewer, a per-context term is an extrapolation past everything it
   was fitted on. And it must see two contexts per running request: with one length, the
   context a step reads is a fixed multiple of its requests, the two terms cannot be told
-  apart, and the fit keeps per-request alone (``loadlab.calibrate.terms``, rule 0);
+  apart, and the fit keeps per-request alone (``loadlab.calibrate.terms``, rule 0).
+  ``tiny-long`` (300 in, 400 out) at 4 and 8 users: prompts of a third length at two
+  levels, so that with any one level left out the prompts still have two lengths and a
+  cost per step carrying prefill is told from a cost per prefill token (rule 0 again;
+  ``tiny-prefill``'s one level alone is not enough);
 - server 2, ``--max-num-seqs 32 --num-gpu-blocks-override 64``, no prefix caching: the
   CHECK load ``tiny-check`` (160 in, 48 out) at 4, 12, 16 users (a request holds 7 of
   the 63 usable blocks, so past 9 running the pool is the knee: 12 and 16 are past it),
@@ -60,11 +64,12 @@ PROFILES = ROOT / "tests" / "vllm" / "profiles"
 STEP_S, WARMUP_S = 15.0, 2.0
 SERVERS: dict[str, tuple[dict[str, object], list[tuple[str, str]]]] = {
     "s1": ({"max_num_seqs": 16, "num_gpu_blocks_override": 512},
-           [("tiny-prefill", "1"), ("tiny-short", "1,4,8,16"), ("tiny-decode", "1,4,8,16")]),
+           [("tiny-prefill", "1"), ("tiny-short", "1,4,8,16"), ("tiny-decode", "1,4,8,16"),
+            ("tiny-long", "4,8")]),
     "s2": ({"max_num_seqs": 32, "num_gpu_blocks_override": 64, "enable_prefix_caching": False},
            [("tiny-check", "4,12,16"), ("tiny-short", "1,4,8,16"), ("tiny-prefill", "1")]),
 }
-FIT = ["s1/tiny-prefill", "s1/tiny-short", "s1/tiny-decode"]
+FIT = ["s1/tiny-prefill", "s1/tiny-short", "s1/tiny-decode", "s1/tiny-long"]
 CHECK = ["s2/tiny-check"]
 SAME_LOAD = ["tiny-prefill", "tiny-short"]
 

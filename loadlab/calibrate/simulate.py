@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from loadlab.calibrate.runs import Level
+from loadlab.sim.engine.calibration import TERMS
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.step_model import StepTime, step_features
 from loadlab.sim.engine.types import BatchShape, EngineRequest, SchedulerSettings
@@ -89,8 +90,8 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
         for fin in out.finished:
             done.append((fin.request_id, index))
             heapq.heappush(sends, (now + turnaround(level.concurrency), sent[fin.request_id][1]))
-    return _trace(np.asarray(features, float).reshape(-1, 5), np.asarray(ends), sent, first_step,
-                  token_steps, done, warmup)
+    return _trace(np.asarray(features, float).reshape(-1, len(TERMS)), np.asarray(ends), sent,
+                  first_step, token_steps, done, warmup)
 
 
 def _trace(features: np.ndarray, ends: np.ndarray, sent: dict[str, tuple[float, int]],
@@ -98,7 +99,7 @@ def _trace(features: np.ndarray, ends: np.ndarray, sent: dict[str, tuple[float, 
            done: list[tuple[str, int]], warmup: float) -> LevelTrace:
     """Per request sent after the warm-up and finished: its latencies and feature sums
     (``cum`` prefix sums over steps, so a span of steps is one subtraction)."""
-    cum = np.vstack([np.zeros((1, 5)), np.cumsum(features, axis=0)])
+    cum = np.vstack([np.zeros((1, len(TERMS))), np.cumsum(features, axis=0)])
     rows = []
     for rid, last in done:
         t_send = sent[rid][0]
@@ -112,7 +113,7 @@ def _trace(features: np.ndarray, ends: np.ndarray, sent: dict[str, tuple[float, 
                      cum[first + 1] - cum[first_step[rid]], cum[last + 1] - cum[first + 1],
                      len(steps) - 1))
     if not rows:
-        empty = np.zeros((0, 5))
+        empty = np.zeros((0, len(TERMS)))
         return LevelTrace(np.array([]), np.array([]), np.array([]), empty, empty, np.array([]))
     ttft, e2e, itl, pre, dec, gaps = (np.array(c, float) for c in zip(*rows, strict=True))
     return LevelTrace(ttft, e2e, itl, pre, dec, gaps)

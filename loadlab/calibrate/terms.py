@@ -37,7 +37,13 @@ it most. Of the pair, the one earlier in :data:`TERMS <loadlab.sim.engine.calibr
 order stays: that order (per request, per prefill token, per attention pair, per context
 token) is by how fast the regressor grows with a request's length, and with no evidence in
 the data of a cost growing with length, the term that does not assume one extrapolates
-least. The dropped term is named with the partner and the fix (a fit load of other
+least. Per prefill step comes last, though its regressor (1 on a step that schedules
+prefill tokens, else 0) grows with nothing: the observations are prefill means and decode
+means, so it is 1 on every prefill row and near 0 on the decode rows of light loads. It
+is the one term that fits *any* difference between prefill and decode steps, and would
+absorb what a per-token or per-context cost explains, so it stays only where the data
+separate it from each of them.
+The dropped term is named with the partner and the fix (a fit load of other
 lengths).
 
 Fewer than :data:`MIN_FOLDS` levels leave nothing to hold out: rules 0 and 1 use all

@@ -3,8 +3,8 @@ alone exercises is dropped, though it lowers the in-sample error (and the held-o
 of the other levels); a term the levels vary is kept at its true value.
 
 Rows are what fit.py builds: per level, the mean prefill step and the mean decode step's
-features (fixed, requests, prefill tokens, attention pairs, context tokens), two rows a
-level, against measured times from known constants.
+features (fixed, requests, prefill tokens, attention pairs, context tokens, carries a
+prefill), two rows a level, against measured times from known constants.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from loadlab.calibrate.terms import SUPPORT_RMS, in_sample_rms, least_squares
 from loadlab.sim.engine.calibration import TERMS
 
-TRUE = np.array([4e-3, 0.4e-3, 25e-6, 0.0, 1e-6])
+TRUE = np.array([4e-3, 0.4e-3, 25e-6, 0.0, 1e-6, 0.0])
 # (running requests, prompt tokens, context tokens a decode step reads)
 LEVELS = [(1, 512, 520), (1, 64, 80), (4, 64, 320), (8, 64, 640), (16, 64, 1280),
           (4, 160, 736), (12, 160, 2200)]
@@ -25,8 +25,8 @@ def rows(context: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Two feature rows a level (a prefill step, a decode step) and their groups."""
     features, groups = [], []
     for index, (running, prompt, read) in enumerate(LEVELS):
-        features.append([1.0, running, prompt, 0.0, read if context else 0.0])
-        features.append([1.0, running, 0.0, 0.0, read if context else 0.0])
+        features.append([1.0, running, prompt, 0.0, read if context else 0.0, 1.0])
+        features.append([1.0, running, 0.0, 0.0, read if context else 0.0, 0.0])
         groups += [index, index]
     return np.array(features), np.array(groups)
 
@@ -52,7 +52,7 @@ def test_a_term_the_levels_vary_is_kept_at_its_value():
     features, groups = rows()
     measured = features @ TRUE
     coef, dropped = least_squares(features, measured, TERMS, groups)
-    assert set(dropped) == {"per_attention_pair_s"}
+    assert set(dropped) == {"per_attention_pair_s", "per_prefill_step_s"}   # TRUE's zeros
     np.testing.assert_allclose(coef, TRUE, rtol=1e-6, atol=1e-12)
 
 

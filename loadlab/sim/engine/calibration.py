@@ -6,10 +6,18 @@ of *that* server needs no model or GPU profile. One engine step takes
 
     step_s = fixed + per_request x n + per_prefill_token x P
              + per_attention_pair x pairs + per_context_token x context
+             + per_prefill_step x [P > 0]
 
 (n scheduled requests, P prefill tokens, ``pairs`` the new x context token pairs of
 :func:`loadlab.sim.engine.timing.attention_pairs`, ``context`` the tokens the batch
-reads). Beside the engine: ``front_s``, the API server's share of a request's latency
+reads). ``per_prefill_step`` is paid once by a step that schedules any prefill tokens,
+whatever their number. Its likely source is host work that only such a step does: vLLM's
+model runner prepares inputs and attention metadata for query lengths above one
+(``_prepare_inputs`` in vllm/v1/worker/gpu_model_runner.py, inherited by the CPU runner,
+vllm/v1/worker/cpu_model_runner.py); on a small model that host work, not the tokens,
+sets the step time, so the fixed cost alone cannot be both a decode and a prefill step.
+
+Beside the engine: ``front_s``, the API server's share of a request's latency
 (to the engine's queue and the first token back), and ``turnaround_s``, the time a
 closed-loop user's next request takes to reach the engine after its previous one
 finished, each with an optional slope on the requests in flight. The KV pool and scheduler
@@ -29,7 +37,7 @@ from loadlab.errors import InputError
 from loadlab.spec.validate import validate
 
 TERMS = ("fixed_s", "per_request_s", "per_prefill_token_s", "per_attention_pair_s",
-         "per_context_token_s")
+         "per_context_token_s", "per_prefill_step_s")
 
 
 class StepTerms(BaseModel):
@@ -42,6 +50,7 @@ class StepTerms(BaseModel):
     per_prefill_token_s: float = Field(0.0, ge=0)
     per_attention_pair_s: float = Field(0.0, ge=0)
     per_context_token_s: float = Field(0.0, ge=0)
+    per_prefill_step_s: float = Field(0.0, ge=0)
 
     def values(self) -> list[float]:
         """The coefficients in :data:`TERMS` order."""

@@ -16,19 +16,23 @@ from loadlab.sim.engine.types import BatchShape
 StepTime = Callable[[BatchShape], float]
 
 
-def step_features(batch: BatchShape) -> tuple[float, float, float, float, float]:
-    """The quantities the calibrated terms multiply, in ``calibration.TERMS`` order."""
+def step_features(batch: BatchShape) -> tuple[float, ...]:
+    """The quantities the calibrated terms multiply, in ``calibration.TERMS`` order (one
+    per term: ``calibration.TERMS`` and this tuple change together)."""
     return (1.0, float(batch.num_requests), float(batch.num_prefill_tokens),
-            attention_pairs(batch), float(batch.context_tokens))
+            attention_pairs(batch), float(batch.context_tokens),
+            float(batch.num_prefill_tokens > 0))
 
 
 def calibrated_step_time(calibration: Calibration) -> StepTime:
     """Seconds per step from the fitted terms (a dot product: replay calls it per step)."""
-    fixed, per_req, per_prefill, per_pair, per_ctx = calibration.step.values()
+    fixed, per_req, per_prefill, per_pair, per_ctx, per_step = calibration.step.values()
 
     def step_time(batch: BatchShape) -> float:
-        return (fixed + per_req * batch.num_requests + per_prefill * batch.num_prefill_tokens
-                + per_pair * attention_pairs(batch) + per_ctx * batch.context_tokens)
+        prefill = batch.num_prefill_tokens
+        return (fixed + per_req * batch.num_requests + per_prefill * prefill
+                + per_pair * attention_pairs(batch) + per_ctx * batch.context_tokens
+                + (per_step if prefill else 0.0))
 
     return step_time
 
