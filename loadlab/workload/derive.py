@@ -83,7 +83,11 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 
 def correlations(inp: np.ndarray, out: np.ndarray) -> tuple[float, float]:
-    """(Spearman, Pearson of ln-lengths)."""
+    """(Spearman, Pearson of ln-lengths). A side of one length (a fixed-length benchmark
+    load) carries no dependence to measure: 0 for both, where numpy would divide by a zero
+    deviation and give NaN."""
+    if np.ptp(inp) == 0 or np.ptp(out) == 0:
+        return 0.0, 0.0
     spearman = float(np.corrcoef(_ranks(inp), _ranks(out))[0, 1])
     log_pearson = float(np.corrcoef(np.log(inp), np.log(out))[0, 1])
     return spearman, log_pearson

@@ -3,6 +3,7 @@ independent of which process asks for which seq, and keeps BWB's input/output pa
 
 from __future__ import annotations
 
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -114,3 +115,14 @@ def test_arrival_offsets_follow_the_profile_rate() -> None:
         load_profile("azure-conv").model.arrivals.rate_per_s, rel=0.05
     )
     assert load_profile("bwb").sampler(9).spec(5).arrival_s is None
+
+
+def test_a_fixed_length_side_has_no_correlation_rather_than_nan() -> None:
+    """A benchmark load of one prompt length (tune refits a run's lengths) is no NaN pair."""
+    lengths = np.array([64.0] * 50)
+    outputs = np.linspace(10.0, 200.0, 50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert correlations(lengths, outputs) == (0.0, 0.0)
+        spearman, log_pearson = correlations(outputs, outputs[::-1])
+    assert spearman == pytest.approx(-1.0) and log_pearson < -0.5
