@@ -419,7 +419,8 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     replay = replay_cls(fleet, plan, workload, out, opts, progress, judge, observer)
     flags = replay.resolved.server_flags()
     pages: dict[str, dict[str, Any]] = {}  # a fleet's replicas mostly serve one page at start
-    endpoints = {r.endpoint: _describe(r.metrics.render(), pages) for r in replay.replicas}
+    endpoints = {r.endpoint: _describe(r.metrics.render(), pages, r.parser)
+                 for r in replay.replicas}
     info = endpoints[replay.replicas[0].endpoint]
     write_manifest(
         out,
@@ -476,10 +477,17 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     return summary
 
 
-def _describe(page: str, seen: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The manifest's entry for an endpoint serving ``page``, parsed once per distinct page."""
+def _describe(page: str, seen: dict[str, dict[str, Any]],
+              sampler: ExpositionParser) -> dict[str, Any]:
+    """The manifest's entry for an endpoint serving ``page``, parsed once per distinct page.
+
+    The first page is parsed by ``sampler``, the replicas' own parser, still empty: it
+    learns the page's series here (each one a prometheus_client parse), not again at the
+    first sample. Any other distinct page gets a fresh parser, so that each entry lists
+    its own page's families only.
+    """
     if page not in seen:
-        parser = ExpositionParser()
+        parser = ExpositionParser() if seen else sampler
         seen[page] = describe_endpoint(parser, parser.parse(page).ids)
     return seen[page]
 
