@@ -22,12 +22,22 @@ def _mix(z: int) -> int:
 
 def key(*parts: int) -> int:
     """A 64-bit key from integers (negative values allowed)."""
-    h = 0
+    return key_after(0, *parts)
+
+
+def key_after(h: int, *parts: int) -> int:
+    """``key(*head, *parts)`` given ``h = key(*head)``: a caller drawing many keys under
+    one prefix (seed, stream) hashes that prefix once."""
     for part in parts:
         h = _mix(h ^ (part & _MASK))
     return h
 
 
+# _mix(i + 1) of the first uniforms of a key, the counters every draw hashes again.
+_COUNTERS = tuple(_mix(i + 1) for i in range(8))
+
+
 def uniforms(k: int, n: int) -> list[float]:
     """``n`` uniforms in [0, 1) for key ``k``."""
-    return [(_mix(k ^ _mix(i + 1)) >> 11) * (1.0 / (1 << 53)) for i in range(n)]
+    counters = _COUNTERS if n <= len(_COUNTERS) else tuple(_mix(i + 1) for i in range(n))
+    return [(_mix(k ^ counters[i]) >> 11) * (1.0 / (1 << 53)) for i in range(n)]

@@ -83,6 +83,7 @@ class RequestSampler:
     def __init__(self, model: ProfileModel, seed: int, active_sessions: int | None = None) -> None:
         self.model = model
         self.seed = int(seed)
+        self._stream_key = rng.key(self.seed, _SAMPLER_STREAM)
         lengths = model.lengths
         self._input = QuantileFn(lengths.input)
         self._output = QuantileFn(lengths.output)
@@ -109,7 +110,7 @@ class RequestSampler:
 
     def spec(self, seq: int) -> RequestSpec:
         """The request at position ``seq``; same (profile, seed, seq) -> same spec."""
-        u = rng.uniforms(rng.key(self.seed, _SAMPLER_STREAM, seq), 3)
+        u = rng.uniforms(rng.key_after(self._stream_key, seq), 3)
         arrival = self._schedule.offset(seq) if self._schedule is not None else None
         if self._sessions is not None:
             t = self._sessions.turn(seq)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,7 @@ import pandas as pd
 import pytest
 
 from loadlab.errors import InputError
-from loadlab.replay.driver import ReplayOptions, TokenTimes, prompt_ids, run_replay
+from loadlab.replay.driver import ReplayOptions, TokenTimes, gc_relaxed, prompt_ids, run_replay
 from loadlab.replay.records import segment_quantile
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.engine.config import SimConfig
@@ -241,3 +242,18 @@ def test_lowered_concurrency_retires_users(tmp_path: Path) -> None:
     assert (requests.status == "aborted").sum() == 2
     running = gauge(metrics, "vllm:num_requests_running")
     assert running[running.index > EPOCH + 16].max() <= 2
+
+
+def test_gc_relaxed_restores_the_collector_and_leaves_a_callers_freeze_alone() -> None:
+    assert gc.isenabled()
+    with gc_relaxed():
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.freeze()  # a caller's frozen objects (e.g. before a fork) stay frozen
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_relaxed():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
