@@ -171,10 +171,12 @@ def test_starved_client_is_marked_client_limited_and_exits_3(tiny_profile, tmp_p
     assert manifest["isolation"] == {"server_cpus": sorted(SPLIT.server_cpus),
                                      "client_cpus": sorted(SPLIT.client_cpus)}
     assert manifest["client_limited_steps"] == [0, 1]
-    for step in manifest["steps"]:
-        assert step["client_limited"] is True and step["loop_lag_mean_s"] > LOOP_LAG_MEAN_MAX_S, (
-            step
-        )
+    # A loop starved for the whole window never wakes inside it: its oversleep is measured
+    # when it does wake, in the next window, so a step may have no lag figure of its own.
+    lags = [step["loop_lag_mean_s"] for step in manifest["steps"]]
+    assert all(step["client_limited"] is True for step in manifest["steps"]), manifest["steps"]
+    assert all(lag is None or lag > LOOP_LAG_MEAN_MAX_S for lag in lags), lags
+    assert any(lag is not None for lag in lags), lags
     last = stderr.strip().splitlines()[-1]
     assert last.startswith(
         "loadlab: error: the client did not apply the load asked for at step 0 (4 users)"
