@@ -12,18 +12,23 @@ share of stalled steps that show the signature (0..1):
   blocks, so a KV max touching full does not make it KV exhaustion. The cap is
   ``server.max_num_seqs`` from the manifest, else inferred (:func:`plateau`): running
   max held within CAP_SLACK over the top stalled steps while requests wait, confirmed by
-  the hinge's psi (within PSI_SLACK) or, without one, by PLATEAU_STEPS (2) steps (score
-  x 0.9 when inferred).
+  PLATEAU_STEPS (2) steps or by the hinge's psi (within PSI_SLACK); not where the pool at
+  its mean usage had no room for one more median request (:func:`pool_bound`: a few
+  large requests fill it at a request's grain). Score x 0.9 when inferred, and an
+  inferred cap counts a step only where running was held at it (:func:`held_at`).
 - ``kv_exhausted``: KV max >= KV_FULL with running below the cap, or the pool full on
-  average (KV mean >= KV_FULL) whatever running is.
+  average (KV mean >= KV_FULL, or too full at its mean for one more median request)
+  whatever running is.
 - ``dashboard_caliber``: a KV-exhausted step whose token-level usage (client lengths x
   running / pool tokens) is below CALIBER (half) of the block-level gauge: block
   rounding, not tokens, fills the pool. Takes the KV score; kv_exhausted keeps 0.6 of it.
 - ``token_budget``: tokens per engine step ((prompt computed + generated tokens/s) x
-  mean ITL) >= BUDGET_FILL (0.8) of ``max_num_batched_tokens``, running below the cap,
-  KV below full. Without the flag (score x 0.9): tokens per step held within BUDGET_FLAT
-  of one value in PLATEAU_STEPS or more steps while running moves (by more than twice
-  CAP_SLACK) and no cap was inferred: a binding budget fills every step to itself.
+  mean ITL) >= BUDGET_FILL (0.8) of ``max_num_batched_tokens``, KV below full, at the
+  cap or not (vLLM's waiting loop checks the budget first). Without the flag (score x
+  0.9): tokens per step held within BUDGET_FLAT of one value in PLATEAU_STEPS or more
+  steps while running moves (by more than twice CAP_SLACK), or within BUDGET_PINNED
+  however still running is, and no cap was inferred: a binding budget fills every step
+  to itself.
 - ``head_blocked``: while requests wait and running is below the cap, the longest prompt
   sent in the step (client records) needs more blocks than the pool has free while
   requests waited (``num_gpu_blocks`` x (1 - KV usage at the scrapes that saw a queue),
@@ -49,7 +54,8 @@ Choice: server_errors when it scores >= 0.5, or at all with no knee found or a k
 precluded by the client (a server that fails its requests is never a client's
 shortfall); client_limited when the knee was precluded by the client; unknown without
 server metrics; with no knee, frontend_starved if it scores >= 0.5, else none; with a
-knee, the best server cause scoring >= 0.5, else frontend_starved, else
+knee, the best server cause scoring >= 0.5 (ties: head_blocked, then token_budget
+before seq_cap), else frontend_starved, else
 ``undetermined`` when /metrics fit two causes the flags would tell apart (KV below full
 with ``max_num_seqs`` and ``max_num_batched_tokens`` unknown: ``seq_cap`` when running
 max varies by at most twice CAP_SLACK, and ``token_budget``), with ``candidates`` and
@@ -83,14 +89,18 @@ BUDGET_FILL = 0.8
 MIN_SCORE = 0.5
 BUDGET_FLAT = 0.05
 """Tokens per step within 5% of the stalled steps' highest read as held at one value."""
+BUDGET_PINNED = 0.02
+"""Tokens per step within 2% of the highest read as pinned there by a budget even where
+running holds still: a binding budget fills each step to itself, while at a cap tokens
+per step drift with the prompts admitted (by 5-10% between levels on the tuning seeds)."""
 CAP_SLACK = 1
 """Running one below the cap still counts as at it: a request that finishes leaves its
 slot free until the next step's schedule refills it, and the gauge is read in between."""
 PSI_SLACK = 0.1
 """An inferred cap's share the hinge (psi) may sit below it: the running curve bends into
 the cap smoothly, so a fitted hinge lands a few percent short."""
-MEAN_SLACK = 0.05
-"""Running mean's share below the plateau's max still held at a cap (slots refill a step
+HELD_SLACK = 0.05
+"""Running median's share below the plateau's max still held at a cap (slots refill a step
 after they free; with a long queue a few percent of the time they are empty)."""
 PLATEAU_STEPS = 2
 HEAD_ROOM = 2.0
@@ -114,6 +124,7 @@ class Signals:
     levels: list[float]
     running_max: np.ndarray
     running_mean: np.ndarray
+    running_p50: np.ndarray    # running's median scrape per step (NaN: not in the table)
     kv_max: np.ndarray
     preemptions: np.ndarray
     waiting: np.ndarray
@@ -152,13 +163,14 @@ class Candidate:
 
 
 def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
-            fill: np.ndarray, psi: float | None) -> Signals:
+            fill: np.ndarray, psi: float | None, typical_blocks: float | None = None) -> Signals:
     """Collect the stalled steps' figures and the cap/budget (flags, else inferred)."""
     sig = Signals(
         steps=[int(s) for s in rows["step"]],
         levels=rows["level"].astype(float).tolist(),
         running_max=column(rows, "running_max"),
         running_mean=column(rows, "running_mean"),
+        running_p50=column(rows, "running_p50"),
         kv_max=column(rows, "kv_max"),
         preemptions=column(rows, "preemptions"),
         waiting=np.where(
@@ -174,30 +186,62 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         pool_blocks=as_int(config.get("num_gpu_blocks")),
         block_size=as_int(config.get("block_size")),
         budget=as_int(server.get("max_num_batched_tokens")),
+        typical_blocks=typical_blocks,
     )
     sig.cap = as_int(server.get("max_num_seqs"))
-    if sig.cap is None and plateau(sig.running_max, sig.running_mean, sig.waiting, sig.levels, psi):
+    if sig.cap is None and plateau(sig.running_max, sig.running_p50, sig.running_mean,
+                                   sig.waiting, sig.levels, psi):
         top = int(np.nanmax(sig.running_max))
-        sig.cap, sig.cap_inferred = top, True
-        sig.notes.append(f"max_num_seqs not known: inferred {top} from the running plateau")
+        if pool_bound(sig):
+            sig.notes.append(f"running held at {top} where the KV pool had no room for one more "
+                             "median request: the pool's limit, not a sequence cap")
+        else:
+            sig.cap, sig.cap_inferred = top, True
+            sig.notes.append(f"max_num_seqs not known: inferred {top} from the running plateau")
     return sig
 
 
-def plateau(running_max: np.ndarray, running_mean: np.ndarray, waiting: np.ndarray,
-            levels: list[float], psi: float | None) -> bool:
+def pool_bound(sig: Signals) -> bool:
+    """Whether the free blocks at the stalled steps' mean KV usage would not hold one median
+    request: running then holds flat because the pool is full at a request's grain (a few
+    large requests fill it with a quarter of it unused), so a plateau is no cap."""
+    if sig.kv_mean is None or np.all(np.isnan(sig.kv_mean)):
+        return False
+    return bool(_no_room(sig, np.array([np.nanmean(sig.kv_mean)]))[0])
+
+
+def _no_room(sig: Signals, kv_usage: np.ndarray) -> np.ndarray:
+    """Per value of KV usage: the free blocks would not hold the median request."""
+    if not sig.pool_blocks or not sig.typical_blocks:
+        return np.zeros(len(kv_usage), dtype=bool)
+    return np.nan_to_num(sig.pool_blocks * (1.0 - kv_usage), nan=np.inf) < sig.typical_blocks
+
+
+def held_at(top: float, running_p50: np.ndarray, running_mean: np.ndarray) -> np.ndarray:
+    """Per step: running reads ``top`` most of the time: its mean within CAP_SLACK or
+    HELD_SLACK of it (at a cap every freed slot is refilled at the next step from the
+    queue), or its median scrape within HELD_SLACK (a long head that drains the batch now
+    and then pulls the mean down, not the median). The median gets no CAP_SLACK: a budget
+    that lets running wander between 8 and 9 has a median of 8."""
+    by_mean = np.nan_to_num(running_mean) >= top - max(CAP_SLACK, HELD_SLACK * top)
+    return by_mean | (np.nan_to_num(running_p50) >= top - HELD_SLACK * top)
+
+
+def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.ndarray,
+            waiting: np.ndarray, levels: list[float], psi: float | None) -> bool:
     """Whether running held one value while requests waited: the mark of a sequence cap.
 
     The plateau is the steps whose running max is within CAP_SLACK of the highest, with
     requests waiting in each and, in at least half of them (the first may see a light
-    queue), running *mean* there too (within CAP_SLACK or
-    MEAN_SLACK of it: at a cap every freed slot is refilled at the next step from the
-    queue, so running reads the cap nearly all the time; a token budget or a blocked
-    head admits as room allows and running wanders below its max); every step at a higher
-    level than its first must be on it (a cap, once reached, holds at every higher load;
-    the first queued step may sit below it). Its evidence is several steps agreeing
-    (:data:`PLATEAU_STEPS`) or, where a hinge was fitted to the running curve over the
-    levels, ``psi`` at the plateau's value. One window's running max alone is whatever
-    running happened to be when the queue formed.
+    queue), running held there (:func:`held_at`; a token budget or a blocked head admits
+    as room allows and running wanders below its max); every step at a higher level than
+    its first must be on it (a cap, once reached, holds at every higher load; the first
+    queued step may sit below it). Its evidence is PLATEAU_STEPS (2) steps held and as
+    many reaching the top itself (a budget lets running touch 9 once and 8 elsewhere), or,
+    where a hinge was fitted to waiting over the levels, ``psi`` at the plateau's value (a long
+    head's drains lengthen the queue and pull psi below the cap, so psi alone does not
+    veto held steps). One window's running max alone is whatever running happened to be
+    when the queue formed.
     """
     known = ~np.isnan(running_max)
     if not known.any() or np.nanmax(running_max) <= 0:
@@ -210,12 +254,12 @@ def plateau(running_max: np.ndarray, running_mean: np.ndarray, waiting: np.ndarr
         return False
     if not np.all(np.nan_to_num(waiting[on]) > 0):
         return False
-    held = np.nan_to_num(running_mean[on]) >= top - max(CAP_SLACK, MEAN_SLACK * top)
+    held = held_at(top, running_p50[on], running_mean[on])
     if held.mean() < 0.5:
         return False
-    if psi is not None:
-        return bool(abs(psi - top) <= max(1.5, PSI_SLACK * top))
-    return int(on.sum()) >= PLATEAU_STEPS
+    if int(held.sum()) >= PLATEAU_STEPS and int((running_max[on] >= top).sum()) >= PLATEAU_STEPS:
+        return True
+    return psi is not None and bool(abs(psi - top) <= max(1.5, PSI_SLACK * top))
 
 
 def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
@@ -233,9 +277,9 @@ def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
     stalled = stalled.assign(prompt_tokens_max=prompt_max(stalled, requests))
     fill = stalled["token_fill"].to_numpy(dtype=float) if "token_fill" in stalled else \
         np.full(len(stalled), np.nan)
-    sig = signals(stalled, server, config, fill, verdict.psi)
-    if requests is not None:
-        sig.typical_blocks = typical_request_blocks(requests, sig.block_size)
+    typical = None if requests is None else typical_request_blocks(
+        requests, as_int(config.get("block_size")))
+    sig = signals(stalled, server, config, fill, verdict.psi, typical)
     candidates = signatures(sig) + [frontend_starved(table)]
     limited = verdict.client_limited_steps
     candidates.append(Candidate(
@@ -360,14 +404,18 @@ def signatures(sig: Signals) -> list[Candidate]:
     if n == 0:
         return []
     cap = sig.cap
+    # At the cap when running's max touches it; an inferred cap also needs running held
+    # there (held_at): a long head that holds the queue drains the batch below the
+    # plateau for a while, and the head is refused for its blocks then, not by a cap.
     reached = sig.running_max >= cap - CAP_SLACK if cap else np.zeros(n, dtype=bool)
-    # A head too long for the free blocks stops admissions, so running stays flat behind
-    # it: an inferred cap (a plateau) does not rule head-of-line blocking out.
-    below_cap = ~reached if cap and not sig.cap_inferred else np.ones(n, dtype=bool)
+    if sig.cap_inferred:
+        reached &= held_at(cap, sig.running_p50, sig.running_mean)
+    below_cap = ~reached
     kv_mean = _arr(sig.kv_mean, n)
-    kv_ok = sig.kv_max < KV_FULL
-    kv_full = sig.kv_max >= KV_FULL
-    pool_full = kv_mean >= KV_FULL
+    # Full on average, or too full for one more median request (pool_bound, per step).
+    pool_full = (kv_mean >= KV_FULL) | _no_room(sig, kv_mean)
+    kv_ok = (sig.kv_max < KV_FULL) & ~pool_full
+    kv_full = (sig.kv_max >= KV_FULL) | pool_full
     out: list[Candidate] = []
     at_cap = reached & ~pool_full
     score = float(at_cap.mean()) * (0.9 if sig.cap_inferred else 1.0)
@@ -431,22 +479,29 @@ def _arr(x: np.ndarray | None, n: int) -> np.ndarray:
 
 def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray) -> Candidate:
     """With the flag: tokens per step near it. Without: tokens per step held at one value
-    (BUDGET_FLAT) in PLATEAU_STEPS or more steps while no running plateau marks a cap.
+    (BUDGET_FLAT) in PLATEAU_STEPS or more steps while running moves, or pinned to one
+    value (BUDGET_PINNED) whatever running does, while no running plateau marks a cap.
     When ``max_num_batched_tokens`` binds, vLLM's scheduler fills every step up to it
     (``token_budget`` in ``Scheduler.schedule``), so tokens per step stop growing with the
-    load while running still moves; a cap flattens running instead."""
+    load while running still moves; a cap flattens running instead, and its tokens per
+    step drift with the prompts it admits. The waiting loop runs only while budget is
+    left (``while self.waiting and token_budget > 0``) and checks the cap inside it, so a
+    spent budget refuses the head first, at the cap or not."""
     if sig.budget:
-        hit = (_budget_fill(sig) >= BUDGET_FILL) & below_cap & kv_ok
+        hit = (_budget_fill(sig) >= BUDGET_FILL) & kv_ok
         score = float(hit.mean())
         extra = [{"what": "max_num_batched_tokens", "value": sig.budget, "step": sig.steps[0]}]
     elif sig.cap_inferred or not np.any(sig.tokens_per_step > 0):
         score, extra = 0.0, []
     else:
         tps = sig.tokens_per_step
-        flat = tps >= (1.0 - BUDGET_FLAT) * np.nanmax(tps)
-        hit = flat & below_cap & kv_ok
+        hit = (tps >= (1.0 - BUDGET_FLAT) * np.nanmax(tps)) & below_cap & kv_ok
+        pinned = (tps >= (1.0 - BUDGET_PINNED) * np.nanmax(tps)) & below_cap & kv_ok
         moves = np.ptp(sig.running_max[hit]) > 2 * CAP_SLACK if hit.any() else False
-        score = float(hit.mean()) * 0.9 if hit.sum() >= PLATEAU_STEPS and moves else 0.0
+        if not moves:
+            hit = pinned
+        score = float(hit.mean()) * 0.9 if hit.sum() >= PLATEAU_STEPS and (
+            moves or pinned.any()) else 0.0
         extra = [{"what": "max_num_batched_tokens (inferred)",
                   "value": round(float(np.nanmax(tps))), "step": sig.steps[0]}] if score else []
     return Candidate(
@@ -494,8 +549,10 @@ def choose(candidates: list[Candidate], knee_found: bool, client_before: bool,
         return "frontend_starved" if scores.get("frontend_starved", 0) >= MIN_SCORE else "none"
     # A tie goes to head_blocked, the narrowest signature (a prompt longer than the free
     # blocks while two median requests would fit them): on the held-out tuning seeds
-    # (benchmarks/heldout, tuning2) all 3 ties were measured head_blocked.
-    best = max(SERVER_CAUSES, key=lambda n: (scores.get(n, 0.0), n == "head_blocked"))
+    # (benchmarks/heldout, tuning2) all 3 ties were measured head_blocked. Then to
+    # token_budget before seq_cap, the order of vLLM's waiting loop (_budget).
+    best = max(SERVER_CAUSES, key=lambda n: (scores.get(n, 0.0), n == "head_blocked",
+                                             n == "token_budget"))
     if scores.get(best, 0.0) >= MIN_SCORE:
         return best
     return "frontend_starved" if scores.get("frontend_starved", 0) >= MIN_SCORE else "unknown"

@@ -9,10 +9,11 @@ the step (``client_limited``, ``achieved_ratio``, send and loop lag) are copied
 from the manifest when it has them; failed requests are counted by the side that failed
 (:mod:`loadlab.analyze.failures`). Server side (metrics.parquet, direct or
 Prometheus, V1 or V0 names): gauge means, p95 and maxima of running, waiting and
-KV usage, the waiting queue's occupancy P(waiting >= 1), counter increases
-(preemptions, prefix-cache hits, prompt and generated tokens per second), and
-from histogram deltas the server's own mean TTFT, queue time and inter-token
-latency. ``queue_share`` = queue-time sum / TTFT sum over the window, and
+KV usage (and running's median: at a sequence cap running reads the cap most of the
+time, whatever drains pull its mean down), the waiting queue's occupancy
+P(waiting >= 1), counter increases (preemptions, prefix-cache hits, prompt and
+generated tokens per second), and from histogram deltas the server's own mean TTFT,
+queue time and inter-token latency. ``queue_share`` = queue-time sum / TTFT sum over the window, and
 ``waiting_little`` = queue-time sum / window length: by Little's law the
 time-mean number of requests waiting, read from a counter, so a lagging gauge
 cannot hide it. Beside the gauges, the running count read from counters, the
@@ -163,6 +164,8 @@ def _server_columns(table: pd.DataFrame, metrics: pd.DataFrame, requests: pd.Dat
         stats = gauge_windows(metrics, family, span, by=()) if family else None
         for stat in ("mean", "p95", "max"):
             table[f"{name}_{stat}"] = _col(stats, stat, n)
+        if name == "running":
+            table["running_p50"] = _col(stats, "p50", n)
         if name == "waiting":
             table["waiting_occupancy"] = _col(stats, "occupancy", n)
     table["kv_queued"] = kv_while_queued(metrics, span)

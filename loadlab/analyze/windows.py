@@ -21,7 +21,7 @@ match (``{"reason": "capacity"}``).
   +Inf bucket returns the highest finite bound).
 - :func:`histogram_buckets`: the same bucket increases, one row per bound.
 - :func:`gauge_windows`: per snapshot (endpoint, scrape time) the series of a
-  group are summed (several engines -> one figure), then mean, p95, min, max,
+  group are summed (several engines -> one figure), then mean, median, p95, min, max,
   last and occupancy P(x >= 1) over the snapshots inside the window. Default
   ``by=("endpoint",)``: replicas are not added up.
 - :func:`coverage_windows`: expected scrapes = window length / interval; coverage =
@@ -155,9 +155,9 @@ def histogram_buckets(
 def gauge_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
                   by: Sequence[str] = ("endpoint",), where: Mapping[str, str] | None = None,
                   ) -> pd.DataFrame:
-    """Mean, p95, min, max, last and occupancy P(x >= 1) of a gauge per window."""
+    """Mean, median (p50), p95, min, max, last and occupancy P(x >= 1) of a gauge per window."""
     wins = _windows(windows)
-    cols = ["n", "mean", "p95", "min", "max", "last", "occupancy"]
+    cols = ["n", "mean", "p50", "p95", "min", "max", "last", "occupancy"]
     snaps = snapshots(metrics, family, by=[b for b in by if b != "endpoint"], where=where)
     if snaps.empty:
         return _finish(wins, [], by, None, cols)
@@ -171,7 +171,8 @@ def gauge_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
             gkey = gkey if isinstance(gkey, tuple) else (gkey,)
             x = g.sort_values("t")["value"].to_numpy()
             rows.append({"wid": w.wid, **dict(zip(by, gkey)), "n": len(x), "mean": x.mean(),
-                         "p95": float(np.percentile(x, 95)), "min": x.min(), "max": x.max(),
+                         "p50": float(np.median(x)), "p95": float(np.percentile(x, 95)),
+                         "min": x.min(), "max": x.max(),
                          "last": x[-1], "occupancy": float((x >= 1).mean())})
     return _finish(wins, rows, by, None, cols)
 

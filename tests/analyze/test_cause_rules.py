@@ -17,6 +17,7 @@ def sig(running_max: list[float], kv_max: float, kv_mean: float, cap: int | None
         steps=list(range(n)), levels=[float(10 * (i + 1)) for i in range(n)],
         running_max=np.array(running_max, dtype=float),
         running_mean=np.array(running_mean or running_max, dtype=float),
+        running_p50=np.full(n, np.nan),
         kv_max=np.full(n, kv_max), preemptions=np.full(n, 5.0), waiting=np.full(n, 8.0),
         tokens_per_step=np.array(tokens_per_step or [100.0] * n), fill=np.full(n, 0.9),
         kv_mean=np.full(n, kv_mean), prompt_max=np.full(n, prompt_max), pool_blocks=1000,
@@ -67,14 +68,15 @@ def test_a_cap_is_inferred_from_a_plateau_across_steps_not_from_one() -> None:
     waiting = np.full(3, 5.0)
     levels = [10.0, 20.0, 30.0]
     held = np.array([64.0, 64.0, 63.0])
-    assert plateau(held, held - 0.5, waiting, levels, None)
-    assert not plateau(held[:1], held[:1], waiting[:1], levels[:1], None)   # one step
+    nan = np.full(3, np.nan)   # no median in the table: the mean decides
+    assert plateau(held, nan, held - 0.5, waiting, levels, None)
+    assert not plateau(held[:1], nan[:1], held[:1], waiting[:1], levels[:1], None)   # one step
     # running wanders under its max (a budget admits as tokens allow): no cap
-    assert not plateau(held, np.array([55.0, 56.0, 54.0]), waiting, levels, None)
+    assert not plateau(held, nan, np.array([55.0, 56.0, 54.0]), waiting, levels, None)
     # the first queued step may sit below the cap; a later one may not
-    assert plateau(np.array([50.0, 64.0, 63.0]), np.array([49.0, 63.5, 62.5]), waiting,
+    assert plateau(np.array([50.0, 64.0, 63.0]), nan, np.array([49.0, 63.5, 62.5]), waiting,
                    levels, 61.6)
-    assert not plateau(np.array([64.0, 50.0, 63.0]), np.array([63.5, 49.0, 62.5]), waiting,
+    assert not plateau(np.array([64.0, 50.0, 63.0]), nan, np.array([63.5, 49.0, 62.5]), waiting,
                        levels, None)
 
 
@@ -82,9 +84,13 @@ def test_a_budget_without_the_flag_is_tokens_per_step_held_while_running_moves()
     s = sig([74, 75, 86, 83], kv_max=0.08, kv_mean=0.06,
             running_mean=[58, 60, 59, 61], tokens_per_step=[512, 513, 512, 512])
     assert best(s) == "token_budget"
-    flat_running = sig([64, 64, 64], kv_max=0.08, kv_mean=0.06,
-                       tokens_per_step=[285, 283, 283])
-    assert best(flat_running) == "unknown"   # a cap unknown to us fits too: no budget guess
+    # running still and tokens per step only within 5%: a cap unknown to us fits too
+    flat_running = sig([6, 6, 6], kv_max=0.08, kv_mean=0.06, tokens_per_step=[285, 274, 279])
+    assert best(flat_running) == "unknown"
+    # pinned within 2% (a budget fills each step to itself; a cap's steps drift with the
+    # prompts it admits): a budget, however still running is (no plateau was inferred)
+    pinned = sig([6, 6, 5], kv_max=0.08, kv_mean=0.06, tokens_per_step=[128, 129, 128])
+    assert best(pinned) == "token_budget"
 
 
 def test_high_needs_a_sure_knee_and_a_capless_head_is_low() -> None:

@@ -84,10 +84,10 @@ def histogram_buckets(
 def gauge_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
                   by: Sequence[str] = ("endpoint",), where: Mapping[str, str] | None = None,
                   ) -> pd.DataFrame:
-    """Mean, p95, min, max, last and occupancy P(x >= 1) of a gauge per window."""
+    """Mean, median, p95, min, max, last and occupancy P(x >= 1) of a gauge per window."""
     wins = _windows(windows)
     data = _select(metrics, family, where, None)
-    cols = ["n", "mean", "p95", "min", "max", "last", "occupancy"]
+    cols = ["n", "mean", "p50", "p95", "min", "max", "last", "occupancy"]
     if data.empty:
         return _finish(wins, [], by, None, cols)
     frame = data[["t", "endpoint", "labels", "value"]].copy()
@@ -107,7 +107,8 @@ def gauge_windows(metrics: pd.DataFrame, family: str, windows: Windows, *,
             gkey = gkey if isinstance(gkey, tuple) else (gkey,)
             x = g.sort_values("t")["value"].to_numpy()
             rows.append({"wid": w.wid, **dict(zip(by, gkey)), "n": len(x), "mean": x.mean(),
-                         "p95": float(np.percentile(x, 95)), "min": x.min(), "max": x.max(),
+                         "p50": float(np.median(x)), "p95": float(np.percentile(x, 95)),
+                         "min": x.min(), "max": x.max(),
                          "last": x[-1], "occupancy": float((x >= 1).mean())})
     return _finish(wins, rows, by, None, cols)
 
