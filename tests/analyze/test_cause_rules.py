@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadlab.analyze.cause import Candidate, Signals, choose, confidence, plateau, signatures
+import pandas as pd
+
+from loadlab.analyze.cause import (
+    Candidate,
+    Signals,
+    choose,
+    confidence,
+    plateau,
+    signals,
+    signatures,
+)
 
 
 def sig(running_max: list[float], kv_max: float, kv_mean: float, cap: int | None = None,
@@ -116,3 +126,53 @@ def test_a_tie_goes_to_head_blocked() -> None:
                       server_metrics=True) == "head_blocked"
     ahead = [Candidate("seq_cap", 0.6, []), Candidate("head_blocked", 0.5, [])]
     assert choose(ahead, knee_found=True, client_before=False, server_metrics=True) == "seq_cap"
+
+
+def test_an_inferred_cap_holds_through_a_long_heads_drains() -> None:
+    """A 30k-token document at the head drains the batch below --max-num-seqs 32 now and
+    then: running's mean sags to 22-26, its median scrape stays on the cap, and the drains
+    lengthen the queue so the waiting hinge (psi) lands at 26, below the cap."""
+    top = np.array([32.0, 32.0, 32.0])
+    waiting, levels = np.full(3, 30.0), [51.0, 81.0, 128.0]
+    sagging = np.array([26.0, 22.0, 31.0])
+    assert plateau(top, np.array([31.0, 31.0, 32.0]), sagging, waiting, levels, 25.6)
+    assert not plateau(top, np.full(3, np.nan), sagging, waiting, levels, 25.6)  # mean only
+    # a budget lets running touch its top once: no plateau, whatever the median
+    wander = np.array([8.0, 9.0, 8.0])
+    assert not plateau(wander, np.array([8.0, 9.0, 8.0]), np.array([7.5, 8.2, 8.0]),
+                       waiting, levels, None)
+
+
+def stalled_rows(running: float, kv_mean: float, kv_max: float) -> pd.DataFrame:
+    """Stalled steps of the step table as :func:`signals` reads them (3 levels)."""
+    return pd.DataFrame({"step": [3, 4, 5], "level": [16.0, 32.0, 64.0],
+                         "running_max": [running] * 3, "running_mean": [running] * 3,
+                         "running_p50": [running] * 3, "waiting_mean": [12.0, 28.0, 60.0],
+                         "kv_max": [kv_max] * 3, "kv_mean": [kv_mean] * 3,
+                         "preemptions": [0.0] * 3})
+
+
+def test_a_pool_with_no_room_for_one_more_median_request_is_no_cap() -> None:
+    """Three requests of 300 blocks in a 1000-block pool: running holds at 3 with a quarter
+    of the pool free. That is the pool at a request's grain, not --max-num-seqs 3."""
+    config = {"num_gpu_blocks": 1000, "block_size": 16}
+    rows = stalled_rows(3.0, kv_mean=0.75, kv_max=0.95)
+    big = signals(rows, {}, config, np.full(3, np.nan), None, typical_blocks=300.0)
+    assert big.cap is None and "the pool's limit, not a sequence cap" in big.notes[0]
+    assert best(big) == "kv_exhausted"
+    small = signals(rows, {}, config, np.full(3, np.nan), None, typical_blocks=100.0)
+    assert small.cap == 3 and small.cap_inferred and best(small) == "seq_cap"
+
+
+def test_a_spent_budget_refuses_the_head_before_the_cap() -> None:
+    """vLLM's waiting loop runs only while budget is left and checks --max-num-seqs inside
+    it: a step whose 512-token budget is full is the budget's, at the cap or not."""
+    s = sig([14, 18, 24], kv_max=0.03, kv_mean=0.02, cap=24,
+            tokens_per_step=[398, 509, 513])
+    s.budget = 512
+    s.fill = s.tokens_per_step / 512
+    scores = {c.name: c.score for c in signatures(s)}
+    assert scores["token_budget"] > scores["seq_cap"]
+    tied = [Candidate("seq_cap", 0.5, []), Candidate("token_budget", 0.5, [])]
+    assert choose(tied, knee_found=True, client_before=False,
+                  server_metrics=True) == "token_budget"
