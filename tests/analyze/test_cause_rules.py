@@ -4,7 +4,6 @@ as tuned on the held-out tuning seeds (benchmarks/heldout)."""
 from __future__ import annotations
 
 import numpy as np
-
 import pandas as pd
 
 from loadlab.analyze.cause import (
