@@ -305,8 +305,9 @@ class _Replay:
         req, prefix = self.request(rid, spec, self.fleet_mml, self.resolved.block_size)
         index = 0
         if len(self.replicas) > 1:
-            for view, replica in zip(self.views, self.replicas, strict=True):
-                view.waiting = replica.engine.num_waiting
+            if self.router.reads_waiting:
+                for view, replica in zip(self.views, self.replicas, strict=True):
+                    view.waiting = replica.engine.num_waiting
             index = self.router.choose(req, self.views, self.now)
         replica = self.replicas[index]
         own = replica.resolved
