@@ -88,9 +88,15 @@ class TokenTimes:
         prev, gone = self._prev, self._gone
         # While no request has its own times nobody resumes after a gap, so
         # len(prev) - (len(emit) - len(first)) ids stopped; when those are all done ones,
-        # skip the set difference (it reads every id's string object, every step).
-        if (self._own or any(rid in emit for rid in gone)
-                or len(prev) - len(emit) + len(first) != sum(1 for rid in gone if rid in prev)):
+        # skip the set difference (it reads every id's string object, every step). Most
+        # steps end nothing: then no generator over ``gone`` is made either.
+        stopped = len(prev) - len(emit) + len(first)
+        if gone:
+            all_done = (not any(rid in emit for rid in gone)
+                        and stopped == sum(1 for rid in gone if rid in prev))
+        else:
+            all_done = not stopped
+        if self._own or not all_done:
             for rid in prev - emit:
                 if rid in self._first and rid not in self._own:
                     self._own[rid] = self._ends[self._first[rid]:j].tolist()

@@ -219,7 +219,7 @@ class EngineMetrics:
             # len(prev) - n_steady ids stopped; when those are all finished or aborted
             # ones, skip the set difference (it reads every id's string object).
             n_steady = len(emit) - len(first)
-            if len(prev) - n_steady == sum(1 for rid in gone if rid in prev):
+            if len(prev) - n_steady == (sum(1 for rid in gone if rid in prev) if gone else 0):
                 if n_steady:
                     itl.observe(t_end - self._prev_t_end, n_steady)
                 gone.clear()
@@ -451,7 +451,7 @@ class EngineMetrics:
                 out.append(hist.sum)
         out.append(1.0)  # cache_config_info
         out += self.refusals.values()
-        return [float(v) for v in out]
+        return list(map(float, out))
 
     def samples(self) -> list[Sample]:
         """The rendered samples as rows, without rendering or parsing text."""
