@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from itertools import compress
 from operator import attrgetter
 
 import numpy as np
@@ -82,28 +83,30 @@ class TokenTimes:
         self._n = j + 1
         new = out.new_tokens
         emit = (new.keys() if not out.batch.num_prefill_requests or sum(new.values()) == len(new)
-                else {r for r, n in new.items() if n})  # (no prefill request: all decoded one)
+                else set(compress(new, new.values())))  # (no prefill request: all decoded one)
         first = out.first_token
         for rid in first:
             self._first[rid] = j
-        prev, gone = self._prev, self._gone
-        # While no request has its own times nobody resumes after a gap, so
-        # len(prev) - (len(emit) - len(first)) ids stopped; when those are all done ones,
-        # skip the set difference (it reads every id's string object, every step). Most
-        # steps end nothing: then no generator over ``gone`` is made either.
-        stopped = len(prev) - len(emit) + len(first)
+        prev, gone, own = self._prev, self._gone, self._own
+        # Only a request with its own times can resume after a gap, so
+        # len(prev) - (len(emit) - len(first) - resumed) ids stopped; when those are all done
+        # ones, skip the set difference (it reads every id's string object, every step).
+        # Most steps end nothing and leave no request with its own times: then no
+        # generator is made either.
+        resumed = sum(1 for rid in own if rid in emit and rid not in prev) if own else 0
+        stopped = len(prev) - len(emit) + len(first) + resumed
         if gone:
             all_done = (not any(rid in emit for rid in gone)
                         and stopped == sum(1 for rid in gone if rid in prev))
         else:
             all_done = not stopped
-        if self._own or not all_done:
+        if not all_done:
             for rid in prev - emit:
-                if rid in self._first and rid not in self._own:
-                    self._own[rid] = self._ends[self._first[rid]:j].tolist()
-        if self._own:
-            for rid in emit & self._own.keys():
-                self._own[rid].append(t)
+                if rid in self._first and rid not in own:
+                    own[rid] = self._ends[self._first[rid]:j].tolist()
+        if own:
+            for rid in emit & own.keys():
+                own[rid].append(t)
         gone.clear()
         self._prev = emit
 

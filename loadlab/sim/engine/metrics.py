@@ -48,7 +48,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
-from itertools import accumulate
+from itertools import accumulate, compress
 from typing import NamedTuple
 
 from prometheus_client.utils import floatToGoString
@@ -206,18 +206,19 @@ class EngineMetrics:
     def _observe_itl(self, new_tokens: dict[str, int], generated: int, first: list[str],
                      t_end: float) -> None:
         """ITL per emitted token; requests that also emitted last step share one observation."""
-        emit = new_tokens.keys() if generated == len(new_tokens) else {
-            rid for rid, n in new_tokens.items() if n}
+        emit = (new_tokens.keys() if generated == len(new_tokens)
+                else set(compress(new_tokens, new_tokens.values())))
         itl = self.hists["itl"]
         prev = self._prev_emit
         gone = self._gone
+        last_emit = self._last_emit
         reused = bool(gone) and any(
             rid in emit for rid in gone
         )  # an id used again after it finished
-        if not self._last_emit and not reused:
-            # Nobody is in a gap, so nobody resumes: emit = steady + first, and
-            # len(prev) - n_steady ids stopped; when those are all finished or aborted
-            # ones, skip the set difference (it reads every id's string object).
+        if not reused and not (last_emit and any(rid in emit for rid in last_emit)):
+            # Nobody resumes after a gap (ids in one are never in prev): emit = steady +
+            # first, and len(prev) - n_steady ids stopped; when those are all finished or
+            # aborted ones, skip the set difference (it reads every id's string object).
             n_steady = len(emit) - len(first)
             if len(prev) - n_steady == (sum(1 for rid in gone if rid in prev) if gone else 0):
                 if n_steady:
@@ -235,7 +236,6 @@ class EngineMetrics:
         if n_steady:
             itl.observe(t_end - self._prev_t_end, n_steady)
         if n_steady + len(first) < len(emit):  # resumed after a gap: their own ITL
-            last_emit = self._last_emit
             fresh = set(first)
             for rid, n in new_tokens.items():  # step order, not set order: the _sum is
                 if n and rid not in prev and rid not in fresh:  # the same in every process
