@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from itertools import compress
 from operator import attrgetter
 
 import numpy as np
@@ -81,9 +80,7 @@ class TokenTimes:
             self._ends = np.concatenate((self._ends, np.empty(j)))
         self._ends[j] = t
         self._n = j + 1
-        new = out.new_tokens
-        emit = (new.keys() if not out.batch.num_prefill_requests or sum(new.values()) == len(new)
-                else set(compress(new, new.values())))  # (no prefill request: all decoded one)
+        emit = out.emitted
         first = out.first_token
         for rid in first:
             self._first[rid] = j

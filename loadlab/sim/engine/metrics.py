@@ -48,7 +48,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
-from itertools import accumulate, compress
+from itertools import accumulate
 from typing import NamedTuple
 
 from prometheus_client.utils import floatToGoString
@@ -187,27 +187,23 @@ class EngineMetrics:
         self.by_source["local_compute"] += out.prompt_tokens_computed
         self.by_source["local_cache_hit"] += out.prompt_tokens_cached
         self.hists["iteration"].observe(out.iteration_tokens)
-        new_tokens = out.new_tokens
-        # No prefill request in the batch: every scheduled request decoded one token.
-        generated = sum(new_tokens.values()) if out.batch.num_prefill_requests else len(new_tokens)
-        c["generation_tokens"] += generated
+        emit = out.emitted
+        c["generation_tokens"] += len(emit)
         first = out.first_token
         for rid in first:
             arrival, prompt_len = self._pending.pop(rid)
             self.hists["ttft"].observe(t_end - arrival)
             c["prompt_tokens"] += prompt_len
-        self._observe_itl(new_tokens, generated, first, t_end)
+        self._observe_itl(out.new_tokens, emit, first, t_end)
         for fin in out.finished:
             self._observe_finished(fin)
 
     def observe_abort(self, fin: FinishedRequest) -> None:
         self._observe_finished(fin)
 
-    def _observe_itl(self, new_tokens: dict[str, int], generated: int, first: list[str],
+    def _observe_itl(self, new_tokens: dict[str, int], emit: AbstractSet[str], first: list[str],
                      t_end: float) -> None:
         """ITL per emitted token; requests that also emitted last step share one observation."""
-        emit = (new_tokens.keys() if generated == len(new_tokens)
-                else set(compress(new_tokens, new_tokens.values())))
         itl = self.hists["itl"]
         prev = self._prev_emit
         gone = self._gone
