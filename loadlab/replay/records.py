@@ -4,8 +4,9 @@
 timeline. :class:`RequestRows` keeps, per request done, one tuple and its token times
 (a numpy view, no copy) and builds every REQUESTS column at a flush with numpy: the
 token offsets from one concatenation, the ITL figures from the gaps of that one array
-(each request's gaps sorted in place, its quantiles then read for all requests at
-once), the constant columns as constants. Per request that leaves one tuple append: a
+(:func:`gap_quantiles`: a few dozen requests at a time, each one's gaps sorted in
+place, their quantiles then read for all of them at once), the constant columns as
+constants. Per request that leaves one tuple append: a
 dict per row and per-row quantiles cost ~28 us a request, a third of the replay's own
 work (``benchmarks/bench_sim_replay.py``). The ``chunk_offsets_s`` list column is
 built from the flat array and its offsets (``pa.ListArray.from_arrays``) and written
@@ -32,6 +33,8 @@ _DICTIONARY = [f.name for f in REQUESTS if f.name != _OFFSETS]
 ENDPOINT = "sim://replay"   # the endpoint and worker columns of a replay's rows
 WORKER = "sim-replay"
 _ABORTED = "aborted at end of plan"
+_CHUNK = 32   # requests whose gaps, or offsets, are made in one array operation: that
+              # array (~100 kB) stays under malloc's mmap threshold, so reuses warm memory
 
 
 @dataclass(slots=True)
@@ -77,24 +80,30 @@ class TokenTimes:
             self._ends = np.concatenate((self._ends, np.empty(j)))
         self._ends[j] = t
         self._n = j + 1
-        new = out.new_tokens
-        emit = (new.keys() if not out.batch.num_prefill_requests or sum(new.values()) == len(new)
-                else {r for r, n in new.items() if n})  # (no prefill request: all decoded one)
+        emit = out.emitted
         first = out.first_token
         for rid in first:
             self._first[rid] = j
-        prev, gone = self._prev, self._gone
-        # While no request has its own times nobody resumes after a gap, so
-        # len(prev) - (len(emit) - len(first)) ids stopped; when those are all done ones,
-        # skip the set difference (it reads every id's string object, every step).
-        if (self._own or any(rid in emit for rid in gone)
-                or len(prev) - len(emit) + len(first) != sum(1 for rid in gone if rid in prev)):
+        prev, gone, own = self._prev, self._gone, self._own
+        # Only a request with its own times can resume after a gap, so
+        # len(prev) - (len(emit) - len(first) - resumed) ids stopped; when those are all done
+        # ones, skip the set difference (it reads every id's string object, every step).
+        # Most steps end nothing and leave no request with its own times: then no
+        # generator is made either.
+        resumed = sum(1 for rid in own if rid in emit and rid not in prev) if own else 0
+        stopped = len(prev) - len(emit) + len(first) + resumed
+        if gone:
+            all_done = (not any(rid in emit for rid in gone)
+                        and stopped == sum(1 for rid in gone if rid in prev))
+        else:
+            all_done = not stopped
+        if not all_done:
             for rid in prev - emit:
-                if rid in self._first and rid not in self._own:
-                    self._own[rid] = self._ends[self._first[rid]:j].tolist()
-        if self._own:
-            for rid in emit & self._own.keys():
-                self._own[rid].append(t)
+                if rid in self._first and rid not in own:
+                    own[rid] = self._ends[self._first[rid]:j].tolist()
+        if own:
+            for rid in emit & own.keys():
+                own[rid].append(t)
         gone.clear()
         self._prev = emit
 
@@ -117,6 +126,34 @@ def segment_quantile(gaps: np.ndarray, start: np.ndarray, count: np.ndarray,
     hi = np.minimum(lo + 1, count - 1)
     low = gaps[start + lo]
     return low + (gaps[start + hi] - low) * (pos - lo)
+
+
+def gap_quantiles(flat: np.ndarray,
+                  bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(p50, p99, max) of the gaps between successive token times of each request,
+    ``flat[bounds[i]:bounds[i + 1]]`` (0 for a request of fewer than two tokens).
+
+    _CHUNK requests at a time: their gaps, flat's differences, in one small array, each
+    request's sorted in place, so no array of every gap is made: that was a fresh 8 bytes
+    a token, whose page faults cost more than the sorting on this VM (~0.1 s of sys time
+    for the 4M tokens of a 2-minute 8 x 256 fleet replay).
+    """
+    n = len(bounds) - 1
+    out = np.zeros((3, n))
+    for i in range(0, n, _CHUNK):
+        j = min(i + _CHUNK, n)
+        part = flat[bounds[i]:bounds[j]]
+        gaps = part[1:] - part[:-1]
+        count = bounds[i + 1:j + 1] - bounds[i:j] - 1
+        multi = count > 0
+        start, count = bounds[i:j][multi] - bounds[i], count[multi]
+        for lo, c in zip(start.tolist(), count.tolist()):
+            gaps[lo:lo + c].sort()
+        rows = np.flatnonzero(multi) + i
+        out[0, rows] = segment_quantile(gaps, start, count, 0.5)
+        out[1, rows] = segment_quantile(gaps, start, count, 0.99)
+        out[2, rows] = gaps[start + count - 1]
+    return out[0], out[1], out[2]
 
 
 class RequestRows:
@@ -171,21 +208,16 @@ class RequestRows:
         first = np.zeros(n)
         first[has] = flat[start[has]]
         multi = lens > 1
-        g0, g1 = start[multi], end[multi] - 1
-        count = lens[multi] - 1
-        itl_mean = (flat[g1] - flat[g0]) / count
-        # Each request's gaps are flat's differences inside it, gaps[start:end - 1]: sorted
-        # in place, one request at a time; then flat becomes the offsets from each send,
-        # in place too (a fresh array of every token costs ~10 ns a value in page faults).
-        gaps = flat[1:] - flat[:-1]
-        for lo, hi, t in zip(start.tolist(), end.tolist(), sent, strict=True):
-            if hi - lo > 1:
-                gaps[lo:hi - 1].sort()
-            flat[lo:hi] -= t
-        itl = {"itl_mean_s": itl_mean,
-               "itl_p50_s": segment_quantile(gaps, g0, count, 0.5),
-               "itl_p99_s": segment_quantile(gaps, g0, count, 0.99),
-               "itl_max_s": gaps[g1 - 1]}
+        itl_mean = np.zeros(n)
+        itl_mean[multi] = (flat[end[multi] - 1] - flat[start[multi]]) / (lens[multi] - 1)
+        p50, p99, top = gap_quantiles(flat, bounds)
+        # Then flat becomes the offsets from each send, in place, _CHUNK requests at a
+        # time: a subtraction per request (a Python float each) cost 3-4x as much, and one
+        # repeat of every send time would be a fresh array of every token (page faults).
+        for i in range(0, n, _CHUNK):
+            flat[bounds[i]:bounds[min(i + _CHUNK, n)]] -= np.repeat(t_sent[i:i + _CHUNK],
+                                                                     lens[i:i + _CHUNK])
+        itl = {"itl_mean_s": itl_mean, "itl_p50_s": p50, "itl_p99_s": p99, "itl_max_s": top}
         ttft = pa.array(first - t_sent, mask=~has)
         e2e = pa.array(t_done - t_sent, mask=~ok)
         scheduled = pa.array(epoch + t_sent)
@@ -221,9 +253,7 @@ class RequestRows:
             "failure": pa.nulls(n, pa.string()),
         }
         for name, values in itl.items():
-            column = np.zeros(n)
-            column[multi] = values
-            columns[name] = pa.array(column, mask=~multi)
+            columns[name] = pa.array(values, mask=~multi)
         return pa.Table.from_arrays([columns[f.name] for f in REQUESTS], schema=REQUESTS)
 
     def close(self) -> None:

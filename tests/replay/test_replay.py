@@ -11,7 +11,7 @@ import pytest
 
 from loadlab.errors import InputError
 from loadlab.replay.driver import ReplayOptions, TokenTimes, gc_relaxed, prompt_ids, run_replay
-from loadlab.replay.records import segment_quantile
+from loadlab.replay.records import gap_quantiles, segment_quantile
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
@@ -233,6 +233,19 @@ def test_segment_quantile_matches_numpy() -> None:
     for q in (0.0, 0.5, 0.99, 1.0):
         got = segment_quantile(flat, start, count, q)
         assert got == pytest.approx([np.percentile(s, q * 100) for s in segments])
+
+
+def test_gap_quantiles_per_request_across_chunks() -> None:
+    # more requests than one chunk holds, with 0- and 1-token requests among them
+    rng = np.random.default_rng(1)
+    times = [np.cumsum(rng.exponential(size=n)) for n in rng.integers(0, 40, size=200)]
+    bounds = np.concatenate(([0], np.cumsum([len(t) for t in times])))
+    p50, p99, top = gap_quantiles(np.concatenate(times), bounds)
+    for i, t in enumerate(times):
+        gaps = np.diff(t)
+        want = ((np.percentile(gaps, 50), np.percentile(gaps, 99), gaps.max()) if len(gaps)
+                else (0.0, 0.0, 0.0))
+        assert (p50[i], p99[i], top[i]) == pytest.approx(want)
 
 
 def test_lowered_concurrency_retires_users(tmp_path: Path) -> None:

@@ -82,6 +82,7 @@ def test_step_output_counts_are_consistent_over_a_mixed_run() -> None:
         assert o.batch.num_prefill_tokens + o.batch.num_decode_tokens == sum(o.scheduled.values())
         assert o.batch.num_requests == len(o.scheduled)
         assert set(o.new_tokens) == set(o.scheduled)
+        assert set(o.emitted) == {rid for rid, n in o.new_tokens.items() if n}
     gen = sum(sum(o.new_tokens.values()) for o in outs)
     fins = [f for o in outs for f in o.finished]
     assert gen == sum(f.output_len for f in fins) == sum(3 + i for i in range(10))

@@ -187,39 +187,36 @@ class EngineMetrics:
         self.by_source["local_compute"] += out.prompt_tokens_computed
         self.by_source["local_cache_hit"] += out.prompt_tokens_cached
         self.hists["iteration"].observe(out.iteration_tokens)
-        new_tokens = out.new_tokens
-        # No prefill request in the batch: every scheduled request decoded one token.
-        generated = sum(new_tokens.values()) if out.batch.num_prefill_requests else len(new_tokens)
-        c["generation_tokens"] += generated
+        emit = out.emitted
+        c["generation_tokens"] += len(emit)
         first = out.first_token
         for rid in first:
             arrival, prompt_len = self._pending.pop(rid)
             self.hists["ttft"].observe(t_end - arrival)
             c["prompt_tokens"] += prompt_len
-        self._observe_itl(new_tokens, generated, first, t_end)
+        self._observe_itl(out.new_tokens, emit, first, t_end)
         for fin in out.finished:
             self._observe_finished(fin)
 
     def observe_abort(self, fin: FinishedRequest) -> None:
         self._observe_finished(fin)
 
-    def _observe_itl(self, new_tokens: dict[str, int], generated: int, first: list[str],
+    def _observe_itl(self, new_tokens: dict[str, int], emit: AbstractSet[str], first: list[str],
                      t_end: float) -> None:
         """ITL per emitted token; requests that also emitted last step share one observation."""
-        emit = new_tokens.keys() if generated == len(new_tokens) else {
-            rid for rid, n in new_tokens.items() if n}
         itl = self.hists["itl"]
         prev = self._prev_emit
         gone = self._gone
+        last_emit = self._last_emit
         reused = bool(gone) and any(
             rid in emit for rid in gone
         )  # an id used again after it finished
-        if not self._last_emit and not reused:
-            # Nobody is in a gap, so nobody resumes: emit = steady + first, and
-            # len(prev) - n_steady ids stopped; when those are all finished or aborted
-            # ones, skip the set difference (it reads every id's string object).
+        if not reused and not (last_emit and any(rid in emit for rid in last_emit)):
+            # Nobody resumes after a gap (ids in one are never in prev): emit = steady +
+            # first, and len(prev) - n_steady ids stopped; when those are all finished or
+            # aborted ones, skip the set difference (it reads every id's string object).
             n_steady = len(emit) - len(first)
-            if len(prev) - n_steady == sum(1 for rid in gone if rid in prev):
+            if len(prev) - n_steady == (sum(1 for rid in gone if rid in prev) if gone else 0):
                 if n_steady:
                     itl.observe(t_end - self._prev_t_end, n_steady)
                 gone.clear()
@@ -235,7 +232,6 @@ class EngineMetrics:
         if n_steady:
             itl.observe(t_end - self._prev_t_end, n_steady)
         if n_steady + len(first) < len(emit):  # resumed after a gap: their own ITL
-            last_emit = self._last_emit
             fresh = set(first)
             for rid, n in new_tokens.items():  # step order, not set order: the _sum is
                 if n and rid not in prev and rid not in fresh:  # the same in every process
@@ -451,7 +447,7 @@ class EngineMetrics:
                 out.append(hist.sum)
         out.append(1.0)  # cache_config_info
         out += self.refusals.values()
-        return [float(v) for v in out]
+        return list(map(float, out))
 
     def samples(self) -> list[Sample]:
         """The rendered samples as rows, without rendering or parsing text."""

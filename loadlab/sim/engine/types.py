@@ -8,7 +8,10 @@ engine clock (seconds); the engine never reads a wall clock itself.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import compress
 from typing import NamedTuple
 
 # Why the head of the waiting queue stayed there, in the order vLLM's
@@ -118,6 +121,20 @@ class StepOutput:
     #                                  counted with prompt_tokens_computed when the first token
     #                                  comes out
     refusal: Refusal | None = None  # None: waiting was empty when schedule() ended
+
+    @cached_property
+    def emitted(self) -> AbstractSet[str]:
+        """The ids that emitted a token at ``t_end``: ``new_tokens``' own keys when every
+        scheduled request did (always without a prefill request in the batch), else a set.
+
+        Computed once for the engine's metrics and the replay's token times, which both
+        read it (a sum over hundreds of values, and on a partial prefill a set of
+        hundreds of ids, per step).
+        """
+        new = self.new_tokens
+        if not self.batch.num_prefill_requests or sum(new.values()) == len(new):
+            return new.keys()
+        return set(compress(new, new.values()))
 
 
 @dataclass(frozen=True)

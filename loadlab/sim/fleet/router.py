@@ -39,6 +39,10 @@ class ReplicaView:
 
 
 class Router(Protocol):
+    # Whether choose() reads ReplicaView.waiting: only then does a caller refresh it per
+    # request (reading every engine's queue at every send was ~2% of an 8-replica replay).
+    reads_waiting: bool
+
     def choose(self, req: EngineRequest, replicas: Sequence[ReplicaView], now: float) -> int:
         """The index (into ``replicas``) of the replica that gets ``req`` at ``now`` (s)."""
         ...
@@ -49,6 +53,8 @@ class RoundRobin:
     backends without looking at load) and nginx's default ``upstream`` balancing
     (nginx.org/en/docs/http/ngx_http_upstream_module.html). Equal weights only; kube-proxy
     in iptables mode actually picks at random, which evens out the same way on average."""
+
+    reads_waiting = False
 
     def __init__(self) -> None:
         self._next = 0
@@ -69,6 +75,8 @@ class LeastOutstanding:
     (envoyproxy.io docs, "Supported load balancers"). Envoy compares only two random
     hosts by default (power of two choices); this scans every replica, which is what
     both do with a handful of equal-weight hosts in the limit. Ties go round-robin."""
+
+    reads_waiting = False
 
     def __init__(self) -> None:
         self._tie = RoundRobin()
@@ -91,6 +99,8 @@ class LeastWaiting:
     the last look is ``refresh_s`` old (0: every request, exact). The picker's other
     scorers (KV-cache usage, prefix, LoRA) are left out: this isolates the queue signal.
     """
+
+    reads_waiting = True
 
     def __init__(self, refresh_s: float = REFRESH_MS / 1000) -> None:
         self.refresh_s = refresh_s
@@ -120,6 +130,8 @@ class PrefixAffinity:
     modulo, not consistent hashing): a fleet here never changes size mid-run.
     """
 
+    reads_waiting = False
+
     def __init__(self, block_size: int, blocks: int = AFFINITY_BLOCKS) -> None:
         self.tokens = block_size * blocks
         self.blocks = blocks
@@ -140,6 +152,8 @@ class ByLength:
     matching, the inference extension's body-based routing). Each pool may be
     configured apart (e.g. chunked prefill off and a large max_model_len for long
     prompts, a large max_num_seqs for short ones)."""
+
+    reads_waiting = False
 
     def __init__(self, threshold: int) -> None:
         self.threshold = threshold

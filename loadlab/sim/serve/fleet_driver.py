@@ -38,7 +38,8 @@ class FleetDriver:
                streaming: bool = True) -> RequestStream:
         for view, driver in zip(self.views, self.replicas, strict=True):
             view.outstanding = driver.num_streams
-            view.waiting = driver.engine.num_waiting
+            if self.router.reads_waiting:
+                view.waiting = driver.engine.num_waiting
         probe = EngineRequest(request_id, prompt_token_ids, 1, max_tokens, 0.0)
         driver = self.replicas[self.router.choose(probe, self.views,
                                                   self.replicas[0].engine_now())]
