@@ -408,7 +408,7 @@ def signatures(sig: Signals) -> list[Candidate]:
     # there (held_at): a long head that holds the queue drains the batch below the
     # plateau for a while, and the head is refused for its blocks then, not by a cap.
     reached = sig.running_max >= cap - CAP_SLACK if cap else np.zeros(n, dtype=bool)
-    if sig.cap_inferred:
+    if cap and sig.cap_inferred:
         reached &= held_at(cap, sig.running_p50, sig.running_mean)
     below_cap = ~reached
     kv_mean = _arr(sig.kv_mean, n)
