@@ -100,8 +100,9 @@ PSI_SLACK = 0.1
 """An inferred cap's share the hinge (psi) may sit below it: the running curve bends into
 the cap smoothly, so a fitted hinge lands a few percent short."""
 HELD_SLACK = 0.05
-"""Running median's share below the plateau's max still held at a cap (slots refill a step
-after they free; with a long queue a few percent of the time they are empty)."""
+"""Running's share (mean or median, :func:`held_at`) below the plateau's max still held at
+a cap (slots refill a step after they free; with a long queue a few percent of the time
+they are empty)."""
 PLATEAU_STEPS = 2
 HEAD_ROOM = 2.0
 """head_blocked needs the free blocks a scrape saw while requests waited to hold this many
@@ -500,8 +501,7 @@ def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray) -> Candidate
         moves = np.ptp(sig.running_max[hit]) > 2 * CAP_SLACK if hit.any() else False
         if not moves:
             hit = pinned
-        score = float(hit.mean()) * 0.9 if hit.sum() >= PLATEAU_STEPS and (
-            moves or pinned.any()) else 0.0
+        score = float(hit.mean()) * 0.9 if hit.sum() >= PLATEAU_STEPS else 0.0
         extra = [{"what": "max_num_batched_tokens (inferred)",
                   "value": round(float(np.nanmax(tps))), "step": sig.steps[0]}] if score else []
     return Candidate(
