@@ -10,14 +10,20 @@ Steps:
    the users, or, open loop, a send lag p99 above SEND_LAG_S (1 s) or requests sent
    below 0.9 of the offered rate and 3 Poisson sigmas under it. They are never blamed
    on the server.
-3. Detector votes per step (:mod:`loadlab.analyze.detectors`); a step is stalled when
-   more detectors say so than not. A tie goes to ``occupancy`` (the share of scrapes
-   with a non-empty queue) where it voted, else to the counter-based ``queue``/``little``:
-   a long prompt that blocks the head now and then piles a deep queue up for a moment,
-   which lifts the mean queue (Little's law) and the queue-time share while the queue is
-   empty most of the time; a persistent queue, the knee's own definition, is one present
-   in most of the step (on the held-out tuning seeds this moved the knee within one level
-   from 89% to 97%: ``benchmarks/heldout/README.md``).
+3. Detector votes per step (:mod:`loadlab.analyze.detectors`). Where the waiting gauge
+   was read, ``occupancy`` (the share of scrapes with a non-empty queue) decides alone:
+   a persistent queue, the knee's own definition, is one present in most of the step,
+   and occupancy is the one detector that measures that. The others read the queue's
+   depth: a long prompt that blocks the head now and then, or a burst, piles a deep
+   queue up for a moment, which lifts the mean queue (Little's law), the queue-time
+   share and the hinge while the queue is empty most of the time. On the held-out tuning
+   seeds (``benchmarks/heldout``, 360 runs, 1,968 steps, against the scheduler's
+   refusals) the majority called 63 steps stalled in which the head was refused in under
+   half the engine steps, none of them with occupancy at 0.5 or above in 1 s scrapes;
+   occupancy alone put the knee on the measured level in 319 runs against 282, and
+   within one level in 355 against 352. Without the
+   gauge, a step is stalled when more detectors say so than not, a tie going to the
+   counter-based ``queue``/``little``.
 4. Knee: over the judged steps in level order, the first from which every later one is
    stalled: ``upper``; the judged step before it: ``lower``. Nothing stalled: "never
    stalled up to" the highest level (``found`` False, ``lower`` = that level). The first
@@ -145,10 +151,10 @@ def state_codes(votes: dict[str, np.ndarray], limited: np.ndarray) -> np.ndarray
     for name in ("queue", "little"):
         if name in votes:
             tie_break |= votes[name] == 1
-    if "occupancy" in votes:   # a tie goes to the share of time the queue is non-empty
-        occupancy = votes["occupancy"]
-        tie_break = np.where(np.isnan(occupancy), tie_break, occupancy == 1)
     stalled = (yes > no) | ((yes == no) & tie_break)
+    if "occupancy" in votes:   # the share of time the queue is non-empty decides where read
+        occupancy = votes["occupancy"]
+        stalled = np.where(np.isnan(occupancy), stalled, occupancy == 1)
     codes = np.where(yes + no == 0, 3, np.where(stalled, 1, 0))
     return np.where(limited, 2, codes)
 

@@ -168,6 +168,7 @@ def _server_columns(table: pd.DataFrame, metrics: pd.DataFrame, requests: pd.Dat
             table["running_p50"] = _col(stats, "p50", n)
         if name == "waiting":
             table["waiting_occupancy"] = _col(stats, "occupancy", n)
+            table["waiting_snapshots"] = _col(stats, "n", n)
     table["kv_queued"] = kv_while_queued(metrics, span)
     table["preemptions"] = _counter(metrics, "preemptions", span, "delta")
     hits = _counter(metrics, "prefix_hits", span, "delta")

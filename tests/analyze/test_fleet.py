@@ -72,14 +72,16 @@ def test_round_robin_on_a_long_tail_stalls_on_routing_with_replica_evidence(
 def test_least_waiting_on_the_same_load_is_not_routing_imbalance(
         round_robin: tuple[Path, Analysis], least_waiting: Analysis) -> None:
     rr, lw = round_robin[1], least_waiting
-    assert lw.knee.found                                  # it stalls too, higher up
+    # it stalls later than round-robin or not at all up to 64 users, as the scheduler's
+    # own refusals say (knee.measured: a queue present in under half its steps)
+    assert lw.knee.measured is not None and rr.knee.upper is not None
+    assert (lw.knee.found, lw.knee.upper) == (lw.knee.measured.found, lw.knee.measured.upper)
+    assert not lw.knee.found or (lw.knee.upper or 0) >= rr.knee.upper
     assert lw.cause.name not in (CAUSE, "unknown")
     assert lw.imbalance is not None and not lw.imbalance.chosen
-    assert lw.knee.upper is not None and rr.knee.upper is not None
-    assert lw.knee.upper >= rr.knee.upper
     # the scheduler refuses the head less often at every level (its own measured series;
     # at 32 users round-robin's refusals are 2% of steps: a queue now and then, not yet
-    # the knee, which the inferred knee follows since a tie of votes goes to occupancy)
+    # the knee, which the inferred knee follows since occupancy decides)
     assert rr.knee.measured is not None and lw.knee.measured is not None
     rr_share = {x.level: x.share for x in rr.knee.measured.refused_share}
     for x in lw.knee.measured.refused_share:
@@ -214,5 +216,7 @@ def test_the_console_has_a_line_per_replica(round_robin: tuple[Path, Analysis]) 
         assert f"cause {r.cause.name}" in line
         assert r.imbalance_share is not None
         assert f"{r.imbalance_share:.0%} of the fleet's stranded queue" in line
-    assert a.replicas[0].knee.upper is not None
-    assert f"and {a.replicas[0].knee.upper} concurrent" in lines[0]
+    for line, r in zip(lines, a.replicas, strict=True):   # where each replica's knee is
+        knee = r.knee
+        assert (f"and {knee.upper} concurrent" if knee.found
+                else f"never stalled up to {knee.lower} concurrent") in line

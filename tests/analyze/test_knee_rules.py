@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 from groundtruth import SCENARIOS, Scenario, run_scenario
 
+from loadlab.analyze.detectors import votes
 from loadlab.analyze.knee import STATES, bracket, find_knee, state_codes
 from loadlab.analyze.steps import build_step_table, load_run
 
@@ -75,12 +77,23 @@ def test_one_stalled_step_is_never_high_confidence(tmp_path):
     assert knee.confidence != "high", knee.reasons
 
 
-def test_a_tie_goes_to_occupancy_where_it_voted():
-    """Queue share and Little's mean say stalled, occupancy and the hinge say not: a deep
-    queue for a moment (a long head), not a persistent one. Without an occupancy vote the
-    tie still goes to the counter-based detectors."""
+def test_occupancy_decides_where_it_voted():
+    """Queue share, Little's mean and the hinge say stalled, occupancy says not: a deep
+    queue for a moment (a long head, a burst), not a persistent one, and the head was
+    refused in under half the engine steps. Without an occupancy vote the majority
+    decides, a tie going to the counter-based detectors."""
     nan = np.nan
-    votes = {"queue": np.array([1.0, 1.0, 1.0]), "little": np.array([1.0, 1.0, 1.0]),
-             "occupancy": np.array([0.0, 1.0, nan]), "hinge": np.array([0.0, 0.0, 0.0])}
-    codes = state_codes(votes, np.zeros(3, dtype=bool))
-    assert [STATES[c] for c in codes] == ["ok", "stalled", "stalled"]
+    votes = {"queue": np.array([1.0, 1.0, 1.0, 1.0]), "little": np.array([1.0, 1.0, 1.0, 0.0]),
+             "occupancy": np.array([0.0, 1.0, nan, nan]), "hinge": np.array([1.0, 0.0, 0.0, 0.0])}
+    codes = state_codes(votes, np.zeros(4, dtype=bool))
+    assert [STATES[c] for c in codes] == ["ok", "stalled", "stalled", "ok"]
+
+
+def test_dense_scrapes_need_occupancy_above_half():
+    """With 20 or more scrapes a step the time share of a non-empty queue needs 0.6: steps
+    that leave requests waiting run longer, so the time share overstates the step share.
+    With a handful of scrapes half still counts."""
+    table = pd.DataFrame({"level": [8.0, 8.0, 8.0], "waiting_occupancy": [0.55, 0.55, 0.6],
+                          "waiting_snapshots": [40.0, 4.0, 40.0]})
+    found = votes(table, True, np.array([1.0, 1.0, 1.0]), None)
+    assert found["occupancy"].tolist() == [0.0, 1.0, 1.0]
