@@ -23,12 +23,14 @@ share of stalled steps that show the signature (0..1):
   running / pool tokens) is below CALIBER (half) of the block-level gauge: block
   rounding, not tokens, fills the pool. Takes the KV score; kv_exhausted keeps 0.6 of it.
 - ``token_budget``: tokens per engine step ((prompt computed + generated tokens/s) x
-  mean ITL) >= BUDGET_FILL (0.8) of ``max_num_batched_tokens``, KV below full, at the
-  cap or not (vLLM's waiting loop checks the budget first). Without the flag (score x
-  0.9): tokens per step held within BUDGET_FLAT of one value in PLATEAU_STEPS or more
-  steps while running moves (by more than twice CAP_SLACK), or within BUDGET_PINNED
-  however still running is, and no cap was inferred: a binding budget fills every step
-  to itself.
+  mean ITL) >= BUDGET_FILL (0.8) of ``max_num_batched_tokens``, or >= BUDGET_SHARE (half)
+  of it where the longest prompt spans CHUNK_SPAN (4) budgets (:func:`budget_spent`),
+  at the cap or not and however full the pool: vLLM's waiting loop checks the budget
+  first, so such steps are taken from ``head_blocked`` and ``kv_exhausted``. Without the
+  flag (score x 0.9): tokens per step held within BUDGET_FLAT of one value in
+  PLATEAU_STEPS or more steps while running moves (by more than twice CAP_SLACK), or
+  within BUDGET_PINNED however still running is, and no cap was inferred: a binding
+  budget fills every step to itself.
 - ``head_blocked``: while requests wait and running is below the cap, the longest prompt
   sent in the step (client records) needs more blocks than the pool has free while
   requests waited (``num_gpu_blocks`` x (1 - KV usage at the scrapes that saw a queue),
@@ -104,6 +106,12 @@ HELD_SLACK = 0.05
 a cap (slots refill a step after they free; with a long queue a few percent of the time
 they are empty)."""
 PLATEAU_STEPS = 2
+CHUNK_SPAN = 4
+"""A prompt of this many token budgets or more is prefilled in as many steps, each of
+which spends the budget (:func:`budget_spent`)."""
+BUDGET_SHARE = 0.5
+"""With such a prompt, a mean fill of half the budget: the budget was spent in about half
+the engine steps, more than any other limit can have refused."""
 HEAD_ROOM = 2.0
 """head_blocked needs the free blocks a scrape saw while requests waited to hold this many
 median requests. A scrape's usage is an average over the moments between refusals; at a
@@ -426,10 +434,14 @@ def signatures(sig: Signals) -> list[Candidate]:
     out.append(Candidate("seq_cap", score, _ev(sig, [
         ("running max", sig.running_max), ("KV usage max", sig.kv_max),
         ("waiting (mean)", sig.waiting)], extra=cap_ev)))
-    head = head_blocked(sig, below_cap)
+    spent = budget_spent(sig)
+    budget = _budget(sig, below_cap, kv_ok, spent)
+    # A spent budget refuses the head before blocks are asked for: those steps are the
+    # budget's, however full the pool or long the head.
+    head = head_blocked(sig, below_cap) & ~spent
     # At the cap vLLM's waiting loop stops before it asks for blocks (a full pool on
     # average still binds first); below it, a pool that reaches full refuses the head.
-    kv_like = kv_full & (~reached | pool_full) & ~head
+    kv_like = kv_full & (~reached | pool_full) & ~head & ~spent
     caliber = kv_like & (sig.fill < CALIBER)
     kv_score = float(kv_like.mean())
     cal_score = float(caliber.mean())
@@ -438,7 +450,7 @@ def signatures(sig: Signals) -> list[Candidate]:
         ("running max", sig.running_max)])))
     out.append(Candidate("dashboard_caliber", cal_score, _ev(sig, [
         ("token-level / block-level KV usage", sig.fill), ("KV usage max", sig.kv_max)])))
-    out.append(_budget(sig, below_cap, kv_ok))
+    out.append(budget)
     out.append(Candidate("head_blocked", float(head.mean()), _ev(sig, [
         ("longest prompt (tokens)", _arr(sig.prompt_max, n)),
         ("blocks the longest prompt needs", head_need(sig)),
@@ -478,9 +490,25 @@ def _arr(x: np.ndarray | None, n: int) -> np.ndarray:
     return np.full(n, np.nan) if x is None else x
 
 
-def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray) -> Candidate:
-    """With the flag: tokens per step near it. Without: tokens per step held at one value
-    (BUDGET_FLAT) in PLATEAU_STEPS or more steps while running moves, or pinned to one
+def budget_spent(sig: Signals) -> np.ndarray:
+    """Per stalled step, with ``max_num_batched_tokens`` known: the budget was spent in most
+    of its engine steps. Tokens per step at BUDGET_FILL of the budget or more; or, where
+    the longest prompt spans CHUNK_SPAN budgets or more, at BUDGET_SHARE of it: such a
+    prompt is prefilled a budget at a time, each of those steps spent to the last token,
+    while the steps between carry little more than one decode token per request, so the
+    mean fill is about the share of steps spent. All False without the flag."""
+    n = len(sig.steps)
+    if not sig.budget:
+        return np.zeros(n, dtype=bool)
+    fill = np.nan_to_num(_budget_fill(sig))
+    long_head = np.nan_to_num(_arr(sig.prompt_max, n)) >= CHUNK_SPAN * sig.budget
+    return (fill >= BUDGET_FILL) | (long_head & (fill >= BUDGET_SHARE))
+
+
+def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray,
+            spent: np.ndarray) -> Candidate:
+    """With the flag: the steps :func:`budget_spent` marks. Without: tokens per step held at
+    one value (BUDGET_FLAT) in PLATEAU_STEPS or more steps while running moves, or pinned to one
     value (BUDGET_PINNED) whatever running does, while no running plateau marks a cap.
     When ``max_num_batched_tokens`` binds, vLLM's scheduler fills every step up to it
     (``token_budget`` in ``Scheduler.schedule``), so tokens per step stop growing with the
@@ -489,8 +517,7 @@ def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray) -> Candidate
     left (``while self.waiting and token_budget > 0``) and checks the cap inside it, so a
     spent budget refuses the head first, at the cap or not."""
     if sig.budget:
-        hit = (_budget_fill(sig) >= BUDGET_FILL) & kv_ok
-        score = float(hit.mean())
+        score = float(spent.mean())
         extra = [{"what": "max_num_batched_tokens", "value": sig.budget, "step": sig.steps[0]}]
     elif sig.cap_inferred or not np.any(sig.tokens_per_step > 0):
         score, extra = 0.0, []

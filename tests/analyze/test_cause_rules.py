@@ -175,3 +175,27 @@ def test_a_spent_budget_refuses_the_head_before_the_cap() -> None:
     tied = [Candidate("seq_cap", 0.5, []), Candidate("token_budget", 0.5, [])]
     assert choose(tied, knee_found=True, client_before=False,
                   server_metrics=True) == "token_budget"
+
+
+def test_a_spent_budget_is_the_budgets_however_full_the_pool() -> None:
+    """A full 256-token budget refuses the head before blocks are asked for: a pool at 97%
+    does not make the step the pool's (vLLM: ``while self.waiting and token_budget > 0``)."""
+    s = sig([40, 44, 48], kv_max=0.97, kv_mean=0.8, cap=64, tokens_per_step=[250, 255, 256])
+    s.budget = 256
+    assert best(s) == "token_budget"
+
+
+def test_a_prompt_of_many_budgets_spends_the_budget_in_the_share_of_steps_it_fills() -> None:
+    """A 20,000-token document through a 256-token budget is prefilled in ~80 steps, each
+    spent to the last token, and the steps between carry a decode token per request:
+    tokens per step at 55-60% of the budget say the budget was spent in most steps, so
+    it refused the head more often than the document's blocks did. The same fill with
+    prompts of three budgets says nothing of the kind."""
+    s = sig([10, 11, 10], kv_max=1.0, kv_mean=0.5, cap=64, prompt_max=20000,
+            tokens_per_step=[141, 150, 154])
+    s.budget = 256
+    assert best(s) == "token_budget"
+    short = sig([10, 11, 10], kv_max=1.0, kv_mean=0.5, cap=64, prompt_max=768,
+                tokens_per_step=[141, 150, 154])
+    short.budget = 256
+    assert best(short) != "token_budget"
