@@ -12,6 +12,10 @@ decide what the writer spends work on, measured on a 10-minute replay's tables
   holds every family, so their min and max prune nothing, and computing them over each
   row's string was a fifth of a metrics part's write. The only statistics a reader uses
   are requests' ``t_sent`` and ``point`` (:mod:`loadlab.analyze.schema_check`), kept.
+- A table whose string columns come as dictionary arrays (the metrics sink's: a few
+  hundred distinct series strings over every row) is written without Arrow's own schema,
+  so that it reads back as plain strings: the file is then the one the plain strings
+  would have made, Parquet dictionary-encoding them anyway.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ CODEC = "snappy"   # pyarrow's default, for every other column
 
 
 def column_options(schema: pa.Schema) -> dict[str, Any]:
-    """``write_statistics`` and ``compression`` for ``pq.write_table`` / ``ParquetWriter``."""
+    """``write_statistics``, ``compression`` and ``store_schema`` for ``pq.write_table`` /
+    ``ParquetWriter`` writing a table of ``schema``."""
     return {
+        "store_schema": not any(pa.types.is_dictionary(f.type) for f in schema),
         "write_statistics": [n for n in schema.names if n not in UNSUMMARISED_COLUMNS],
         "compression": {n: "none" if n in RAW_COLUMNS else CODEC for n in schema.names},
     }

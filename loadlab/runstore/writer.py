@@ -289,7 +289,8 @@ class PartWriter:
             name = self.part_name(self._part)
         tmp = self.table_dir / f".{name}.tmp"
         try:
-            pq.write_table(table, tmp, use_dictionary=use_dictionary, **column_options(table.schema))
+            pq.write_table(table, tmp, use_dictionary=use_dictionary,
+                           **column_options(table.schema))
             os.replace(tmp, self.table_dir / name)
         except BaseException:
             tmp.unlink(missing_ok=True)
