@@ -14,8 +14,8 @@ decide what the writer spends work on, measured on a 10-minute replay's tables
   are requests' ``t_sent`` and ``point`` (:mod:`loadlab.analyze.schema_check`), kept.
 - A table whose string columns come as dictionary arrays (the metrics sink's: a few
   hundred distinct series strings over every row) is written without Arrow's own schema,
-  so that it reads back as plain strings: the file is then the one the plain strings
-  would have made, Parquet dictionary-encoding them anyway.
+  so that it reads back as plain strings; Parquet stores such columns as dictionary
+  pages either way.
 """
 
 from __future__ import annotations
