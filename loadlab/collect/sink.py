@@ -4,10 +4,13 @@ A vLLM page holds ~330 kept samples; at 4 endpoints x 10 Hz that is 13,000 rows
 a second. Building a dict per row and handing it to ``PartWriter.add`` costs
 more CPU than the whole rest of the collector (``pa.Table.from_pylist`` alone
 is ~4 us a row), so this writer keeps, per scrape, only the parser's series ids
-and values, and at flush time builds each column in one ``take`` from the
-per-series strings. Part names, the write-then-rename step, the flush timer and keeping
-scrapes buffered until their part is on disk are PartWriter's, so readers see one
-``metrics.parquet/`` table whatever wrote it.
+and values, and at flush time builds each string column as a dictionary array: the
+distinct strings once, and a code per row. Parquet writes those as its own dictionary
+pages without hashing each row's string (a third of a 10-minute replay's metrics part:
+benchmarks/README.md, "Fifth pass"), and the part reads back as plain strings
+(:func:`loadlab.runstore.encoding.column_options`). Part names, the write-then-rename
+step, the flush timer and keeping scrapes buffered until their part is on disk are
+PartWriter's, so readers see one ``metrics.parquet/`` table whatever wrote it.
 """
 
 from __future__ import annotations
@@ -73,24 +76,28 @@ class MetricsSink(PartWriter):
         return self._table(scrapes), []
 
     def _table(self, scrapes: list[tuple[float, float | None, Scrape]]) -> pa.Table:
+        """METRICS rows of ``scrapes``, string columns dictionary-encoded (module docstring)."""
         counts = np.array([len(s.ids) for _, _, s in scrapes])
-        ids = pa.array(np.concatenate([np.asarray(s.ids, dtype=np.int64) for _, _, s in scrapes]))
+        ids = np.concatenate([np.asarray(s.ids, dtype=np.int64) for _, _, s in scrapes])
         n = len(ids)
         series = self.parser.series
-        per_series = {
-            col: pa.array([getattr(s, col) for s in series], pa.string())
-            for col in ("family", "type", "metric", "labels")
-        }
-        zeros = pa.array(np.zeros(n, dtype=np.int64))
         scrape_s = [np.nan if d is None else d for _, d, _ in scrapes]
         columns = {
             "t": pa.array(np.repeat([t for t, _, _ in scrapes], counts)),
             "scrape_s": pa.array(np.repeat(scrape_s, counts), from_pandas=True),
-            "endpoint": pa.array([self.endpoint], pa.string()).take(zeros),
+            "endpoint": _dictionary([self.endpoint], np.zeros(n, np.int64)),
             "value": pa.array(
                 np.concatenate([np.asarray(s.values, dtype=np.float64) for _, _, s in scrapes])
             ),
-            "source": pa.array([self.source], pa.string()).take(zeros),
-            **{col: arr.take(ids) for col, arr in per_series.items()},
+            "source": _dictionary([self.source], np.zeros(n, np.int64)),
+            **{col: _dictionary([getattr(s, col) for s in series], ids)
+               for col in ("family", "type", "metric", "labels")},
         }
-        return pa.Table.from_arrays([columns[f.name] for f in METRICS], schema=METRICS)
+        return pa.Table.from_arrays([columns[f.name] for f in METRICS], names=METRICS.names)
+
+
+def _dictionary(per_series: list[str], ids: np.ndarray) -> pa.DictionaryArray:
+    """The strings ``per_series[ids]`` as a dictionary array of their distinct values."""
+    codes: dict[str, int] = {}
+    code = np.array([codes.setdefault(v, len(codes)) for v in per_series], np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(code[ids]), pa.array(list(codes), pa.string()))

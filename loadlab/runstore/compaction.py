@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from loadlab.runstore.encoding import column_options
 from loadlab.runstore.layout import CLIENT_TABLE, METRICS_TABLE, REQUESTS_TABLE, SCRAPES_TABLE
 from loadlab.runstore.schema import CLIENT, METRICS, REQUESTS, SCRAPES
 
@@ -146,7 +147,8 @@ def compact_run(run_dir: str | Path, tables: Iterable[str] = tuple(TABLES),
 def _rewrite(parts: list[Path], dest: Path, schema: pa.Schema, row_group_bytes: int) -> None:
     strings = [f.name for f in schema if pa.types.is_string(f.type)]
     meta = {**(schema.metadata or {}), REPLACES: json.dumps([p.name for p in parts]).encode()}
-    with pq.ParquetWriter(dest, schema.with_metadata(meta), use_dictionary=strings) as writer:
+    with pq.ParquetWriter(dest, schema.with_metadata(meta), use_dictionary=strings,
+                          **column_options(schema)) as writer:
         for group in _row_groups(parts, schema, row_group_bytes):
             writer.write_table(group, row_group_size=group.num_rows)
 

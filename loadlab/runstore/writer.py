@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 
 from loadlab.errors import InputError, StoreError
 from loadlab.runstore.compaction import live_parts
+from loadlab.runstore.encoding import column_options
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +289,8 @@ class PartWriter:
             name = self.part_name(self._part)
         tmp = self.table_dir / f".{name}.tmp"
         try:
-            pq.write_table(table, tmp, use_dictionary=use_dictionary)
+            pq.write_table(table, tmp, use_dictionary=use_dictionary,
+                           **column_options(table.schema))
             os.replace(tmp, self.table_dir / name)
         except BaseException:
             tmp.unlink(missing_ok=True)
