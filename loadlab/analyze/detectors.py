@@ -214,7 +214,7 @@ def votes(
             "occupancy": _vote(
                 ~np.isnan(get("waiting_occupancy")) & ~(get("gauge_stale") > STALE_MAX),
                 get("waiting_occupancy") >= np.where(
-                    get("waiting_snapshots") >= DENSE_SNAPSHOTS, OCCUPANCY_DENSE, OCCUPANCY),
+                    occupancy_decides(cols), OCCUPANCY_DENSE, OCCUPANCY),
             ),
         }
         out["little"] = _vote(~np.isnan(waiting), waiting >= LITTLE_MIN)
@@ -241,6 +241,13 @@ def votes(
             )
     shape = np.broadcast_shapes(*(v.shape for v in out.values()))
     return {k: np.broadcast_to(v, shape) for k, v in out.items()}
+
+
+def occupancy_decides(cols: pd.DataFrame | Mapping[str, np.ndarray]) -> np.ndarray:
+    """Per step: the waiting gauge was read DENSE_SNAPSHOTS times or more, enough for its
+    share of queued scrapes to be the step's state alone (:mod:`loadlab.analyze.knee`,
+    step 3)."""
+    return column(cols, "waiting_snapshots") >= DENSE_SNAPSHOTS
 
 
 def step_votes(table: pd.DataFrame, closed: bool, waiting: np.ndarray, hinge: HingeFit | None,

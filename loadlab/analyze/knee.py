@@ -11,19 +11,19 @@ Steps:
    below 0.9 of the offered rate and 3 Poisson sigmas under it. They are never blamed
    on the server.
 3. Detector votes per step (:mod:`loadlab.analyze.detectors`). Where the waiting gauge
-   was read, ``occupancy`` (the share of scrapes with a non-empty queue) decides alone:
-   a persistent queue, the knee's own definition, is one present in most of the step,
-   and occupancy is the one detector that measures that. The others read the queue's
-   depth: a long prompt that blocks the head now and then, or a burst, piles a deep
-   queue up for a moment, which lifts the mean queue (Little's law), the queue-time
-   share and the hinge while the queue is empty most of the time. On the held-out tuning
-   seeds (``benchmarks/heldout``, 360 runs, 1,968 steps, against the scheduler's
-   refusals) the majority called 63 steps stalled in which the head was refused in under
-   half the engine steps, none of them with occupancy at 0.5 or above in 1 s scrapes;
-   occupancy alone put the knee on the measured level in 319 runs against 282, and
-   within one level in 355 against 352. Without the
-   gauge, a step is stalled when more detectors say so than not, a tie going to the
-   counter-based ``queue``/``little``.
+   was read DENSE_SNAPSHOTS (20) times or more in the step, ``occupancy`` (the share of
+   scrapes with a non-empty queue) decides alone: a persistent queue, the knee's own
+   definition, is one present in most of the step, and occupancy is the one detector
+   that measures that. The others read the queue's depth: a long prompt that blocks the
+   head now and then, or a burst, piles a deep queue up for a moment, which lifts the
+   mean queue (Little's law), the queue-time share and the hinge while the queue is empty
+   most of the time. On the held-out tuning seeds (``benchmarks/heldout``, against the
+   scheduler's refusals) the majority called 25 of the 445 unstalled steps of 1 s scrapes
+   stalled, occupancy alone 1. With fewer scrapes a step its share is a handful of
+   coin tosses (a gateway run of 3 s steps read 2 of 5 scrapes queued where the
+   scheduler refused the head in most steps), and a step is stalled when more detectors
+   say so than not; a tie goes to occupancy where it voted, else to the counter-based
+   ``queue``/``little``.
 4. Knee: over the judged steps in level order, the first from which every later one is
    stalled: ``upper``; the judged step before it: ``lower``. Nothing stalled: "never
    stalled up to" the highest level (``found`` False, ``lower`` = that level). The first
@@ -135,26 +135,32 @@ def waiting_level(table: pd.DataFrame | dict[str, np.ndarray]) -> np.ndarray:
 STATES = ("ok", "stalled", "client_limited", "unjudged")   # state codes 0..3
 
 
-def step_states(votes: pd.DataFrame, limited: list[bool]) -> list[str]:
+def step_states(votes: pd.DataFrame, limited: list[bool],
+                decisive: np.ndarray | None = None) -> list[str]:
     """Per step: ok | stalled | client_limited | unjudged, from the detectors' votes (step 3)."""
     arrays = {
         k: np.array([np.nan if v is None else float(v) for v in votes[k]]) for k in votes.columns
     }
-    return [STATES[c] for c in state_codes(arrays, np.asarray(limited, dtype=bool))]
+    return [STATES[c] for c in state_codes(arrays, np.asarray(limited, dtype=bool), decisive)]
 
 
-def state_codes(votes: dict[str, np.ndarray], limited: np.ndarray) -> np.ndarray:
-    """:data:`STATES` codes from votes as :func:`detectors.votes` gives them (any leading axes)."""
+def state_codes(votes: dict[str, np.ndarray], limited: np.ndarray,
+                decisive: np.ndarray | None = None) -> np.ndarray:
+    """:data:`STATES` codes from votes as :func:`detectors.votes` gives them (any leading axes).
+    ``decisive``: per step, occupancy's vote decides alone
+    (:func:`detectors.occupancy_decides`)."""
     stack = np.stack(list(votes.values())) if votes else np.full((1, *limited.shape), np.nan)
     yes, no = (stack == 1).sum(axis=0), (stack == 0).sum(axis=0)
     tie_break = np.zeros(yes.shape, dtype=bool)
     for name in ("queue", "little"):
         if name in votes:
             tie_break |= votes[name] == 1
+    occupancy = votes.get("occupancy")
+    if occupancy is not None:   # a tie goes to the share of time the queue is non-empty
+        tie_break = np.where(np.isnan(occupancy), tie_break, occupancy == 1)
     stalled = (yes > no) | ((yes == no) & tie_break)
-    if "occupancy" in votes:   # the share of time the queue is non-empty decides where read
-        occupancy = votes["occupancy"]
-        stalled = np.where(np.isnan(occupancy), stalled, occupancy == 1)
+    if occupancy is not None and decisive is not None:
+        stalled = np.where(decisive & ~np.isnan(occupancy), occupancy == 1, stalled)
     codes = np.where(yes + no == 0, 3, np.where(stalled, 1, 0))
     return np.where(limited, 2, codes)
 
@@ -217,7 +223,7 @@ def find_knee(run: RunData, table: pd.DataFrame, seed: int = 0) -> Knee:
     waiting = waiting_level(table)
     growth = None if closed else det.inflight_slopes(binned(run.requests), table)
     votes = _votes(table, closed, waiting, limited, growth)
-    states = without_success(table, step_states(votes, limited))
+    states = without_success(table, step_states(votes, limited, det.occupancy_decides(table)))
     found, lower, upper, limited_before = bracket(levels, states)
     knee = Knee(found, "concurrency" if closed else "rate", lower, upper, states=states,
                 client_limited_before=limited_before)
@@ -341,7 +347,8 @@ def _bootstrap(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool
     waiting = waiting_level(cols)
     psi = _hinge_psi(table, waiting, limited) if closed else None
     lim = np.asarray(limited, dtype=bool)
-    codes = state_codes(det.votes(cols, closed, waiting, psi, growth), lim)
+    codes = state_codes(det.votes(cols, closed, waiting, psi, growth), lim,
+                        det.occupancy_decides(cols))
     codes = np.where(no_success(table) & (codes == 0), 3, codes)   # not judged, as the estimate
     target = (knee.found, _plain(knee.lower), _plain(knee.upper))
     if not levels:

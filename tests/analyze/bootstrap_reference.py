@@ -31,7 +31,8 @@ def agreement(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool]
     for _ in range(n):
         resampled = resample(table, pieces, rng)
         found, lower, upper, _ = bracket(
-            levels, step_states(votes(resampled, run.closed_loop, limited, growth), limited)
+            levels, step_states(votes(resampled, run.closed_loop, limited, growth), limited,
+                                det.occupancy_decides(resampled))
         )
         hits += (found, _plain(lower), _plain(upper)) == target
     return hits / n

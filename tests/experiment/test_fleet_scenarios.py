@@ -53,4 +53,9 @@ def test_the_split_what_if_measures_each_pool_on_its_own(tmp_path: Path) -> None
     steps = counter_windows(metrics, STEPS, wins)["delta"].sum()
     refused = counter_windows(metrics, REFUSED, wins)["delta"].sum()
     assert refused / steps < MATERIAL_REFUSED_SHARE
-    assert read_analysis(out / "one-pool").cause.name == "routing_imbalance"
+    # one pool: round-robin strands a queue behind the documents now and then, but the
+    # scheduler refuses the head in under 2% of either replica's steps at 16 users, and
+    # the inferred knee says what the measured one says
+    one = read_analysis(out / "one-pool")
+    assert one.knee.measured is not None
+    assert (one.knee.found, one.knee.upper) == (one.knee.measured.found, one.knee.measured.upper)
