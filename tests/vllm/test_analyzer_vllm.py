@@ -73,6 +73,19 @@ def load(
                     step_s * len(levels) + 180)
 
 
+# The KV test first: the sequence-cap tests here, the calibration test and the probe's
+# greedy test then share one server (conftest.vllm_server keeps one per flag set).
+def test_small_pool_with_long_requests_is_kv_exhausted(vllm_server, tmp_path_factory):
+    target = vllm_server(**KV)
+    run = load(target, tmp_path_factory.mktemp("kv"), "tiny-long", [1, 2, 4, 8], step_s=8.0,
+               warmup_s=2.0)
+    a = analyze_run(run).as_json()
+    print(f"\n{a['verdict']}")
+    assert a["knee"]["found"], a["verdict"]
+    assert a["cause"]["name"] == "kv_exhausted", (a["cause"]["ranked"], a["verdict"])
+    assert a["cause"]["facts"]["kv_max"] >= 0.9
+
+
 def test_seq_cap_verdict_is_the_same_in_three_runs(vllm_server, tmp_path_factory):
     target = vllm_server(**SEQ_CAP)
     verdicts = []
@@ -124,14 +137,3 @@ def test_starved_client_is_client_limited_not_a_knee(vllm_server, tmp_path_facto
     states = [s["state"] for s in a["steps"]]
     assert states[0] == "ok" and "client_limited" in states[1:], a["steps"]
     assert not a["knee"]["found"] and a["cause"]["name"] == "client_limited", a["verdict"]
-
-
-def test_small_pool_with_long_requests_is_kv_exhausted(vllm_server, tmp_path_factory):
-    target = vllm_server(**KV)
-    run = load(target, tmp_path_factory.mktemp("kv"), "tiny-long", [1, 2, 4, 8], step_s=8.0,
-               warmup_s=2.0)
-    a = analyze_run(run).as_json()
-    print(f"\n{a['verdict']}")
-    assert a["knee"]["found"], a["verdict"]
-    assert a["cause"]["name"] == "kv_exhausted", (a["cause"]["ranked"], a["verdict"])
-    assert a["cause"]["facts"]["kv_max"] >= 0.9

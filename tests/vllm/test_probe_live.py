@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 from loadrun import PROFILES
-from realvllm import BASE_FLAGS, VLLM_ENV, isolation_flags, tiny_model_dir, tiny_vllm
+from realvllm import BASE_FLAGS, VLLM_ENV, isolation_flags, tiny_model_dir
+from test_analyzer_vllm import SEQ_CAP as ANALYZER_SEQ_CAP
 
 from loadlab.analyze.windows import counter_windows
 from loadlab.experiment.server_flags import to_argv
@@ -71,13 +72,15 @@ def _greedy(base_url: str, model: str) -> list[list[str]]:
     return outs
 
 
-def test_probe_changes_no_greedy_output(require_vllm, tmp_path: Path):
-    flags = {**SEQ_CAP, "gpu_memory_utilization": 0.2}  # two starts in a row on a shared host
-    with tiny_vllm(tmp_path / "plain", **flags) as plain:
-        expected = _greedy(plain.base_url, plain.model)
-    with tiny_vllm(tmp_path / "probed", probe=True, **flags) as probed:
-        got = _greedy(probed.base_url, probed.model)
-        text = httpx.get(f"{probed.metrics_endpoints[0]}/metrics", timeout=5).text
+def test_probe_changes_no_greedy_output(vllm_server):
+    """The plain server is the session's (the analyzer and calibration tests' flags: in a
+    whole-suite run it is already up); asking the factory for the probed one stops it
+    first, so the two never share the host's memory."""
+    plain = vllm_server(**ANALYZER_SEQ_CAP)
+    expected = _greedy(plain.base_url, plain.model)
+    probed = vllm_server(probe=True, **ANALYZER_SEQ_CAP)
+    got = _greedy(probed.base_url, probed.model)
+    text = httpx.get(f"{probed.metrics_endpoints[0]}/metrics", timeout=5).text
     assert got == expected
     steps = next(line for line in text.splitlines()
                  if line.startswith("loadlab:scheduler_steps_total{"))
