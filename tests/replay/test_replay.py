@@ -219,7 +219,7 @@ def test_token_times_match_per_token_tracking_under_preemption() -> None:
             if n:
                 naive.setdefault(rid, []).append(out.t_end)
         for fin in out.finished:
-            done[fin.request_id] = tracker.pop(fin.request_id).tolist()
+            done[fin.request_id] = tracker.pop(fin.request_id)[0].tolist()
     assert preempted > 0 and len(done) == 6
     assert done == naive
 
