@@ -3,10 +3,9 @@
 :class:`TokenTimes` keeps each request's token times as a slice of the step-end
 timeline. :class:`RequestRows` keeps, per request done, one tuple and its token times
 (a numpy view, no copy) and builds every REQUESTS column at a flush with numpy: the
-token offsets from one concatenation, the ITL figures from the gaps of that one array
-(:func:`gap_quantiles`: a few dozen requests at a time, each one's gaps sorted in
-place, their quantiles then read for all of them at once), the constant columns as
-constants. Per request that leaves one tuple append: a
+ITL figures from the gaps of a few dozen requests' times at a time
+(:func:`gap_quantiles`: each one's gaps sorted in place, their quantiles then read for
+all of them at once), the constant columns as constants. Per request that leaves one tuple append: a
 dict per row and per-row quantiles cost ~28 us a request, a third of the replay's own
 work (``benchmarks/bench_sim_replay.py``). A request whose times are a slice of its
 replica's timeline is written as pointers into it (REQUESTS ``token_timeline``,
@@ -150,25 +149,26 @@ def segment_quantile(gaps: np.ndarray, start: np.ndarray, count: np.ndarray,
     return low + (gaps[start + hi] - low) * (pos - lo)
 
 
-def gap_quantiles(flat: np.ndarray,
-                  bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(p50, p99, max) of the gaps between successive token times of each request,
-    ``flat[bounds[i]:bounds[i + 1]]`` (0 for a request of fewer than two tokens).
+def gap_quantiles(times: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(p50, p99, max) of the gaps between successive token times of each request
+    (0 for a request of fewer than two tokens).
 
-    _CHUNK requests at a time: their gaps, flat's differences, in one small array, each
-    request's sorted in place, so no array of every gap is made: that was a fresh 8 bytes
-    a token, whose page faults cost more than the sorting on this VM (~0.1 s of sys time
-    for the 4M tokens of a 2-minute 8 x 256 fleet replay).
+    _CHUNK requests at a time: their times joined in one small array, its gaps made and
+    each request's sorted in place. No array of every token or every gap is made: that
+    was a fresh 8 bytes a token, whose page faults cost more than the sorting on this VM
+    (~0.1 s of sys time for the 4M tokens of a 2-minute 8 x 256 fleet replay), and a
+    replay's times are views of its timelines that nothing else needs joined.
     """
-    n = len(bounds) - 1
+    n = len(times)
     out = np.zeros((3, n))
     for i in range(0, n, _CHUNK):
         j = min(i + _CHUNK, n)
-        part = flat[bounds[i]:bounds[j]]
-        gaps = part[1:] - part[:-1]
-        count = bounds[i + 1:j + 1] - bounds[i:j] - 1
+        part = np.concatenate(times[i:j])
+        count = np.fromiter(map(len, times[i:j]), np.int64, j - i) - 1
         multi = count > 0
-        start, count = bounds[i:j][multi] - bounds[i], count[multi]
+        start = (np.cumsum(count + 1) - count - 1)[multi]
+        count = count[multi]
+        gaps = part[1:] - part[:-1]
         for lo, c in zip(start.tolist(), count.tolist()):
             gaps[lo:lo + c].sort()
         rows = np.flatnonzero(multi) + i
@@ -248,17 +248,14 @@ class RequestRows:
         token_step = np.array(firsts)
         pointed = token_step >= 0
         lens = np.fromiter(map(len, times), np.int64, n)
-        bounds = np.zeros(n + 1, np.int64)
-        np.cumsum(lens, out=bounds[1:])
-        flat = np.concatenate(times).astype(np.float64, copy=False)
-        start, end = bounds[:-1], bounds[1:]
         has = lens > 0
-        first = np.zeros(n)
-        first[has] = flat[start[has]]
+        first, last = np.zeros(n), np.zeros(n)
+        first[has] = [t[0] for t in times if len(t)]
+        last[has] = [t[-1] for t in times if len(t)]
         multi = lens > 1
         itl_mean = np.zeros(n)
-        itl_mean[multi] = (flat[end[multi] - 1] - flat[start[multi]]) / (lens[multi] - 1)
-        p50, p99, top = gap_quantiles(flat, bounds)
+        itl_mean[multi] = (last[multi] - first[multi]) / (lens[multi] - 1)
+        p50, p99, top = gap_quantiles(times)
         itl = {"itl_mean_s": itl_mean, "itl_p50_s": p50, "itl_p99_s": p99, "itl_max_s": top}
         ttft = pa.array(first - t_sent, mask=~has)
         e2e = pa.array(t_done - t_sent, mask=~ok)
