@@ -3,9 +3,11 @@
 :class:`TokenTimes` keeps each request's token times as a slice of the step-end
 timeline. :class:`RequestRows` keeps, per request done, one tuple and its token times
 (a numpy view, no copy) and builds every REQUESTS column at a flush with numpy: the
-ITL figures from the gaps of a few dozen requests' times at a time
-(:func:`gap_quantiles`: each one's gaps sorted in place, their quantiles then read for
-all of them at once), the constant columns as constants. Per request that leaves one tuple append: a
+ITL figures of a request whose times are a timeline slice from order statistics of
+windows of the step gaps, for all such requests at once (:func:`window_gap_quantiles`),
+the others' from the gaps of a few dozen requests' times at a time
+(:func:`gap_quantiles`: each one's gaps sorted in place), the constant columns as
+constants. Per request that leaves one tuple append: a
 dict per row and per-row quantiles cost ~28 us a request, a third of the replay's own
 work (``benchmarks/bench_sim_replay.py``). A request whose times are a slice of its
 replica's timeline is written as pointers into it (REQUESTS ``token_timeline``,
@@ -30,6 +32,7 @@ from operator import attrgetter
 import numpy as np
 import pyarrow as pa
 
+from loadlab.replay.order_stats import kth_smallest
 from loadlab.runstore import REQUESTS, STEP_ENDS, PartWriter
 from loadlab.sim.engine.types import StepOutput
 
@@ -178,6 +181,27 @@ def gap_quantiles(times: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, 
     return out[0], out[1], out[2]
 
 
+def window_gap_quantiles(timelines: Sequence[np.ndarray], timeline: np.ndarray,
+                         first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """(p50, p99, max), as rows of one array, of the gaps between the ``count`` (>= 2)
+    successive step ends from ``first`` of ``timelines[timeline]``, for every request:
+    :func:`gap_quantiles`' figures, from order statistics of windows of the step gaps
+    (:func:`~loadlab.replay.order_stats.kth_smallest`) instead of a sort per request."""
+    gaps = [t[1:] - t[:-1] for t in timelines]
+    base = np.zeros(len(gaps), np.int64)
+    np.cumsum([len(g) for g in gaps[:-1]], out=base[1:])
+    m = count - 1                                   # each request's gaps
+    lo = base[timeline] + first
+    pos = [q * (m - 1) for q in (0.5, 0.99)]
+    low = [p.astype(np.int64) for p in pos]
+    ranks = [low[0], np.minimum(low[0] + 1, m - 1), low[1], np.minimum(low[1] + 1, m - 1),
+             m - 1]
+    v = kth_smallest(np.concatenate(gaps), np.tile(lo, 5), np.tile(lo + m, 5),
+                     np.concatenate(ranks)).reshape(5, -1)
+    return np.stack((v[0] + (v[1] - v[0]) * (pos[0] - low[0]),
+                     v[2] + (v[3] - v[2]) * (pos[1] - low[1]), v[4]))
+
+
 class RequestRows:
     """REQUESTS rows of one replay: a tuple and the token times per request, one table
     per part (module docstring). ``epoch`` is the unix time of virtual 0. Token times
@@ -255,7 +279,7 @@ class RequestRows:
         multi = lens > 1
         itl_mean = np.zeros(n)
         itl_mean[multi] = (last[multi] - first[multi]) / (lens[multi] - 1)
-        p50, p99, top = gap_quantiles(times)
+        p50, p99, top = self._itl_quantiles(times, np.array(replica), token_step, lens)
         itl = {"itl_mean_s": itl_mean, "itl_p50_s": p50, "itl_p99_s": p99, "itl_max_s": top}
         ttft = pa.array(first - t_sent, mask=~has)
         e2e = pa.array(t_done - t_sent, mask=~ok)
@@ -296,6 +320,23 @@ class RequestRows:
         for name, values in itl.items():
             columns[name] = pa.array(values, mask=~multi)
         return pa.Table.from_arrays([columns[f.name] for f in REQUESTS], schema=REQUESTS)
+
+    def _itl_quantiles(self, times: list[np.ndarray], replica: np.ndarray,
+                       token_step: np.ndarray,
+                       lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(p50, p99, max) of each request's token gaps (0 below two tokens): those whose
+        times are timeline slices from a window of their timeline's step gaps
+        (:func:`window_gap_quantiles`), the rest by :func:`gap_quantiles`."""
+        out = np.zeros((3, len(times)))
+        window = (token_step >= 0) & (lens > 1)
+        rest = np.flatnonzero(~window & (lens > 1))
+        if window.any():
+            out[:, window] = window_gap_quantiles(
+                [t.ends(0) for t in self.timelines], replica[window], token_step[window],
+                lens[window])
+        if len(rest):
+            out[:, rest] = gap_quantiles([times[i] for i in rest])
+        return out[0], out[1], out[2]
 
     def close(self) -> None:
         self.flush()
