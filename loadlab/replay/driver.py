@@ -37,7 +37,8 @@ the largest max_model_len of the fleet, then to their replica's.
 When the plan ends, requests still in flight are aborted (status "aborted"), as a load
 generator that stops. Output in ``out_dir``: requests.parquet (REQUESTS, worker
 "sim-replay", times = ``start_epoch`` + virtual seconds, written column-wise by
-:class:`~loadlab.replay.records.RequestRows`), metrics.parquet (METRICS,
+:class:`~loadlab.replay.records.RequestRows`; token times as pointers into the replicas'
+step-end timelines, in step_ends.parquet), metrics.parquet (METRICS,
 source "sim", every ``metrics_interval_s`` virtual seconds, the same samples the
 simulator's /metrics would serve, written column-wise by the collector's MetricsSink) and
 manifest.json (kind "sim-replay", steps, resolved server flags, vLLM's start-up lines, wall
@@ -62,9 +63,16 @@ from loadlab.errors import InputError
 from loadlab.replay.prompts import prompt_ids, replay_request
 from loadlab.replay.records import ENDPOINT, WORKER, RequestRows, SentRequest, TokenTimes
 from loadlab.replay.replicas import ReplayReplica, build_replicas
-from loadlab.runstore import REQUESTS, PartWriter, compact_run, update_manifest, write_manifest
+from loadlab.runstore import (
+    REQUESTS,
+    STEP_ENDS,
+    PartWriter,
+    compact_run,
+    update_manifest,
+    write_manifest,
+)
 from loadlab.runstore.claim import owner_entry
-from loadlab.runstore.layout import REQUESTS_TABLE
+from loadlab.runstore.layout import REQUESTS_TABLE, STEP_ENDS_TABLE
 from loadlab.runstore.manifest import Launch, MetricsInfo, RunManifest, TargetInfo, WorkloadInfo
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.types import EngineRequest, StepOutput
@@ -148,8 +156,10 @@ class _Replay:
         self.common = self.load_requests(workload)
         self.epoch = time.time() if opts.start_epoch is None else opts.start_epoch
         self.progress = progress
-        self.requests = RequestRows(PartWriter(out_dir / REQUESTS_TABLE, REQUESTS,
-                                               writer_id=WORKER), opts.point, self.epoch)
+        self.requests = RequestRows(
+            PartWriter(out_dir / REQUESTS_TABLE, REQUESTS, writer_id=WORKER),
+            PartWriter(out_dir / STEP_ENDS_TABLE, STEP_ENDS, writer_id=WORKER),
+            [r.token_times for r in self.replicas], opts.point, self.epoch)
         self.now = 0.0
         self.heap: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
         self.n_events = 0
@@ -376,9 +386,9 @@ class _Replay:
 
     def record(self, req: SentRequest, rid: str, status: str, t_done: float) -> None:
         window = self.windows[req.step]
-        times = self.replicas[req.replica].token_times.pop(rid)
+        times, first = self.replicas[req.replica].token_times.pop(rid)
         self.requests.add(req, rid, status == "ok", t_done, window.get("concurrency"),
-                          window.get("target_rate"), times)
+                          window.get("target_rate"), times, first)
 
 
 @contextmanager

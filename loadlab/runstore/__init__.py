@@ -9,6 +9,8 @@ Layout of one point (``reports/<run>/<point>/``), every name in :mod:`.layout`::
     metrics.parquet/     long-format /metrics samples (schema.METRICS), likewise
     scrapes.parquet/     one row per scrape attempt (schema.SCRAPES): gaps and their cause
     client.parquet/      the load generator's own CPU and scheduling lag (schema.CLIENT)
+    step_ends.parquet/   a replay's step-end timelines (schema.STEP_ENDS): its requests'
+                         token times point into them instead of listing every offset
 
 The two JSON files have typed models (:class:`~.manifest.RunManifest`,
 :class:`~.manifest.SweepManifest`, :class:`~.analysis_model.Analysis`); readers load them
@@ -30,7 +32,14 @@ Times are unix seconds (float64) everywhere; durations end in ``_s``.
 from loadlab.runstore.analysis_model import Analysis, read_analysis
 from loadlab.runstore.compaction import compact, compact_run
 from loadlab.runstore.manifest import load_manifest, read_manifest, update_manifest, write_manifest
-from loadlab.runstore.schema import CLIENT, METRICS, REQUEST_STATUSES, REQUESTS, SCRAPES
+from loadlab.runstore.schema import (
+    CLIENT,
+    METRICS,
+    REQUEST_STATUSES,
+    REQUESTS,
+    SCRAPES,
+    STEP_ENDS,
+)
 from loadlab.runstore.writer import PartWriter, read_table
 
 __all__ = [
@@ -40,6 +49,7 @@ __all__ = [
     "REQUESTS",
     "REQUEST_STATUSES",
     "SCRAPES",
+    "STEP_ENDS",
     "PartWriter",
     "compact",
     "compact_run",

@@ -47,8 +47,14 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from loadlab.runstore.encoding import column_options
-from loadlab.runstore.layout import CLIENT_TABLE, METRICS_TABLE, REQUESTS_TABLE, SCRAPES_TABLE
-from loadlab.runstore.schema import CLIENT, METRICS, REQUESTS, SCRAPES
+from loadlab.runstore.layout import (
+    CLIENT_TABLE,
+    METRICS_TABLE,
+    REQUESTS_TABLE,
+    SCRAPES_TABLE,
+    STEP_ENDS_TABLE,
+)
+from loadlab.runstore.schema import CLIENT, METRICS, REQUESTS, SCRAPES, STEP_ENDS
 
 MARK = "~"                       # in the name of a compacted part, and only there
 REPLACES = b"loadlab.replaces"   # Parquet key-value metadata: JSON list of part names
@@ -56,7 +62,7 @@ LOCK = ".compact.lock"
 NOTICE_PARTS = 500               # compact_run tells progress from this many parts...
 NOTICE_BYTES = 256 << 20         # ...or bytes (below both it takes about a second at most)
 TABLES = {REQUESTS_TABLE: REQUESTS, METRICS_TABLE: METRICS, SCRAPES_TABLE: SCRAPES,
-          CLIENT_TABLE: CLIENT}
+          CLIENT_TABLE: CLIENT, STEP_ENDS_TABLE: STEP_ENDS}
 
 
 def live_parts(table_dir: str | Path) -> list[Path]:
@@ -109,7 +115,7 @@ def compact(
 
 def compact_run(run_dir: str | Path, tables: Iterable[str] = tuple(TABLES),
                 progress: Callable[[str], None] | None = None) -> list[Path]:
-    """Compact the tables of a run folder (default all four); each table's part afterwards.
+    """Compact the tables of a run folder (default all five); each table's part afterwards.
 
     ``tables``: the table directory names to compact (a writer compacts what it wrote:
     another process may still be adding to the rest). ``progress(line)`` is told before

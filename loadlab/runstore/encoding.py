@@ -5,7 +5,8 @@ decide what the writer spends work on, measured on a 10-minute replay's tables
 (benchmarks/bench_sim_replay.py, "Fifth pass" in benchmarks/README.md):
 
 - Per-item float lists (``chunk_offsets_s``: one float per streamed chunk, 2.5M of them
-  for 6k requests) are written uncompressed and without statistics. Snappy saved 2% of
+  for 6k requests of a load-generator run; a replay writes most as pointers, see
+  :mod:`.token_steps`) are written uncompressed and without statistics. Snappy saved 2% of
   their bytes (offsets have full-width mantissas) and then cost a decompression at every
   read; the min / max of a list's elements is never read.
 - METRICS' series strings carry no statistics: every part and every compacted row group

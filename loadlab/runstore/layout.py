@@ -12,6 +12,8 @@ A run folder (one point)::
     metrics.parquet/     /metrics samples (schema.METRICS), part files
     scrapes.parquet/     one row per scrape attempt (schema.SCRAPES), part files
     client.parquet/      the load generator's own CPU and lag (schema.CLIENT), part files
+    step_ends.parquet/   a replay's step-end timelines its requests' token times point
+                         into (schema.STEP_ENDS), part files
     <kind>-server.log    stdout and stderr of a server loadlab launched (sim | vllm)
     report.html          ``loadlab report`` of the folder
     .claim               locked by the run writing the folder, who it is (runstore.claim)
@@ -31,12 +33,15 @@ REQUESTS_TABLE = "requests.parquet"
 METRICS_TABLE = "metrics.parquet"
 SCRAPES_TABLE = "scrapes.parquet"
 CLIENT_TABLE = "client.parquet"
+STEP_ENDS_TABLE = "step_ends.parquet"
 
 LOADGEN_TABLES = (REQUESTS_TABLE, CLIENT_TABLE)
 """Written by the load generator (and, for requests, by the virtual-time replay)."""
 SCRAPER_TABLES = (METRICS_TABLE, SCRAPES_TABLE)
 """Written by the /metrics collector."""
-TABLES = (REQUESTS_TABLE, METRICS_TABLE, SCRAPES_TABLE, CLIENT_TABLE)
+REPLAY_TABLES = (REQUESTS_TABLE, METRICS_TABLE, STEP_ENDS_TABLE)
+"""Written by the virtual-time replay (``loadlab sim replay``)."""
+TABLES = (REQUESTS_TABLE, METRICS_TABLE, SCRAPES_TABLE, CLIENT_TABLE, STEP_ENDS_TABLE)
 
 SERVER_LOG_SUFFIX = "-server.log"
 

@@ -41,7 +41,9 @@ REQUESTS = pa.schema(
         ("itl_p99_s", pa.float64()),
         ("itl_max_s", pa.float64()),
         ("n_chunks", pa.int32()),  # content chunks received
-        ("chunk_offsets_s", pa.list_(pa.float64())),  # each content chunk, seconds after t_sent
+        # Each content chunk, seconds after t_sent. Null in a replay's row whose tokens came
+        # at successive step ends (token_timeline below): readers rebuild it.
+        ("chunk_offsets_s", pa.list_(pa.float64())),
         ("prompt_tokens", pa.int32()),  # usage as the server reported it
         ("output_tokens", pa.int32()),
         ("target_prompt_tokens", pa.int32()),
@@ -58,6 +60,27 @@ REQUESTS = pa.schema(
         # Which side failed (loadlab.runstore.failures); null for ok rows and in folders
         # written before the column existed (the analyzer infers it from status and error).
         ("failure", pa.string()),
+        # A replay's token times without one float per token: a request that emitted at
+        # every step end from its first token to its last has its n_chunks times at the
+        # step ends token_step, token_step + 1, ... of STEP_ENDS' timeline token_timeline
+        # (its replica), and chunk_offsets_s = those ends - t_sent_clock_s (t_sent on the
+        # timeline's clock, the replay's virtual seconds; t_sent is that plus the epoch).
+        # read_table rebuilds chunk_offsets_s from them (runstore.token_steps). Null in the
+        # load generator's rows and in a replay's rows that skipped a step (preempted) or
+        # have no token: those keep explicit chunk_offsets_s.
+        ("token_timeline", pa.int32()),
+        ("token_step", pa.int32()),
+        ("t_sent_clock_s", pa.float64()),
+    ]
+)
+
+# The step-end timelines a replay's requests point into (step_ends.parquet beside
+# requests.parquet): one row per engine step end, per replica.
+STEP_ENDS = pa.schema(
+    [
+        ("timeline", pa.int32()),  # the replica (REQUESTS.token_timeline)
+        ("step", pa.int32()),      # 0, 1, ... per timeline (REQUESTS.token_step)
+        ("t", pa.float64()),       # the step's end on the replay's clock (virtual seconds)
     ]
 )
 

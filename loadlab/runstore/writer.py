@@ -50,6 +50,9 @@ import pyarrow.parquet as pq
 from loadlab.errors import InputError, StoreError
 from loadlab.runstore.compaction import live_parts
 from loadlab.runstore.encoding import column_options
+from loadlab.runstore.layout import STEP_ENDS_TABLE
+from loadlab.runstore.schema import STEP_ENDS
+from loadlab.runstore.token_steps import pointer_columns, with_offsets
 
 log = logging.getLogger(__name__)
 
@@ -343,14 +346,45 @@ def read_table(
     naming it, found part by part only when the one-pass scan fails: a verdict computed
     without its rows would pass for the run's, so the reader stops and says which file to
     move out of the table (its rows are then knowingly lost) or restore. ``skip``: names of
-    parts to leave out (a reader that found them foreign to the run).
+    parts to leave out (a reader that found them foreign to the run). A replay's
+    ``chunk_offsets_s`` stored as pointers into its step-end timelines come back as the
+    list they stand for (:mod:`~loadlab.runstore.token_steps`), read from the
+    step_ends.parquet beside ``table_dir``.
     """
-    parts = [p for p in live_parts(table_dir) if p.name not in skip]
     read_schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), f.type))
                              if f.name in categorical else f for f in schema])
     names = list(columns) if columns is not None else schema.names
-    if not parts:
+    pointers = pointer_columns(schema, names)
+    table = _scan(table_dir, read_schema, names + (pointers or []), where, categorical, skip)
+    if table is None:
         return read_schema.empty_table().select(names).to_pandas()
+    if pointers is not None:
+        if table.column("token_timeline").null_count < table.num_rows:
+            table = _offsets_rebuilt(table, Path(table_dir).parent / STEP_ENDS_TABLE)
+        table = table.select(names)
+    frame = table.to_pandas(self_destruct=True)
+    for name in set(categorical) & set(names):
+        frame[name] = _sorted_categories(frame[name].array)
+    return frame
+
+
+def _offsets_rebuilt(table: pa.Table, ends_dir: Path) -> pa.Table:
+    """``table`` with its rows' token offsets read off the step ends in ``ends_dir``."""
+    ends = _scan(ends_dir, STEP_ENDS, STEP_ENDS.names, None, (), ())
+    try:
+        return with_offsets(table, ends if ends is not None else STEP_ENDS.empty_table())
+    except ValueError as exc:
+        raise InputError(str(exc), source=ends_dir,
+                         fix="restore the run's step_ends.parquet beside its requests") from None
+
+
+def _scan(table_dir: str | Path, read_schema: pa.Schema, names: list[str],
+          where: pc.Expression | None, categorical: Sequence[str],
+          skip: Collection[str]) -> pa.Table | None:
+    """The live parts of a table as one Arrow table (None when there are none)."""
+    parts = [p for p in live_parts(table_dir) if p.name not in skip]
+    if not parts:
+        return None
     fmt = ds.ParquetFileFormat(
         read_options=ds.ParquetReadOptions(dictionary_columns=list(categorical))
     )
@@ -360,13 +394,9 @@ def read_table(
             columns=names, filter=where)
 
     try:
-        table = scan(parts)
+        return scan(parts)
     except UNREADABLE as exc:
         raise _damaged(table_dir, parts, scan, exc) from None
-    frame = table.to_pandas(self_destruct=True)
-    for name in set(categorical) & set(names):
-        frame[name] = _sorted_categories(frame[name].array)
-    return frame
 
 
 def _damaged(table_dir: str | Path, parts: list[Path], scan: Callable[[list[Path]], Any],

@@ -12,16 +12,17 @@ def test_names_did_not_drift():
     assert (layout.MANIFEST, layout.ANALYSIS, layout.REPORT) == (
         "manifest.json", "analysis.json", "report.html")
     assert layout.TABLES == ("requests.parquet", "metrics.parquet", "scrapes.parquet",
-                             "client.parquet")
+                             "client.parquet", "step_ends.parquet")
     assert layout.server_log("vllm") == "vllm-server.log"
     assert layout.CLAIM == ".claim"    # hidden: readers listing a folder skip it
-    assert set(layout.LOADGEN_TABLES) | set(layout.SCRAPER_TABLES) == set(layout.TABLES)
+    assert (set(layout.LOADGEN_TABLES) | set(layout.SCRAPER_TABLES) | set(layout.REPLAY_TABLES)
+            == set(layout.TABLES))
     assert set(TABLES) == set(layout.TABLES)    # compaction knows every table
 
 
 def test_a_run_folder_holds_only_layout_names(replayed):
     written = {p.name for p in replayed.iterdir() if not p.name.startswith(".")}
-    assert written == {layout.MANIFEST, layout.REQUESTS_TABLE, layout.METRICS_TABLE}
+    assert written == {layout.MANIFEST, *layout.REPLAY_TABLES}
 
 
 def test_overwrite_clears_exactly_the_layout_files(tmp_path):
