@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from loadlab.runstore import token_steps
+
 CHILD = """
 import pickle, sys, tempfile
 from pathlib import Path
@@ -89,7 +91,7 @@ def written(tree: Path, dest: Path) -> dict:
         return pickle.load(f)
 
 
-POINTERS = {"token_timeline", "token_step", "t_sent_clock_s"}   # read_table's, from speed6 on
+POINTERS = set(token_steps.POINTERS) - {"n_chunks"}   # columns REQUESTS gained with them
 
 
 def differences(ours: dict, theirs: dict) -> list[str]:

@@ -331,9 +331,14 @@ class RequestRows:
         window = (token_step >= 0) & (lens > 1)
         rest = np.flatnonzero(~window & (lens > 1))
         if window.any():
+            # each timeline from the first step these requests read on: its history before
+            # that was read at an earlier flush, and a long replay flushes many times
+            tl, first = replica[window], token_step[window]
+            since = np.full(len(self.timelines), np.iinfo(np.int64).max)
+            np.minimum.at(since, tl, first)
             out[:, window] = window_gap_quantiles(
-                [t.ends(0) for t in self.timelines], replica[window], token_step[window],
-                lens[window])
+                [t.ends(min(int(k), t.steps)) for t, k in zip(self.timelines, since)], tl,
+                first - since[tl], lens[window])
         if len(rest):
             out[:, rest] = gap_quantiles([times[i] for i in rest])
         return out[0], out[1], out[2]

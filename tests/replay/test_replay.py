@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +11,9 @@ import pandas as pd
 import pytest
 
 from loadlab.errors import InputError
+from loadlab.replay import driver
 from loadlab.replay.driver import ReplayOptions, TokenTimes, gc_relaxed, prompt_ids, run_replay
-from loadlab.replay.records import gap_quantiles, segment_quantile
+from loadlab.replay.records import RequestRows, gap_quantiles, segment_quantile
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
@@ -121,6 +123,19 @@ def test_same_seed_same_records(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(ma.reset_index(drop=True), mb.reset_index(drop=True))
     assert list(a.sort_values("seq").target_prompt_tokens[:20]) != \
         list(c.sort_values("seq").target_prompt_tokens[:20])
+
+
+def test_many_flushes_write_what_one_flush_writes(tmp_path: Path, monkeypatch) -> None:
+    """A flush reads each replica's step ends only from the first step its requests
+    span; flushing every 8 requests must give the rows (ITL figures and rebuilt token
+    offsets included) that one flush at the end gives."""
+    one, _ = replay(tmp_path / "one", seed=5)
+    monkeypatch.setattr(driver, "RequestRows", partial(RequestRows, flush_rows=8))
+    many, _ = replay(tmp_path / "many", seed=5)
+    assert len(list((tmp_path / "many" / "step_ends.parquet").glob("*.parquet"))) == 1  # compacted
+    assert many.token_timeline.notna().sum() > 8 * 4   # several flushes of pointed rows
+    pd.testing.assert_frame_equal(one.sort_values("seq").reset_index(drop=True),
+                                  many.sort_values("seq").reset_index(drop=True))
 
 
 def test_open_loop_rate_steps(tmp_path: Path) -> None:
