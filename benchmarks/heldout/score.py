@@ -22,9 +22,10 @@ Prints the confusion matrix (rows truth, columns inferred) and the calibration t
 writes every seed's row with the summary as JSON. At most two processes.
 
 A validation set is scored once, after tuning, and never tuned on; a spent one (seeds.json
-``spent``) is refused. Replays are cached per seed (``--cache``, default
-``$TMPDIR/heldout-cache/<seed>``, keyed by the seed's whole spec); ``--replay-only`` fills
-the cache and reads nothing from it.
+``spent``) is refused, unless ``--as-tuning`` says it is scored as tuning data (from the
+sixth round on a spent set is no longer held out and may be tuned on). Replays are cached
+per seed (``--cache``, default ``$TMPDIR/heldout-cache/<seed>``, keyed by the seed's whole
+spec); ``--replay-only`` fills the cache and reads nothing from it.
 
     PYTHONPATH=. python benchmarks/heldout/score.py --set tuning2 [--limit N] [--out F]
 """
@@ -319,9 +320,14 @@ def main() -> None:
                     help=f"replayed run folders per seed (default {CACHE})")
     ap.add_argument("--replay-only", action="store_true",
                     help="only fill the cache with the replays: no truth, no analysis, no score")
+    ap.add_argument("--as-tuning", action="store_true",
+                    help="score a spent validation set as tuning data (never as held-out)")
     args = ap.parse_args()
     if args.which in sets.get("spent", []):
-        ap.error(f"the {args.which} set is spent (scored once; seeds.json 'spent')")
+        if not args.as_tuning:
+            ap.error(f"the {args.which} set is spent (scored once; seeds.json 'spent'); "
+                     "--as-tuning scores it as tuning data")
+        print(f"{args.which} is spent: scored as tuning data, not as held-out evidence")
     seeds = seeds_of(args.which)[: args.limit]
     if args.replay_only:
         done = replay_only(seeds, args.cache, args.jobs)
