@@ -107,6 +107,7 @@ def test_high_needs_a_sure_knee_and_a_capless_head_is_low() -> None:
     had a knee bracket the bootstrap was unsure of; head_blocked without the cap was right
     in 7 of 12."""
     at_cap = sig([12, 12, 12], kv_max=0.5, kv_mean=0.4, cap=12)
+    at_cap.budget = 2048
     found = signatures(at_cap)
     assert confidence("seq_cap", found, at_cap, "high") == "high"
     assert confidence("seq_cap", found, at_cap, None) == "high"   # diagnose: no bracket
@@ -116,6 +117,42 @@ def test_high_needs_a_sure_knee_and_a_capless_head_is_low() -> None:
     capless = sig([6, 7, 6], kv_max=1.0, kv_mean=0.86, cap=None, prompt_max=3000)
     assert best(capless) == "head_blocked"
     assert confidence("head_blocked", signatures(capless), capless, "high") == "low"
+
+
+def test_a_known_cap_counts_only_where_running_is_held_at_it() -> None:
+    """A gauge max touching the cap is one scrape: a long head that holds the queue drains
+    the batch below the cap between (on the tuning seeds, measured head_blocked runs with
+    running's mean 30-60% below a known cap had been named seq_cap)."""
+    touched = sig([32, 32, 32], kv_max=1.0, kv_mean=0.6, cap=32, running_mean=[14, 18, 16],
+                  prompt_max=8000)
+    assert best(touched) == "head_blocked"
+    held = sig([32, 32, 32], kv_max=1.0, kv_mean=0.6, cap=32, running_mean=[31.5, 31, 32],
+               prompt_max=8000)
+    assert best(held) == "seq_cap"
+
+
+def test_high_needs_the_flags_to_rule_the_rivals_out() -> None:
+    """On the spent validation4/5 seeds, "high" was wrong in 6 of 64: full pools below the
+    cap where the budget refused whole prompts (chunked prefill off) or was not known, a
+    cap at which the budget was filled to two thirds, and a cap touched, not held."""
+    at_cap = sig([12, 12, 12], kv_max=0.5, kv_mean=0.4, cap=12, tokens_per_step=[300] * 3)
+    at_cap.budget = 2048
+    assert confidence("seq_cap", signatures(at_cap), at_cap, "high") == "high"
+    at_cap.budget = 512   # filled to 59%: spent in about half the engine steps
+    assert confidence("seq_cap", signatures(at_cap), at_cap, "high") == "medium"
+    at_cap.budget = None
+    assert confidence("seq_cap", signatures(at_cap), at_cap, "high") == "medium"
+    full = sig([20, 21, 20], kv_max=1.0, kv_mean=0.95, cap=48, prompt_max=8000)
+    assert best(full) == "kv_exhausted"
+    assert confidence("kv_exhausted", signatures(full), full, "high") == "medium"  # no budget
+    full.budget = 8192
+    assert confidence("kv_exhausted", signatures(full), full, "high") == "medium"  # whole prompts
+    full.chunked = True
+    assert confidence("kv_exhausted", signatures(full), full, "high") == "high"
+    full.chunked, full.prompt_max = None, np.full(3, 3000.0)
+    assert confidence("kv_exhausted", signatures(full), full, "high") == "high"
+    full.cap = None
+    assert confidence("kv_exhausted", signatures(full), full, "high") == "medium"   # no cap
 
 
 def test_a_tie_goes_to_head_blocked() -> None:
