@@ -14,6 +14,7 @@ and their what-if twins) about 2 minutes, the rest seconds.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -140,17 +141,38 @@ def test_shipped_scenario_by_name_sweeps_in_virtual_time(installed, tmp_path):
 
 
 @pytest.mark.timeout(DEMO_TIMEOUT_S)
-def test_demo_runs_from_the_wheel_and_writes_its_report(installed, tmp_path):
+def test_demo_from_the_wheel_sweeps_ab_and_caps_reports_and_prints_verdicts(installed, tmp_path):
+    """The README's first command, as a fresh machine runs it: ``loadlab demo`` from the
+    installed wheel (the quick variant), outside the checkout."""
     _, bin_dir = installed
     out = tmp_path / "demo"
     res = _run([str(bin_dir / "loadlab"), "demo", "--quick", "--out", str(out)], tmp_path, bin_dir,
                timeout_s=DEMO_TIMEOUT_S - 60)
-    live = load_manifest(out / "live")
-    assert isinstance(live, SweepManifest) and live.status == "complete"
-    assert len(live.points) == 4 and all(p.status == "complete" for p in live.points)
+    live, whatif = load_manifest(out / "live"), load_manifest(out / "whatif")
+    assert isinstance(live, SweepManifest) and isinstance(whatif, SweepManifest)
+    assert live.status == whatif.status == "complete" and live.sweep.mode == "matrix"
+    names = [p.name for p in live.points]
+    assert names == [p.name for p in whatif.points] and len(names) == 4
+    assert all(p.status == "complete" for p in live.points) and all(
+        p.what_if for p in whatif.points)
+    # the report is written, its path printed, and it shows every point
     report = out / "live" / "report.html"
     assert report.is_file() and str(report) in res.stdout
     html = report.read_text()
-    for point in live.points:
-        assert point.name in html, point.name
-    assert isinstance(load_manifest(out / "whatif"), SweepManifest)
+    for name in names:
+        assert name in html, name
+    analyses = {p.name: json.loads((out / "live" / p.dir / "analysis.json").read_text())
+                for p in live.points}
+    for name, analysis in analyses.items():
+        assert analysis["verdict"] in res.stdout
+        # 16 users against 8 slots (and 24): the sequence cap, KV far from full
+        if name.startswith("max-num-seqs-8_"):
+            assert analysis["knee"]["upper"] == 16 and analysis["cause"]["name"] == "seq_cap", (
+                analysis["verdict"])
+    # prefix caching: hits with it on, none off; the same seeded requests went to every point
+    on = analyses["max-num-seqs-8_enable-prefix-caching-on"]["steps"]
+    off = analyses["max-num-seqs-8_enable-prefix-caching-off"]["steps"]
+    assert all(s["prefix_hit_rate"] > 0.2 for s in on) and not any(
+        s["prefix_hit_rate"] for s in off)
+    assert on[0]["ttft_p50_ms"] < off[0]["ttft_p50_ms"]
+    assert "predicted:" in res.stdout and "hit rate" in res.stdout

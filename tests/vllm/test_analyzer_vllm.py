@@ -5,7 +5,7 @@ against a server started with flags the run does not know (a URL only), so the
 sequence cap is inferred from the running plateau. Short steps keep the added time
 modest; servers are shared through the ``vllm_server`` factory (one start per flag set).
 
-- ``--max-num-seqs 4``, steps 1-16: knee (4, 6] or (4, 8], cause seq_cap, the same
+- ``--max-num-seqs 4``, steps 1-12: knee (4, 6] or (4, 8], cause seq_cap, the same
   verdict in three repeated runs.
 - a 64-block pool with 700-token requests: kv_exhausted.
 - after its first step, the client moved to a core a busy loop keeps at 100%, at the
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.vllm
 PROFILES = Path(__file__).parent / "profiles"
 SEQ_CAP = {"max_num_seqs": 4, "num_gpu_blocks_override": 512}
 KV = {"max_num_seqs": 32, "num_gpu_blocks_override": 64, "enable_prefix_caching": False}
-LEVELS = [1, 2, 4, 6, 8, 12, 16]
+LEVELS = [1, 2, 4, 6, 8, 12]
 
 
 def step_flags(out: Path, profile: str, levels: list[int], step_s: float,
