@@ -17,7 +17,8 @@ share of stalled steps that show the signature (0..1):
   large requests fill it at a request's grain). Score x 0.9 when inferred. A cap, known
   or inferred, counts a step only where running was held at it (:func:`held_at`): a
   long head that holds the queue drains the batch below the cap between the scrapes
-  whose max touches it.
+  whose max touches it. A known cap takes the max alone where the running gauge lagged
+  (``gauge_stale`` > STALE_MAX, as the occupancy detector's rule).
 - ``kv_exhausted``: KV max >= KV_FULL with running below the cap, or the pool full on
   average (KV mean >= KV_FULL, or too full at its mean for one more median request)
   whatever running is.
@@ -85,7 +86,7 @@ import numpy as np
 import pandas as pd
 
 from loadlab.analyze.capacity import as_int
-from loadlab.analyze.detectors import column
+from loadlab.analyze.detectors import STALE_MAX, column
 from loadlab.analyze.failures import server_errors, server_errors_knob
 from loadlab.analyze.measured import typical_request_blocks
 
@@ -138,6 +139,7 @@ class Signals:
     running_max: np.ndarray
     running_mean: np.ndarray
     running_p50: np.ndarray    # running's median scrape per step (NaN: not in the table)
+    stale: np.ndarray          # share of snapshots whose running gauge lagged (gauge_lag)
     kv_max: np.ndarray
     preemptions: np.ndarray
     waiting: np.ndarray
@@ -185,6 +187,7 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         running_max=column(rows, "running_max"),
         running_mean=column(rows, "running_mean"),
         running_p50=column(rows, "running_p50"),
+        stale=column(rows, "gauge_stale"),
         kv_max=column(rows, "kv_max"),
         preemptions=column(rows, "preemptions"),
         waiting=np.where(
@@ -446,10 +449,13 @@ def signatures(sig: Signals) -> list[Candidate]:
     cap = sig.cap
     # At the cap when running's max touches it and running is held there (held_at): a
     # long head that holds the queue drains the batch below the cap for a while, and the
-    # head is refused for its blocks then, not by the cap.
+    # head is refused for its blocks then, not by the cap. Where the running gauge lagged
+    # (read 0 in more than STALE_MAX of the snapshots) its mean and median say nothing and
+    # a known cap takes the max alone.
     reached = sig.running_max >= cap - CAP_SLACK if cap else np.zeros(n, dtype=bool)
     if cap:
-        reached &= held_at(cap, sig.running_p50, sig.running_mean)
+        lagged = (np.nan_to_num(sig.stale) > STALE_MAX) & (not sig.cap_inferred)
+        reached &= held_at(cap, sig.running_p50, sig.running_mean) | lagged
     below_cap = ~reached
     kv_mean = _arr(sig.kv_mean, n)
     # Full on average, or too full for one more median request (pool_bound, per step).

@@ -27,6 +27,7 @@ def sig(running_max: list[float], kv_max: float, kv_mean: float, cap: int | None
         running_max=np.array(running_max, dtype=float),
         running_mean=np.array(running_mean or running_max, dtype=float),
         running_p50=np.full(n, np.nan),
+        stale=np.zeros(n),
         kv_max=np.full(n, kv_max), preemptions=np.full(n, 5.0), waiting=np.full(n, 8.0),
         tokens_per_step=np.array(tokens_per_step or [100.0] * n), fill=np.full(n, 0.9),
         kv_mean=np.full(n, kv_mean), prompt_max=np.full(n, prompt_max), pool_blocks=1000,
@@ -129,6 +130,10 @@ def test_a_known_cap_counts_only_where_running_is_held_at_it() -> None:
     held = sig([32, 32, 32], kv_max=1.0, kv_mean=0.6, cap=32, running_mean=[31.5, 31, 32],
                prompt_max=8000)
     assert best(held) == "seq_cap"
+    # the running gauge read 0 in half the snapshots (a starved API server): its mean says
+    # nothing, and the known cap takes the max alone
+    touched.stale = np.full(3, 0.5)
+    assert best(touched) == "seq_cap"
 
 
 def test_high_needs_the_flags_to_rule_the_rivals_out() -> None:
