@@ -48,7 +48,9 @@ def test_a_soft_limit_below_the_need_is_raised_to_the_hard_one_and_the_run_goes(
         r = _run(["--target", url, "--model", "m", "--profile", str(tiny_profile),
                   "--concurrency", "96", "--step-duration", "2", "--warmup", "0.2",
                   "--workers", "0", "--no-calibrate", "--out", str(out)], soft=64, hard=4096)
-    assert r.returncode == 0, r.stderr[-3000:]
+    # exit 3: complete, but 96 users in one process on a busy 2-core box lagged its event
+    # loop past the client-limited bar (seen once: 10.5 ms against 10): the limit is the test
+    assert r.returncode in (0, 3), r.stderr[-3000:]
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
     statuses = read_table(out / "requests.parquet", REQUESTS, columns=["status"]).status
     assert len(statuses) >= 96 and set(statuses) == {"ok"}, statuses.value_counts()
