@@ -4,15 +4,22 @@ Absent vLLM -> the tests skip, saying how to enable them (``bash tools/install_v
 with ``LOADLAB_REQUIRE_VLLM=1`` (CI) an absent vLLM is a failure instead.
 
 Servers are expensive (~50 s to start on 2 cores, ~2 GB RSS), so ``vllm_server`` is a
-session-scoped factory that keeps ONE live server and reuses it while tests ask for the
-same flags; asking for different flags stops it and starts the next. Group tests by
-configuration to keep starts few. Logs go to a session temp folder that pytest keeps
-(its path is in every failure message).
+session-scoped factory that keeps up to ``LIVE_SERVERS`` live servers and reuses one while
+tests ask for its flags; asking for other flags stops the least recently used one and
+starts the next. An idle server costs memory and ~1% of a server CPU (its worker polling
+its queue). Logs go to a session temp folder that pytest keeps (its path is in every
+failure message).
+
+The modules here ask for three flag sets: the sequence cap (test_analyzer_vllm,
+test_calibrate_vllm, test_real_vllm, test_probe_live), the small pool (test_analyzer_vllm,
+test_real_vllm) and the sequence cap with the probe (test_probe_live's greedy test, beside
+the plain one). With two kept and the probe's module last, each is started once.
 """
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -21,6 +28,18 @@ import pytest
 from realvllm import BASE_FLAGS, missing_reason, tiny_vllm, vllm_python
 
 from loadlab.experiment.launcher import LaunchedTarget
+
+LIVE_SERVERS = 2
+LAST_MODULES = ("test_probe_live.py",)   # its probed server would stop a plain one in use
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move ``LAST_MODULES``' tests after the rest of this folder's (order kept otherwise)."""
+    here = Path(__file__).parent
+    slots = [i for i, item in enumerate(items) if item.path.parent == here]
+    ordered = sorted((items[i] for i in slots), key=lambda item: item.path.name in LAST_MODULES)
+    for i, item in zip(slots, ordered, strict=True):
+        items[i] = item
 
 
 @pytest.fixture(scope="session")
@@ -39,21 +58,24 @@ def require_vllm() -> Path:
 @pytest.fixture(scope="session")
 def vllm_server(require_vllm, tmp_path_factory) -> Iterator[Callable[..., LaunchedTarget]]:
     """Factory: ``vllm_server(max_num_seqs=4, num_gpu_blocks_override=64)`` -> live server."""
-    stack = ExitStack()
-    current: dict[str, object] = {}
+    live: OrderedDict[tuple[tuple[str, str], ...], tuple[ExitStack, LaunchedTarget]] = (
+        OrderedDict())
 
     def get(**overrides: object) -> LaunchedTarget:
         flags = {**BASE_FLAGS, **overrides}
         key = tuple(sorted((k, str(v)) for k, v in flags.items()))
-        if current.get("key") == key:
-            return current["target"]  # type: ignore[return-value]
-        stack.close()
-        current.clear()
+        if key in live:
+            live.move_to_end(key)
+            return live[key][1]
+        while len(live) >= LIVE_SERVERS:
+            live.popitem(last=False)[1][0].close()
+        stack = ExitStack()
         target = stack.enter_context(tiny_vllm(tmp_path_factory.mktemp("vllm-server"), **overrides))
-        current.update(key=key, target=target)
+        live[key] = (stack, target)
         return target
 
     try:
         yield get
     finally:
-        stack.close()
+        while live:
+            live.popitem()[1][0].close()

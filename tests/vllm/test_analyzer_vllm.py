@@ -3,7 +3,8 @@
 Run folders come from ``loadlab run --collect`` (requests and /metrics in one folder)
 against a server started with flags the run does not know (a URL only), so the
 sequence cap is inferred from the running plateau. Short steps keep the added time
-modest; servers are shared through the ``vllm_server`` factory (one start per flag set).
+modest; servers are shared through the ``vllm_server`` factory (conftest: one start per
+flag set).
 
 - ``--max-num-seqs 4``, steps 1-12: knee (4, 6] or (4, 8], cause seq_cap, the same
   verdict in three repeated runs.
@@ -73,8 +74,6 @@ def load(
                     step_s * len(levels) + 180)
 
 
-# The KV test first: the sequence-cap tests here, the calibration test and the probe's
-# greedy test then share one server (conftest.vllm_server keeps one per flag set).
 def test_small_pool_with_long_requests_is_kv_exhausted(vllm_server, tmp_path_factory):
     target = vllm_server(**KV)
     run = load(target, tmp_path_factory.mktemp("kv"), "tiny-long", [1, 2, 4, 8], step_s=8.0,
