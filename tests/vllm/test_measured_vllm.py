@@ -8,13 +8,17 @@ test_analyzer_vllm.py, the seq-cap one and the KV-bound one, once each in the su
 ``LOADLAB_VLLM_REPEATS`` times each for the record (three: a server per run, loadlab
 launches it). In every run the measured cause must exist and carry the
 inferred cause's name, and the measured knee must sit within one level of the inferred.
-Server and load generator run on CPUs of their own (realvllm.isolation_flags).
+The first seq-cap run also shows where the probe's series land: in metrics.parquet, from the
+probe's own endpoint, beside vLLM's, with seq_cap the reason for nearly every refused step at
+the top level. Server and load generator run on CPUs of their own (realvllm.isolation_flags).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +27,11 @@ from realvllm import BASE_FLAGS, VLLM_ENV, isolation_flags, tiny_model_dir
 from test_analyzer_vllm import KV, LEVELS, SEQ_CAP, run_load, step_flags
 
 from loadlab.analyze.analysis import analyze_run
+from loadlab.analyze.steps import step_table
 from loadlab.experiment.server_flags import to_argv
+from loadlab.probe import SCHEDULER_CLS
+from loadlab.runstore import read_table
+from loadlab.runstore.schema import METRICS
 
 pytestmark = pytest.mark.vllm
 STARTUP_S = 300
@@ -58,11 +66,28 @@ def summary(a: dict[str, Any]) -> str:
             f"refused share {mk.get('refused_share')}")
 
 
+Runs = Callable[[str, int], tuple[Path, dict[str, Any]]]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    """``runs(name, i)``: the run folder and analysis of LOADS[name]'s i-th run, made once."""
+    done: dict[tuple[str, int], tuple[Path, dict[str, Any]]] = {}
+
+    def get(name: str, run: int) -> tuple[Path, dict[str, Any]]:
+        if (name, run) not in done:
+            out = tmp_path_factory.mktemp(f"{name}-{run}") / "run"
+            done[(name, run)] = (out, probed_run(out, *LOADS[name]))
+        return done[(name, run)]
+
+    return get
+
+
 @pytest.mark.parametrize("run", range(REPEATS))
 @pytest.mark.parametrize("name", list(LOADS))
-def test_measured_verdict_equals_the_inferred(name: str, run: int, tmp_path: Path) -> None:
-    flags, profile, levels, step_s, warmup_s = LOADS[name]
-    a = probed_run(tmp_path / "run", flags, profile, levels, step_s, warmup_s)
+def test_measured_verdict_equals_the_inferred(name: str, run: int, runs: Runs) -> None:
+    levels = LOADS[name][2]
+    _, a = runs(name, run)
     print(f"\n{name} run {run}: {summary(a)}")
     knee, cause = a["knee"], a["cause"]
     assert cause.get("measured"), f"no measured cause: {a['verdict']}"
@@ -70,3 +95,33 @@ def test_measured_verdict_equals_the_inferred(name: str, run: int, tmp_path: Pat
     measured = knee["measured"]
     assert knee["found"] and measured["found"], summary(a)
     assert abs(levels.index(measured["upper"]) - levels.index(knee["upper"])) <= 1, summary(a)
+
+
+def test_probe_series_land_beside_vllms_and_name_the_cap(runs: Runs) -> None:
+    """The launch loads the probe, the collector samples its endpoint beside vLLM's, and at
+    12 users on 4 seats nearly every engine step refuses the queue's head for the cap."""
+    out, _ = runs("seq_cap", 0)
+    launch = json.loads((out / "manifest.json").read_text())["target"]["launch"]
+    assert launch["flags"]["scheduler_cls"] == SCHEDULER_CLS
+    metrics = read_table(out / "metrics.parquet", METRICS)
+    probe = metrics[metrics.endpoint == launch["probe"]]
+    assert set(probe.family) >= {"loadlab:scheduler_steps", "loadlab:scheduler_refused_steps",
+                                 "loadlab:scheduler_head_running"}
+    assert {"vllm:num_requests_running"} <= set(metrics.family)  # vLLM's own, beside them
+    top = step_table(out).iloc[-1]
+    assert top.concurrency == LEVELS[-1]
+    window = probe[probe.t.between(top.t_start, top.t_end)]
+
+    def grown(family: str) -> dict[str, float]:
+        rows = window[window.family == family]
+        return {labels: float(r.value.max() - r.value.min()) for labels, r in
+                rows.groupby("labels")}
+
+    steps = sum(grown("loadlab:scheduler_steps").values())
+    by_reason = {json.loads(labels)["reason"]: n
+                 for labels, n in grown("loadlab:scheduler_refused_steps").items()}
+    assert set(by_reason) == {"preempted", "token_budget", "seq_cap", "kv_blocks", "other"}
+    assert steps > 100 and by_reason["seq_cap"] > 0.5 * steps, (steps, by_reason)
+    assert by_reason["seq_cap"] > 10 * sum(n for r, n in by_reason.items() if r != "seq_cap")
+    assert window[window.family == "loadlab:scheduler_head_running"].value.max() == SEQ_CAP[
+        "max_num_seqs"]
