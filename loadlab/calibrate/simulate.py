@@ -3,7 +3,11 @@
 Each of ``concurrency`` users sends the level's recorded requests (their prompt and
 output lengths, in send order, cycled); a request reaches the engine ``front(users)``
 after it is sent, and its user sends the next one ``turnaround(users)`` after it
-finished. Beside the
+finished. The requests measured are those sent after the warm-up and before the level's
+end, however late they finish, as the real run's client figures count a step's requests
+(:mod:`loadlab.calibrate.runs`): the users go on sending until the last of them is done.
+Counting only those finished by the level's end would keep the short ones, and none at
+all where a request lasts about half the level. Beside the
 client-side latencies, every request carries the sums of the step-time features
 (:func:`loadlab.sim.engine.step_model.step_features`) over its prefill steps (first
 scheduled to first token) and its decode steps (after the first token to the last): the
@@ -65,20 +69,25 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
     done: list[tuple[str, int]] = []                  # (rid, finishing step)
     now, seq = 0.0, 0
     pending: list[tuple[float, int, str, int, int]] = []   # engine arrival, seq, rid, lengths
-    while now < t_stop:
+    measured_open = 0                                 # sent in the window, not finished
+    while now < t_stop or measured_open:
         while sends and sends[0][0] <= now:
             t, user = heapq.heappop(sends)
             prompt, output = lengths[seq % len(lengths)]
             rid = f"c{seq}"
             heapq.heappush(pending, (t + front(level.concurrency), seq, rid, prompt, output))
             sent[rid], seq = (t, user), seq + 1
+            measured_open += warmup <= t < t_stop
         while pending and pending[0][0] <= now:
             t, n, rid, prompt, output = heapq.heappop(pending)
             ids = [100_000 + n, *range(1, prompt)]   # unique first token: no prefix hits
             engine.add_request(EngineRequest(rid, ids, output, output, t))
         out = engine.step(now)
         if out is None:
-            now = min([s[0] for s in sends[:1]] + [p[0] for p in pending[:1]] + [t_stop])
+            upcoming = [s[0] for s in sends[:1]] + [p[0] for p in pending[:1]]
+            if not upcoming and now >= t_stop:
+                break          # nothing left that could finish a measured request
+            now = min(upcoming + ([t_stop] if now < t_stop else []))
             continue
         index, now = len(ends), out.t_end
         ends.append(now)
@@ -89,22 +98,25 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
                 token_steps.setdefault(rid, []).append(index)
         for fin in out.finished:
             done.append((fin.request_id, index))
-            heapq.heappush(sends, (now + turnaround(level.concurrency), sent[fin.request_id][1]))
+            t_sent, user = sent[fin.request_id]
+            measured_open -= warmup <= t_sent < t_stop
+            heapq.heappush(sends, (now + turnaround(level.concurrency), user))
     return _trace(np.asarray(features, float).reshape(-1, len(TERMS)), np.asarray(ends), sent,
-                  first_step, token_steps, done, warmup)
+                  first_step, token_steps, done, (warmup, t_stop))
 
 
 def _trace(features: np.ndarray, ends: np.ndarray, sent: dict[str, tuple[float, int]],
            first_step: dict[str, int], token_steps: dict[str, list[int]],
-           done: list[tuple[str, int]], warmup: float) -> LevelTrace:
-    """Per request sent after the warm-up and finished: its latencies and feature sums
-    (``cum`` prefix sums over steps, so a span of steps is one subtraction)."""
+           done: list[tuple[str, int]], window: tuple[float, float]) -> LevelTrace:
+    """Per request sent in ``window`` (after the warm-up, before the level's end): its
+    latencies and feature sums (``cum`` prefix sums over steps, so a span of steps is one
+    subtraction)."""
     cum = np.vstack([np.zeros((1, len(TERMS))), np.cumsum(features, axis=0)])
     rows = []
     for rid, last in done:
         t_send = sent[rid][0]
         steps = token_steps.get(rid, [])
-        if t_send < warmup or not steps:
+        if not window[0] <= t_send < window[1] or not steps:
             continue
         first, times = steps[0], ends[steps]
         gaps = np.diff(times)

@@ -65,8 +65,11 @@ def test_fit_recovers_the_known_constants(runs, tmp_path):
     assert fitted.turnaround_s == pytest.approx(KNOWN.turnaround_s, rel=0.05)
     assert fitted.server["num_gpu_blocks_override"] == 512
     assert fitted.server["max_num_seqs"] == 8
+    # TTFT's median over the 8 levels lies between tiny-short at 4 users (-4%) and 8 (+11%);
+    # the levels measure the requests sent in them, as the client's figures do (test_
+    # calibrate_window.py), which moved the first from -1% and the median from 6.1% to 7.1%
     for metric in ("ttft", "itl", "e2e"):
-        assert fitted.fit_errors[f"{metric}_p50_median_abs_err"] < 0.07, fitted.fit_errors
+        assert fitted.fit_errors[f"{metric}_p50_median_abs_err"] < 0.08, fitted.fit_errors
 
 
 def test_check_predicts_held_out_levels(runs):
