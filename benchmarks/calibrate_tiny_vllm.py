@@ -28,7 +28,10 @@ before and after each load to ``loadavg.txt``:
   CHECK load ``tiny-check`` (160 in, 48 out) at 4, 12, 16 users (a request holds 7 of
   the 63 usable blocks, so past 9 running the pool is the knee: 12 and 16 are past it),
   then ``tiny-short`` and ``tiny-prefill`` again, so the two servers can be compared on the
-  same load.
+  same load;
+- server 1b, server 1's flags started again after server 2, with those two loads: how far
+  two servers of one configuration started minutes apart differ, beside how far server 2
+  differs (``collect DIR s1 s2 s1b``).
 
 A ``--target`` run cannot see the server's flags, so its manifest's ``server`` block is
 filled with the launch flags afterwards, as ``loadlab sim calibrate``'s refusal says.
@@ -68,6 +71,10 @@ SERVERS: dict[str, tuple[dict[str, object], list[tuple[str, str]]]] = {
             ("tiny-long", "4,8")]),
     "s2": ({"max_num_seqs": 32, "num_gpu_blocks_override": 64, "enable_prefix_caching": False},
            [("tiny-check", "4,12,16"), ("tiny-short", "1,4,8,16"), ("tiny-prefill", "1")]),
+    # server 1's flags again, started after server 2: two servers of one configuration
+    # minutes apart, on the loads all three share (the host's own spread)
+    "s1b": ({"max_num_seqs": 16, "num_gpu_blocks_override": 512},
+            [("tiny-short", "1,4,8,16"), ("tiny-prefill", "1")]),
 }
 FIT = ["s1/tiny-prefill", "s1/tiny-short", "s1/tiny-decode", "s1/tiny-long"]
 CHECK = ["s2/tiny-check"]
@@ -126,15 +133,16 @@ def markdown(table: pd.DataFrame, title: str) -> list[str]:
     return lines
 
 
-def server_spread(data: Path) -> pd.DataFrame:
-    """Server 2 against server 1 on the same load: client p50s, s2 / s1 - 1, per level."""
+def server_spread(data: Path, other: str) -> pd.DataFrame:
+    """Server ``other`` against server 1 on the same load: client p50s, other / s1 - 1."""
     rows = []
     for profile in SAME_LOAD:
-        one, two = read_run(data / "s1" / profile), read_run(data / "s2" / profile)
+        one, two = read_run(data / "s1" / profile), read_run(data / other / profile)
         for a, b in zip(one.levels, two.levels, strict=True):
             rows.append({"load": profile, "users": a.concurrency, **{
                 f"{m}_p50_s1_ms": round(a.client[f"{m}_p50_s"] * 1e3, 1) for m in METRICS}, **{
-                f"{m}_p50_s2_ms": round(b.client[f"{m}_p50_s"] * 1e3, 1) for m in METRICS}, **{
+                f"{m}_p50_{other}_ms": round(b.client[f"{m}_p50_s"] * 1e3, 1)
+                for m in METRICS}, **{
                 f"{m}_diff": f"{b.client[f'{m}_p50_s'] / a.client[f'{m}_p50_s'] - 1:+.0%}"
                 for m in METRICS}})
     return pd.DataFrame(rows)
@@ -154,10 +162,11 @@ def report(data: Path) -> None:
         print(f"\n{title}:")
         print("\n".join(format_table(table)))
         print("\n".join(markdown(table, title)))
-    if held_out:
-        print("\nserver 2 against server 1, same load:")
-        print(server_spread(data).to_string(index=False))
-    else:
+    for other, what in (("s2", "server 2"), ("s1b", "server 1's flags, restarted after 2")):
+        if (data / other).is_dir():
+            print(f"\n{what} against server 1, same load:")
+            print(server_spread(data, other).to_string(index=False))
+    if not held_out:
         print(f"\nno {data / 's2'}: the held-out check waits for `collect {data} s2`")
 
 
