@@ -28,6 +28,7 @@ from test_analyzer_vllm import KV, LEVELS, SEQ_CAP, run_load, step_flags
 
 from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.steps import step_table
+from loadlab.analyze.windows import counter_windows, gauge_windows
 from loadlab.experiment.server_flags import to_argv
 from loadlab.probe import SCHEDULER_CLS
 from loadlab.runstore import read_table
@@ -110,18 +111,12 @@ def test_probe_series_land_beside_vllms_and_name_the_cap(runs: Runs) -> None:
     assert {"vllm:num_requests_running"} <= set(metrics.family)  # vLLM's own, beside them
     top = step_table(out).iloc[-1]
     assert top.concurrency == LEVELS[-1]
-    window = probe[probe.t.between(top.t_start, top.t_end)]
-
-    def grown(family: str) -> dict[str, float]:
-        rows = window[window.family == family]
-        return {labels: float(r.value.max() - r.value.min()) for labels, r in
-                rows.groupby("labels")}
-
-    steps = sum(grown("loadlab:scheduler_steps").values())
-    by_reason = {json.loads(labels)["reason"]: n
-                 for labels, n in grown("loadlab:scheduler_refused_steps").items()}
+    window = [(top.t_start, top.t_end)]
+    steps = counter_windows(probe, "loadlab:scheduler_steps", window)["delta"].sum()
+    refused = counter_windows(probe, "loadlab:scheduler_refused_steps", window, by=("reason",))
+    by_reason = dict(zip(refused.reason, refused.delta, strict=True))
     assert set(by_reason) == {"preempted", "token_budget", "seq_cap", "kv_blocks", "other"}
     assert steps > 100 and by_reason["seq_cap"] > 0.5 * steps, (steps, by_reason)
     assert by_reason["seq_cap"] > 10 * sum(n for r, n in by_reason.items() if r != "seq_cap")
-    assert window[window.family == "loadlab:scheduler_head_running"].value.max() == SEQ_CAP[
-        "max_num_seqs"]
+    running = gauge_windows(probe, "loadlab:scheduler_head_running", window)
+    assert running["max"].iloc[0] == SEQ_CAP["max_num_seqs"]
