@@ -8,17 +8,12 @@ Without nginx the tests skip saying how to install it; under ``LOADLAB_REQUIRE_A
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from nginx_gateway import Gateway, running_gateway
-
-# the real-vLLM helpers (where vLLM and the tiny model are, how a server starts) live with
-# the vLLM tests
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))
 
 
 @pytest.fixture(scope="session")

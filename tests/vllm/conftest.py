@@ -11,14 +11,16 @@ its queue). Logs go to a session temp folder that pytest keeps (its path is in e
 failure message).
 
 The modules here ask for three flag sets: the sequence cap (test_analyzer_vllm,
-test_calibrate_vllm, test_real_vllm, test_probe_live), the small pool (test_analyzer_vllm,
-test_real_vllm) and the sequence cap with the probe (test_probe_live's greedy test, beside
-the plain one). With two kept and the probe's module last, each is started once.
+test_calibrate_vllm, test_gateway_vllm, test_real_vllm, test_probe_live), the small pool
+(test_analyzer_vllm, test_gateway_vllm, test_real_vllm) and the sequence cap with the probe
+(test_probe_live's greedy test, beside the plain one). With two kept and the probe's module
+last, each is started once: the gateway's two replicas are the first two, already up.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -28,6 +30,9 @@ import pytest
 from realvllm import BASE_FLAGS, missing_reason, tiny_vllm, vllm_python
 
 from loadlab.experiment.launcher import LaunchedTarget
+
+# the nginx gateway helpers (test_gateway_vllm) live with the gateway tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
 
 LIVE_SERVERS = 2
 LAST_MODULES = ("test_probe_live.py",)   # its probed server would stop a plain one in use

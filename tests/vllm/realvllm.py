@@ -36,6 +36,11 @@ BASE_FLAGS: dict[str, object] = {
     "enforce_eager": True,
     "max_num_batched_tokens": 256,
 }
+# The two flag sets most tests share (conftest's factory starts each once): four seats in a
+# roomy pool, and a 64-block pool (2048 tokens) with seats to spare.
+SEQ_CAP: dict[str, object] = {"max_num_seqs": 4, "num_gpu_blocks_override": 512}
+SMALL_POOL: dict[str, object] = {"max_num_seqs": 32, "num_gpu_blocks_override": 64,
+                                 "enable_prefix_caching": False}
 
 
 def tiny_model_dir() -> Path:

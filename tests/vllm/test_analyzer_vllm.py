@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from realvllm import ISOLATION
+from realvllm import ISOLATION, SEQ_CAP, SMALL_POOL
 
 from loadlab.analyze.analysis import analyze_run
 from loadlab.experiment.cpus import format_cpu_list
@@ -35,8 +35,6 @@ from loadlab.runstore import read_manifest
 pytestmark = pytest.mark.vllm
 
 PROFILES = Path(__file__).parent / "profiles"
-SEQ_CAP = {"max_num_seqs": 4, "num_gpu_blocks_override": 512}
-KV = {"max_num_seqs": 32, "num_gpu_blocks_override": 64, "enable_prefix_caching": False}
 LEVELS = [1, 2, 4, 6, 8, 12]
 
 
@@ -75,7 +73,7 @@ def load(
 
 
 def test_small_pool_with_long_requests_is_kv_exhausted(vllm_server, tmp_path_factory):
-    target = vllm_server(**KV)
+    target = vllm_server(**SMALL_POOL)
     run = load(target, tmp_path_factory.mktemp("kv"), "tiny-long", [1, 2, 4, 8], step_s=8.0,
                warmup_s=2.0)
     a = analyze_run(run).as_json()

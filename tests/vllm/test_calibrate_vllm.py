@@ -15,7 +15,8 @@ import subprocess
 import sys
 
 import pytest
-from test_analyzer_vllm import PROFILES, SEQ_CAP, load_argv, run_load
+from realvllm import SEQ_CAP
+from test_analyzer_vllm import PROFILES, load_argv, run_load
 
 from loadlab.sim.engine.calibration import load
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realvllm import BASE_FLAGS, VLLM_ENV, isolation_flags, tiny_model_dir
-from test_analyzer_vllm import KV, LEVELS, SEQ_CAP, run_load, step_flags
+from realvllm import BASE_FLAGS, SEQ_CAP, SMALL_POOL, VLLM_ENV, isolation_flags, tiny_model_dir
+from test_analyzer_vllm import LEVELS, run_load, step_flags
 
 from loadlab.analyze.analysis import analyze_run
 from loadlab.analyze.steps import step_table
@@ -40,7 +40,7 @@ REPEATS = int(os.environ.get("LOADLAB_VLLM_REPEATS", "1"))
 # (server flags, profile, levels, step seconds, warm-up seconds): test_analyzer_vllm's loads
 LOADS: dict[str, tuple[dict[str, object], str, list[int], float, float]] = {
     "seq_cap": (SEQ_CAP, "tiny-short", LEVELS, 5.0, 1.5),
-    "kv_bound": (KV, "tiny-long", [1, 2, 4, 8], 8.0, 2.0),
+    "kv_bound": (SMALL_POOL, "tiny-long", [1, 2, 4, 8], 8.0, 2.0),
 }
 
 

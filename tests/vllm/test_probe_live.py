@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from test_analyzer_vllm import SEQ_CAP
+from realvllm import SEQ_CAP
 
 pytestmark = pytest.mark.vllm
 PROMPTS = ["The capital of France is", "1, 2, 3, 4,", "def fib(n):", "Once upon a time"]

@@ -21,20 +21,19 @@ import json
 
 import pytest
 from loadrun import run_steps
+from realvllm import SEQ_CAP, SMALL_POOL
 
 from loadlab.analyze.gauge_lag import gauge_lag
 from loadlab.analyze.steps import step_table
 
 pytestmark = pytest.mark.vllm
 
-SERVER_A = {"max_num_seqs": 4, "num_gpu_blocks_override": 512}
-SERVER_B = {"max_num_seqs": 32, "num_gpu_blocks_override": 64, "enable_prefix_caching": False}
 LEVELS = [1, 2, 4, 8, 16]
 
 
 @pytest.fixture(scope="module")
 def step_load_a(vllm_server, tmp_path_factory):
-    target = vllm_server(**SERVER_A)
+    target = vllm_server(**SEQ_CAP)
     # A 3 s warm-up: a step's new users arrive at once, and at 16 users their first tokens
     # come up to ~2 s later, each having waited in the API server beside the streams it
     # serves (outside vLLM's TTFT histogram): the measured window starts past that burst.
@@ -117,7 +116,7 @@ def test_gauge_lag_is_measured(step_load_a):
 
 @pytest.fixture(scope="module")
 def prefix_on(vllm_server, tmp_path_factory):
-    target = vllm_server(**SERVER_A)
+    target = vllm_server(**SEQ_CAP)
     return run_steps(target, tmp_path_factory.mktemp("prefix-on"), "tiny-shared", [2],
                      step_s=6.0, warmup_s=0.5)
 
@@ -133,7 +132,7 @@ def test_prefix_caching_on_counts_hits(prefix_on):
 
 
 def test_kv_exhaustion_preempts(vllm_server, tmp_path_factory):
-    target = vllm_server(**SERVER_B)
+    target = vllm_server(**SMALL_POOL)
     res = run_steps(target, tmp_path_factory.mktemp("kv"), "tiny-long", [16], step_s=20.0,
                     warmup_s=2.0)
     kv = res.gauge("vllm:kv_cache_usage_perc")
@@ -146,7 +145,7 @@ def test_kv_exhaustion_preempts(vllm_server, tmp_path_factory):
 
 
 def test_prefix_caching_off_counts_no_hits(vllm_server, tmp_path_factory, prefix_on):
-    target = vllm_server(**SERVER_B)
+    target = vllm_server(**SMALL_POOL)
     res = run_steps(target, tmp_path_factory.mktemp("prefix-off"), "tiny-shared", [2],
                     step_s=6.0, warmup_s=0.5)
     assert (res.requests.status == "ok").sum() > 0
