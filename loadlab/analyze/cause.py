@@ -11,7 +11,9 @@ share of stalled steps that show the signature (0..1):
   (KV mean < KV_FULL, 0.9): at the cap vLLM's waiting loop stops before it asks for
   blocks, so a KV max touching full does not make it KV exhaustion. The cap is
   ``server.max_num_seqs`` from the manifest, else inferred (:func:`plateau`): running
-  max held within CAP_SLACK over the top stalled steps while requests wait, confirmed by
+  max (or, where the gauge read lower, the requests decoding each engine step,
+  :func:`decode_batch`) held within CAP_SLACK over the top stalled steps while requests
+  wait, confirmed by
   PLATEAU_STEPS (2) steps or by the hinge's psi (within PSI_SLACK); not where the pool at
   its mean usage had no room for one more median request (:func:`pool_bound`: a few
   large requests fill it at a request's grain). Score x 0.9 when inferred. A cap, known
@@ -209,7 +211,7 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
     )
     sig.cap = as_int(server.get("max_num_seqs"))
     if sig.cap is None and plateau(sig.running_max, sig.running_p50, sig.running_mean,
-                                   sig.waiting, sig.levels, psi):
+                                   sig.waiting, sig.levels, psi, decode_batch(rows)):
         top = int(np.nanmax(sig.running_max))
         if pool_bound(sig):
             sig.notes.append(f"running held at {top} where the KV pool had no room for one more "
@@ -247,7 +249,8 @@ def held_at(top: float, running_p50: np.ndarray, running_mean: np.ndarray) -> np
 
 
 def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.ndarray,
-            waiting: np.ndarray, levels: list[float], psi: float | None) -> bool:
+            waiting: np.ndarray, levels: list[float], psi: float | None,
+            decoding: np.ndarray | None = None) -> bool:
     """Whether running held one value while requests waited: the mark of a sequence cap.
 
     The plateau is the steps whose running max is within CAP_SLACK of the highest, with
@@ -255,18 +258,24 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
     queue), running held there (:func:`held_at`; a token budget or a blocked head admits
     as room allows and running wanders below its max); every step at a higher level than
     its first must be on it (a cap, once reached, holds at every higher load; the first
-    queued step may sit below it). Its evidence is PLATEAU_STEPS (2) steps held and as
-    many reaching the top itself (a budget lets running touch 9 once and 8 elsewhere), or,
-    where a hinge was fitted to waiting over the levels, ``psi`` at the plateau's value (a long
-    head's drains lengthen the queue and pull psi below the cap, so psi alone does not
-    veto held steps). One window's running max alone is whatever running happened to be
-    when the queue formed.
+    queued step may sit below it). A step is also on it where the requests decoding in
+    each engine step (``decoding``, :func:`decode_batch`) reach the plateau while the
+    gauge read lower: the tokens are counted over the whole step, the gauge only at its
+    scrapes. On a real vLLM at ``--max-num-seqs 4`` whose API server shares one core with
+    its engine, the gauge read 2 in most scrapes of a step in which 3.7 requests decoded
+    each engine step (and in all seven of one step's scrapes in CI). Its evidence is
+    PLATEAU_STEPS (2) steps held and as many reaching the top itself (a budget lets running
+    touch 9 once and 8 elsewhere), or, where a hinge was fitted to waiting over the levels,
+    ``psi`` at the plateau's value (a long head's drains lengthen the queue and pull psi
+    below the cap, so psi alone does not veto held steps). One window's running max alone is
+    whatever running happened to be when the queue formed.
     """
     known = ~np.isnan(running_max)
     if not known.any() or np.nanmax(running_max) <= 0:
         return False
     top = float(np.nanmax(running_max))
-    on = known & (running_max >= top - CAP_SLACK)
+    reading = running_max if decoding is None else np.fmax(running_max, decoding)
+    on = known & (reading >= top - CAP_SLACK)
     level = np.asarray(levels, dtype=float)
     first = level[on].min()
     if not np.all(on[known & (level > first)]):
@@ -439,6 +448,14 @@ def tokens_per_step(rows: pd.DataFrame) -> np.ndarray:
     """(prompt tokens computed + generated) per second x mean engine step (server ITL)."""
     prompt = column(rows, "prompt_tok_rate") - np.nan_to_num(column(rows, "cached_tok_rate"))
     return (prompt + column(rows, "gen_tok_rate")) * column(rows, "server_itl_mean_ms") / 1e3
+
+
+def decode_batch(rows: pd.DataFrame) -> np.ndarray:
+    """Requests decoding in each engine step, per step: generated tokens per second x mean
+    engine step (server ITL). Each decoding request adds one token a step, so this counts
+    the batch from counters over the whole window, whatever the running gauge read at its
+    scrapes; it stays below running where requests sat in prefill."""
+    return column(rows, "gen_tok_rate") * column(rows, "server_itl_mean_ms") / 1e3
 
 
 def signatures(sig: Signals) -> list[Candidate]:

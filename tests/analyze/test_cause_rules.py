@@ -90,6 +90,23 @@ def test_a_cap_is_inferred_from_a_plateau_across_steps_not_from_one() -> None:
                        levels, None)
 
 
+def test_a_step_whose_gauge_read_low_is_on_the_plateau_where_its_tokens_say_so() -> None:
+    """CI's real vLLM at --max-num-seqs 4: levels 6, 8, 12 with the running gauge's max at
+    4, 2, 4. Four requests decoding each engine step in the middle one (generated tokens/s x
+    ITL, 3.7) put it on the plateau; two (1.9) do not: running really fell there."""
+    levels = [6.0, 8.0, 12.0]
+    top = np.array([4.0, 2.0, 4.0])
+    waiting = np.array([2.0, 3.0, 7.4])
+    assert not plateau(top, top, top, waiting, levels, 4.3)
+    assert plateau(top, top, top, waiting, levels, 4.3, np.array([3.8, 3.7, 3.8]))
+    assert not plateau(top, top, top, waiting, levels, 4.3, np.array([3.8, 1.9, 3.8]))
+    rows = pd.DataFrame({"step": [3, 4, 5], "level": levels, "running_max": top,
+                         "running_mean": top, "running_p50": top, "waiting_mean": waiting,
+                         "kv_max": 0.02, "kv_mean": 0.02, "gen_tok_rate": [240.0, 236.0, 235.0],
+                         "server_itl_mean_ms": [15.7, 15.8, 16.1]})
+    assert signals(rows, {}, {}, np.full(3, 0.1), 4.3).cap == 4
+
+
 def test_a_budget_without_the_flag_is_tokens_per_step_held_while_running_moves() -> None:
     s = sig([74, 75, 86, 83], kv_max=0.08, kv_mean=0.06,
             running_mean=[58, 60, 59, 61], tokens_per_step=[512, 513, 512, 512])
