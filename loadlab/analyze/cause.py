@@ -447,14 +447,15 @@ def _agg(fn: Any, x: np.ndarray | None) -> float | None:
 def tokens_per_step(rows: pd.DataFrame) -> np.ndarray:
     """(prompt tokens computed + generated) per second x mean engine step (server ITL)."""
     prompt = column(rows, "prompt_tok_rate") - np.nan_to_num(column(rows, "cached_tok_rate"))
-    return (prompt + column(rows, "gen_tok_rate")) * column(rows, "server_itl_mean_ms") / 1e3
+    return prompt * column(rows, "server_itl_mean_ms") / 1e3 + decode_batch(rows)
 
 
 def decode_batch(rows: pd.DataFrame) -> np.ndarray:
     """Requests decoding in each engine step, per step: generated tokens per second x mean
-    engine step (server ITL). Each decoding request adds one token a step, so this counts
-    the batch from counters over the whole window, whatever the running gauge read at its
-    scrapes; it stays below running where requests sat in prefill."""
+    engine step (server ITL), the generated part of :func:`tokens_per_step`. Each decoding
+    request adds one token a step, so this counts the batch from counters over the whole
+    window, whatever the running gauge read at its scrapes; it stays below running where
+    requests sat in prefill."""
     return column(rows, "gen_tok_rate") * column(rows, "server_itl_mean_ms") / 1e3
 
 
