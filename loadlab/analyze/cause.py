@@ -171,6 +171,7 @@ class Verdict:
     psi: float | None = None
     closed_loop: bool = True
     knee_confidence: str | None = None   # None: no bracket (diagnose's windows)
+    one_load: bool = False   # the steps are windows of one load (diagnose's), not a sweep
 
 
 @dataclass
@@ -181,8 +182,11 @@ class Candidate:
 
 
 def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
-            fill: np.ndarray, psi: float | None, typical_blocks: float | None = None) -> Signals:
-    """Collect the stalled steps' figures and the cap/budget (flags, else inferred)."""
+            fill: np.ndarray, psi: float | None, typical_blocks: float | None = None,
+            one_load: bool = False) -> Signals:
+    """Collect the stalled steps' figures and the cap/budget (flags, else inferred).
+    ``one_load``: the steps are windows of one load, whatever their in-flight counts say
+    (:func:`plateau`)."""
     sig = Signals(
         steps=[int(s) for s in rows["step"]],
         levels=rows["level"].astype(float).tolist(),
@@ -210,8 +214,9 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         typical_blocks=typical_blocks,
     )
     sig.cap = as_int(server.get("max_num_seqs"))
+    levels = [0.0] * len(sig.levels) if one_load else sig.levels
     if sig.cap is None and plateau(sig.running_max, sig.running_p50, sig.running_mean,
-                                   sig.waiting, sig.levels, psi, decode_batch(rows)):
+                                   sig.waiting, levels, psi, decode_batch(rows)):
         top = int(np.nanmax(sig.running_max))
         if pool_bound(sig):
             sig.notes.append(f"running held at {top} where the KV pool had no room for one more "
@@ -268,7 +273,13 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
     touch 9 once and 8 elsewhere), or, where a hinge was fitted to waiting over the levels,
     ``psi`` at the plateau's value (a long head's drains lengthen the queue and pull psi
     below the cap, so psi alone does not veto held steps). One window's running max alone is
-    whatever running happened to be when the queue formed.
+    whatever running happened to be when the queue formed. Where the plateau's steps all
+    share one level (a repeated top step; ``loadlab diagnose``'s windows, one load however
+    their in-flight counts differ, :func:`signals`), nothing shows that running stopped
+    rising with the load, so each must read the top by its median scrape or its decode
+    batch, within HELD_SLACK: the slot-refill slack let a budget-bound
+    simulator's running, 7 to 8 under a max of 8 in every window, pass for a cap in a
+    third of its diagnoses, while at ``--max-num-seqs 4`` every window's median read 4.
     """
     known = ~np.isnan(running_max)
     if not known.any() or np.nanmax(running_max) <= 0:
@@ -281,6 +292,9 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
     if not np.all(on[known & (level > first)]):
         return False
     if not np.all(np.nan_to_num(waiting[on]) > 0):
+        return False
+    median = running_p50 if decoding is None else np.fmax(running_p50, decoding)
+    if np.ptp(level[on]) == 0 and not np.all(np.nan_to_num(median[on]) >= top - HELD_SLACK * top):
         return False
     held = held_at(top, running_p50[on], running_mean[on])
     if held.mean() < 0.5:
@@ -307,7 +321,7 @@ def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
         np.full(len(stalled), np.nan)
     typical = None if requests is None else typical_request_blocks(
         requests, as_int(config.get("block_size")))
-    sig = signals(stalled, server, config, fill, verdict.psi, typical)
+    sig = signals(stalled, server, config, fill, verdict.psi, typical, verdict.one_load)
     candidates = signatures(sig) + [frontend_starved(table)]
     limited = verdict.client_limited_steps
     candidates.append(Candidate(

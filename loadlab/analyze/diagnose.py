@@ -106,7 +106,7 @@ def diagnose_window(run: RunData, server: dict[str, Any]) -> dict[str, Any]:
     cap = capacity(config, run.requests, v0, None)
     rows = table[queued] if stalled else table.iloc[0:0]
     cause = causes.assess(rows, table, server, config, cap,
-                          causes.Verdict(stalled, False, [], True, None))
+                          causes.Verdict(stalled, False, [], True, None, one_load=True))
     whole = _table(_one_window(run))
     whole["token_fill"] = token_fill(whole, config)
     return {"row": whole.iloc[0].to_dict(), "stalled": stalled, "config": config, "v0": v0,

@@ -201,6 +201,32 @@ def test_an_inferred_cap_holds_through_a_long_heads_drains() -> None:
                        waiting, levels, None)
 
 
+
+def test_windows_of_one_load_are_a_plateau_only_where_each_median_reads_the_top() -> None:
+    """``loadlab diagnose``'s three windows share one load, so running being alike in them
+    says nothing of load: a budget-bound simulator (3k-token prompts, a 512-token budget)
+    read running max 8, 8, 8 with medians 7, 7.5, 7 and means 7.0-7.25, which the slack for
+    a refilled slot called held (a third of such diagnoses named a cap). At
+    ``--max-num-seqs 4`` every window's median read 4. The same budget figures over rising
+    loads are judged as before."""
+    waiting, one_load = np.full(3, 6.0), [0.0, 0.0, 0.0]
+    budget_max = np.array([8.0, 8.0, 8.0])
+    budget_p50, budget_mean = np.array([7.0, 7.5, 7.0]), np.array([7.2, 7.25, 7.0])
+    assert not plateau(budget_max, budget_p50, budget_mean, waiting, one_load, None)
+    # the requests decoding each engine step (6.1-6.7) do not reach the top either
+    assert not plateau(budget_max, budget_p50, budget_mean, waiting, one_load, None,
+                       np.array([6.69, 6.65, 6.14]))
+    cap = np.full(3, 4.0)
+    assert plateau(cap, cap, np.array([4.0, 3.67, 4.0]), waiting, one_load, None)
+    assert plateau(budget_max, budget_p50, budget_mean, waiting, [16.0, 24.0, 32.0], None)
+    # diagnose's windows: their in-flight counts (its levels) differ by chance, not by load
+    rows = pd.DataFrame({"step": [0, 1, 2], "level": [14.2, 15.8, 16.0],
+                         "running_max": budget_max, "running_mean": budget_mean,
+                         "running_p50": budget_p50, "waiting_mean": [7.0, 8.6, 8.8],
+                         "kv_max": 0.05, "kv_mean": 0.04})
+    assert signals(rows, {}, {}, np.full(3, 0.9), None).cap == 8
+    assert signals(rows, {}, {}, np.full(3, 0.9), None, one_load=True).cap is None
+
 def stalled_rows(running: float, kv_mean: float, kv_max: float) -> pd.DataFrame:
     """Stalled steps of the step table as :func:`signals` reads them (3 levels)."""
     return pd.DataFrame({"step": [3, 4, 5], "level": [16.0, 32.0, 64.0],
