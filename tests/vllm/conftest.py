@@ -39,9 +39,15 @@ LAST_MODULES = ("test_probe_live.py",)   # its probed server would stop a plain 
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move ``LAST_MODULES``' tests after the rest of this folder's (order kept otherwise)."""
+    """Move ``LAST_MODULES``' tests after the rest of this folder's (order kept otherwise).
+    Every test here must be marked ``vllm``: the README's suite runs the unmarked ones two
+    at a time, and a real vLLM and its load generator get CPUs of their own."""
     here = Path(__file__).parent
     slots = [i for i, item in enumerate(items) if item.path.parent == here]
+    unmarked = [items[i].nodeid for i in slots if items[i].get_closest_marker("vllm") is None]
+    if unmarked:
+        raise pytest.UsageError(f"{unmarked[0]} runs real vLLM but is not marked vllm: add "
+                                "pytestmark = pytest.mark.vllm to its module")
     ordered = sorted((items[i] for i in slots), key=lambda item: item.path.name in LAST_MODULES)
     for i, item in zip(slots, ordered, strict=True):
         items[i] = item
