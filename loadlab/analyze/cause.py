@@ -278,8 +278,8 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
     their in-flight counts differ, :func:`signals`), nothing shows that running stopped
     rising with the load, so each must read the top by its median scrape or its decode
     batch, within HELD_SLACK: the slot-refill slack let a budget-bound
-    simulator's running, 7 to 8 under a max of 8 in every window, pass for a cap in a
-    third of its diagnoses, while at ``--max-num-seqs 4`` every window's median read 4.
+    simulator's running, 7 to 8 under a max of 8 in every window, pass for a cap in 3 of
+    12 diagnoses, while at ``--max-num-seqs 4`` every window's median read 4.
     """
     known = ~np.isnan(running_max)
     if not known.any() or np.nanmax(running_max) <= 0:
