@@ -201,12 +201,11 @@ def test_an_inferred_cap_holds_through_a_long_heads_drains() -> None:
                        waiting, levels, None)
 
 
-
 def test_windows_of_one_load_are_a_plateau_only_where_each_median_reads_the_top() -> None:
     """``loadlab diagnose``'s three windows share one load, so running being alike in them
     says nothing of load: a budget-bound simulator (3k-token prompts, a 512-token budget)
     read running max 8, 8, 8 with medians 7, 7.5, 7 and means 7.0-7.25, which the slack for
-    a refilled slot called held (a third of such diagnoses named a cap). At
+    a refilled slot called held (3 of 12 such diagnoses named a cap). At
     ``--max-num-seqs 4`` every window's median read 4. The same budget figures over rising
     loads are judged as before."""
     waiting, one_load = np.full(3, 6.0), [0.0, 0.0, 0.0]
@@ -226,6 +225,7 @@ def test_windows_of_one_load_are_a_plateau_only_where_each_median_reads_the_top(
                          "kv_max": 0.05, "kv_mean": 0.04})
     assert signals(rows, {}, {}, np.full(3, 0.9), None).cap == 8
     assert signals(rows, {}, {}, np.full(3, 0.9), None, one_load=True).cap is None
+
 
 def stalled_rows(running: float, kv_mean: float, kv_max: float) -> pd.DataFrame:
     """Stalled steps of the step table as :func:`signals` reads them (3 levels)."""
