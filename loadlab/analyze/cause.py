@@ -14,7 +14,8 @@ share of stalled steps that show the signature (0..1):
   max (or, where the gauge read lower, the requests decoding each engine step,
   :func:`decode_batch`) held within CAP_SLACK over the top stalled steps while requests
   wait, confirmed by
-  PLATEAU_STEPS (2) steps or by the hinge's psi (within PSI_SLACK); not where the pool at
+  PLATEAU_STEPS (2) steps, by the hinge's psi (within PSI_SLACK) or, for a sweep's one
+  stalled step, by its median scrape reading the max (within HELD_SLACK); not where the pool at
   its mean usage had no room for one more median request (:func:`pool_bound`: a few
   large requests fill it at a request's grain). Score x 0.9 when inferred. A cap, known
   or inferred, counts a step only where running was held at it (:func:`held_at`): a
@@ -35,7 +36,10 @@ share of stalled steps that show the signature (0..1):
   flag (score x 0.9): tokens per step held within BUDGET_FLAT of one value in
   PLATEAU_STEPS or more steps while running moves (by more than twice CAP_SLACK), or
   within BUDGET_PINNED however still running is, and no cap was inferred: a binding
-  budget fills every step to itself.
+  budget fills every step to itself; or, in any one step, seats empty while requests
+  waited (:func:`unheld`: running's median below its max by more than HELD_SLACK and
+  CAP_SLACK) with the pool not full and the head fitting: no cap leaves seats empty with
+  a queue, and the budget is the limit left.
 - ``head_blocked``: while requests wait and running is below the cap, the longest prompt
   sent in the step (client records) needs more blocks than the pool has free while
   requests waited (``num_gpu_blocks`` x (1 - KV usage at the scrapes that saw a queue),
@@ -147,6 +151,7 @@ class Signals:
     waiting: np.ndarray
     tokens_per_step: np.ndarray
     fill: np.ndarray
+    decoding: np.ndarray | None = None   # requests decoding each engine step (decode_batch)
     kv_mean: np.ndarray | None = None
     kv_queued: np.ndarray | None = None   # KV usage while requests waited (steps.kv_while_queued)
     prompt_max: np.ndarray | None = None
@@ -203,6 +208,7 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
         ),
         tokens_per_step=tokens_per_step(rows),
         fill=fill,
+        decoding=decode_batch(rows),
         kv_mean=column(rows, "kv_mean"),
         kv_queued=column(rows, "kv_queued"),
         prompt_max=column(rows, "prompt_tokens_max"),
@@ -216,7 +222,7 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
     sig.cap = as_int(server.get("max_num_seqs"))
     levels = [0.0] * len(sig.levels) if one_load else sig.levels
     if sig.cap is None and plateau(sig.running_max, sig.running_p50, sig.running_mean,
-                                   sig.waiting, levels, psi, decode_batch(rows)):
+                                   sig.waiting, levels, psi, sig.decoding, one_load):
         top = int(np.nanmax(sig.running_max))
         if pool_bound(sig):
             sig.notes.append(f"running held at {top} where the KV pool had no room for one more "
@@ -255,7 +261,7 @@ def held_at(top: float, running_p50: np.ndarray, running_mean: np.ndarray) -> np
 
 def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.ndarray,
             waiting: np.ndarray, levels: list[float], psi: float | None,
-            decoding: np.ndarray | None = None) -> bool:
+            decoding: np.ndarray | None = None, one_load: bool = False) -> bool:
     """Whether running held one value while requests waited: the mark of a sequence cap.
 
     The plateau is the steps whose running max is within CAP_SLACK of the highest, with
@@ -272,8 +278,15 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
     PLATEAU_STEPS (2) steps held and as many reaching the top itself (a budget lets running
     touch 9 once and 8 elsewhere), or, where a hinge was fitted to waiting over the levels,
     ``psi`` at the plateau's value (a long head's drains lengthen the queue and pull psi
-    below the cap, so psi alone does not veto held steps). One window's running max alone is
-    whatever running happened to be when the queue formed. Where the plateau's steps all
+    below the cap, so psi alone does not veto held steps), or a sweep's one step on the
+    plateau whose median scrape (or decode batch) reads the top within HELD_SLACK: running
+    sat at its max for most of the step while requests waited, seats refilled from the
+    queue as fast as they freed. One window's running max alone is whatever running
+    happened to be when the queue formed; its median at the max is not. On the held-out
+    tuning data (``tuning7`` and the spent ``validation7``/``validation8``, 380 seeds) this
+    named 5 measured caps that were ``undetermined`` or ``head_blocked`` before and broke
+    none; ``loadlab diagnose`` (``one_load``) keeps needing PLATEAU_STEPS windows, since a
+    few minutes of one load say less than a sweep's step. Where the plateau's steps all
     share one level (a repeated top step; ``loadlab diagnose``'s windows, one load however
     their in-flight counts differ, :func:`signals`), nothing shows that running stopped
     rising with the load, so each must read the top by its median scrape or its decode
@@ -294,12 +307,15 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
     if not np.all(np.nan_to_num(waiting[on]) > 0):
         return False
     median = running_p50 if decoding is None else np.fmax(running_p50, decoding)
-    if np.ptp(level[on]) == 0 and not np.all(np.nan_to_num(median[on]) >= top - HELD_SLACK * top):
+    seated = bool(np.all(np.nan_to_num(median[on]) >= top - HELD_SLACK * top))
+    if np.ptp(level[on]) == 0 and not seated:
         return False
     held = held_at(top, running_p50[on], running_mean[on])
     if held.mean() < 0.5:
         return False
     if int(held.sum()) >= PLATEAU_STEPS and int((running_max[on] >= top).sum()) >= PLATEAU_STEPS:
+        return True
+    if int(on.sum()) == 1 and seated and not one_load:
         return True
     return psi is not None and bool(abs(psi - top) <= max(1.5, PSI_SLACK * top))
 
@@ -504,10 +520,11 @@ def signatures(sig: Signals) -> list[Candidate]:
         ("running max", sig.running_max), ("KV usage max", sig.kv_max),
         ("waiting (mean)", sig.waiting)], extra=cap_ev)))
     spent = budget_spent(sig)
-    budget = _budget(sig, below_cap, kv_ok, spent)
+    long_head = head_blocked(sig, below_cap)
+    budget = _budget(sig, below_cap, kv_ok & ~long_head, spent)
     # A spent budget refuses the head before blocks are asked for: those steps are the
     # budget's, however full the pool or long the head.
-    head = head_blocked(sig, below_cap) & ~spent
+    head = long_head & ~spent
     # At the cap vLLM's waiting loop stops before it asks for blocks (a full pool on
     # average still binds first); below it, a pool that reaches full refuses the head.
     kv_like = kv_full & (~reached | pool_full) & ~head & ~spent
@@ -597,14 +614,40 @@ def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray,
         moves = np.ptp(sig.running_max[hit]) > 2 * CAP_SLACK if hit.any() else False
         if not moves:
             hit = pinned
-        score = float(hit.mean()) * 0.9 if hit.sum() >= PLATEAU_STEPS else 0.0
+        flat = float(hit.mean()) if hit.sum() >= PLATEAU_STEPS else 0.0
+        empty = unheld(sig) & below_cap & kv_ok
+        score = 0.9 * max(flat, float(empty.mean()))
+        # Tokens per step name the budget only where they held flat over steps: one step's
+        # figure (tokens/s x mean ITL) strayed far from it on the held-out tuning seeds
+        # (1,213 against 1,024; 202 against 128), so empty seats name no value.
         extra = [{"what": "max_num_batched_tokens (inferred)",
-                  "value": round(float(np.nanmax(tps))), "step": sig.steps[0]}] if score else []
+                  "value": round(float(np.nanmax(tps))), "step": sig.steps[0]}] if flat else [
+            {"what": "running median while requests waited (seats empty)",
+             "value": round(float(sig.running_p50[i]), 1), "step": sig.steps[i]}
+            for i in np.flatnonzero(empty)]
     return Candidate(
         "token_budget",
         score,
         _ev(sig, [("tokens per engine step", sig.tokens_per_step)], extra=extra),
     )
+
+
+def unheld(sig: Signals) -> np.ndarray:
+    """Per stalled step: requests waited while running's median scrape (or the batch that
+    decoded each engine step, whichever is higher) sat below the max it reached by more
+    than HELD_SLACK and CAP_SLACK. At a cap every freed seat is refilled at the next step
+    from the queue, so running reads the cap most of the time; here seats stood empty
+    while requests waited. With the pool not full and the head fitting its free blocks
+    (the caller's mask), the limit left in vLLM's waiting loop is the step's token budget:
+    it stops admitting when the budget is spent, whatever seats are free. On the held-out
+    tuning data (``tuning7`` and the spent ``validation7``/``validation8``, 380 seeds) this
+    named 5 measured budgets that were ``undetermined`` or ``unknown`` before (one stalled
+    step each, where the flat-tokens rule needs PLATEAU_STEPS) and broke none."""
+    top = sig.running_max
+    median = sig.running_p50 if sig.decoding is None else np.fmax(sig.running_p50,
+                                                                   sig.decoding)
+    slack = np.maximum(CAP_SLACK, HELD_SLACK * top)
+    return (np.nan_to_num(sig.waiting) > 0) & (np.nan_to_num(median, nan=np.inf) < top - slack)
 
 
 def _budget_fill(sig: Signals) -> np.ndarray:

@@ -90,6 +90,18 @@ def test_a_cap_is_inferred_from_a_plateau_across_steps_not_from_one() -> None:
                        levels, None)
 
 
+def test_one_step_whose_median_reads_its_max_is_a_plateau_in_a_sweep_only() -> None:
+    """Held-out seed 1400056 (spent validation8): --max-num-seqs 12 hidden, one stalled step
+    whose running read 12 at its max and its median while 187 requests waited. Seats
+    refilled from the queue as fast as they freed: a cap. Its max alone (median 7) is not
+    one, and ``loadlab diagnose``'s one window of one load still needs PLATEAU_STEPS."""
+    top, waiting, level = np.array([12.0]), np.array([186.8]), [9.22]
+    assert plateau(top, np.array([12.0]), np.array([11.8]), waiting, level, None)
+    assert not plateau(top, np.array([7.0]), np.array([6.6]), waiting, level, None)
+    assert not plateau(top, np.array([12.0]), np.array([11.8]), waiting, [0.0], None,
+                       one_load=True)
+
+
 def test_a_step_whose_gauge_read_low_is_on_the_plateau_where_its_tokens_say_so() -> None:
     """CI's real vLLM at --max-num-seqs 4: levels 6, 8, 12 with the running gauge's max at
     4, 2, 4. Four requests decoding each engine step in the middle one (generated tokens/s x
@@ -118,6 +130,23 @@ def test_a_budget_without_the_flag_is_tokens_per_step_held_while_running_moves()
     # prompts it admits): a budget, however still running is (no plateau was inferred)
     pinned = sig([6, 6, 5], kv_max=0.08, kv_mean=0.06, tokens_per_step=[128, 129, 128])
     assert best(pinned) == "token_budget"
+
+
+def test_without_the_flags_seats_empty_while_requests_wait_leave_the_budget() -> None:
+    """Held-out seed 1400014 (spent validation8): --max-num-batched-tokens 1024, no flags
+    shown, one stalled step at 256 users; running reached 210 but its median scrape read
+    187.5 while 67 requests waited and the pool was 12% used. No cap holds seats empty
+    with a queue, and the head fitted: the budget is what refused it."""
+    s = sig([210], kv_max=0.13, kv_mean=0.12, tokens_per_step=[1213.0])
+    s.running_p50 = np.array([187.5])
+    assert best(s) == "token_budget"
+    # the median reads the max: seats full, as at a cap; nothing here names the budget
+    s.running_p50 = np.array([209.0])
+    assert best(s) == "unknown"
+    # seats empty but the pool full: the blocks, not the budget
+    full = sig([210], kv_max=0.97, kv_mean=0.93, tokens_per_step=[1213.0])
+    full.running_p50 = np.array([187.5])
+    assert best(full) == "kv_exhausted"
 
 
 def test_high_needs_a_sure_knee_and_a_capless_head_is_low() -> None:

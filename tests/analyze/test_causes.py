@@ -82,7 +82,9 @@ def test_two_causes_that_fit_the_same_metrics_are_undetermined(bare_seq_cap, tmp
     assert "--probe" in cause["separate_by"] and "--max-num-seqs" in cause["separate_by"]
     assert cause["confidence"] == "low"
     assert "undetermined — /metrics fit seq_cap or token_budget" in data["verdict"]
-    assert {c["name"]: c["score"] for c in cause["ranked"]}["token_budget"] == 0
+    # the step whose max the wobble raised to 10 over a median of 8 reads as seats empty
+    # while requests waited (cause.unheld): one of three steps, too few to name the budget
+    assert 0 < {c["name"]: c["score"] for c in cause["ranked"]}["token_budget"] < 0.5
 
 
 def test_an_exact_running_plateau_still_infers_the_cap(bare_seq_cap):
