@@ -132,8 +132,10 @@ not. On the held-out tuning seeds (benchmarks/heldout, ``tuning2``) a bar of 1 n
 24 measured kv_exhausted runs head_blocked; 2 named none of them and kept every measured
 head_blocked run but the ones it already missed; 2.5 and above began to lose those."""
 SERVER_CAUSES = ("seq_cap", "kv_exhausted", "dashboard_caliber", "token_budget", "head_blocked")
-NAMES = SERVER_CAUSES + ("undetermined", "frontend_starved", "client_limited", "none", "unknown")
-"""Every name ``cause.name`` can take."""
+NAMES = SERVER_CAUSES + ("undetermined", "frontend_starved", "client_limited", "server_errors",
+                         "none", "unknown")
+"""Every name :func:`assess` can give ``cause.name`` (a fleet's verdict adds
+``routing_imbalance``, :mod:`loadlab.analyze.fleet_imbalance`)."""
 
 
 @dataclass

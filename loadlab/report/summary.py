@@ -27,6 +27,8 @@ CAUSES = {
     "dashboard_caliber": "Dashboard caliber",
     "client_limited": "Load generator limited",
     "frontend_starved": "Front end starved",
+    "server_errors": "Server errors",
+    "routing_imbalance": "Routing imbalance",
     "none": "No stall",
     "unknown": "Unknown",
 }
