@@ -32,7 +32,13 @@ BASE_FLAGS: dict[str, object] = {
     "served_model_name": "tiny",
     "max_model_len": 1024,
     "block_size": 32,
-    "gpu_memory_utilization": 0.5,
+    # A KV cache of a fixed size (256 MiB; the tiny model's 1 KiB a token) instead of a
+    # share of the machine's memory: the CPU backend checks that share against the memory
+    # free at start (vllm/v1/worker/cpu_worker.py) and refused a server whose neighbours
+    # held 13 of 23.5 GiB ("Available memory on node 0 (10.09/23.54 GiB) ... less than
+    # desired CPU memory utilization (0.5, 11.77 GiB)"); an explicit size skips that check.
+    # Pools still come from num_gpu_blocks_override where a test sets one.
+    "kv_cache_memory_bytes": 256 * 1024 * 1024,
     "enforce_eager": True,
     "max_num_batched_tokens": 256,
 }
