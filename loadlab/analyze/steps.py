@@ -1,25 +1,27 @@
 """The per-step table: what the client and the server showed at each load level.
 
-For each step window in ``manifest.json`` the measured part starts after the
-step's warm-up cut. Client side (requests.parquet): requests begun in the
-measured window (binned by ``t_sent``, else ``t_issued`` for a request that never
-got on the wire), their TTFT/ITL/E2E percentiles, and throughput from the output
-tokens of requests that *finished* in it; the load generator's own figures for
-the step (``client_limited``, ``achieved_ratio``, send and loop lag) are copied
-from the manifest when it has them; failed requests are counted by the side that failed
-(:mod:`loadlab.analyze.failures`). Server side (metrics.parquet, direct or
-Prometheus, V1 or V0 names): gauge means, p95 and maxima of running, waiting and
-KV usage (and running's median: at a sequence cap running reads the cap most of the
-time, whatever drains pull its mean down), the waiting queue's occupancy
-P(waiting >= 1), counter increases (preemptions, prefix-cache hits, prompt and
-generated tokens per second), and from histogram deltas the server's own mean TTFT,
-queue time and inter-token latency. ``queue_share`` = queue-time sum / TTFT sum over the window, and
-``waiting_little`` = queue-time sum / window length: by Little's law the
-time-mean number of requests waiting, read from a counter, so a lagging gauge
-cannot hide it. Beside the gauges, the running count read from counters, the
-share of stale zero readings and the client's own in-flight count
-(:mod:`loadlab.analyze.gauge_lag`), and the share of expected scrapes that came
-back (``coverage``).
+For each step window in ``manifest.json`` the measured part starts after the step's
+warm-up cut. Client side (requests.parquet): requests begun in the measured window
+(binned by ``t_sent``, else ``t_issued`` for a request that never got on the wire),
+their TTFT/ITL/E2E percentiles, and throughput from the output tokens of requests that
+*finished* in it; the load generator's own figures for the step (``client_limited``,
+``achieved_ratio``, send and loop lag) are copied from the manifest when it has them;
+failed requests are counted by the side that failed (:mod:`loadlab.analyze.failures`).
+Server side (metrics.parquet, direct or Prometheus, V1 or V0 names): gauge means, p95
+and maxima of running, waiting and KV usage (and running's median: at a sequence cap
+running reads the cap most of the time, whatever drains pull its mean down), the waiting
+queue's occupancy P(waiting >= 1), counter increases (preemptions, prefix-cache hits,
+prompt and generated tokens per second), and from histogram deltas the server's own mean
+TTFT, queue time and inter-token latency, and the engine steps
+(``vllm:iteration_tokens_total`` observations) with the tokens generated per step,
+``decode_per_step``: the decode batch averaged over engine steps, as the scheduler's own
+refusals are counted, where gauges and ITL weigh each second alike (a long prefill's
+slow steps fill seconds, not steps). ``queue_share`` = queue-time sum / TTFT sum over
+the window, and ``waiting_little`` = queue-time sum / window length: by Little's law the
+time-mean number of requests waiting, read from a counter, so a lagging gauge cannot
+hide it. Beside the gauges, the running count read from counters, the share of stale
+zero readings and the client's own in-flight count (:mod:`loadlab.analyze.gauge_lag`),
+and the share of expected scrapes that came back (``coverage``).
 
 This module computes; :mod:`loadlab.analyze.display` renders. It names no cause.
 """
@@ -180,7 +182,14 @@ def _server_columns(table: pd.DataFrame, metrics: pd.DataFrame, requests: pd.Dat
     table["counter_resets"] = _counter(metrics, "generation_tokens", span, "resets")
     table["cached_tok_rate"] = _counter(metrics, "prompt_tokens_cached", span, "rate_per_s")
     length = (span["t_end"] - span["t_start"]).to_numpy(dtype=float)
-    hist = {role: _histogram(metrics, role, span) for role in ("ttft", "queue_time", "itl")}
+    hist = {role: _histogram(metrics, role, span)
+            for role in ("ttft", "queue_time", "itl", "iteration_tokens")}
+    # Engine steps per window: vLLM observes ``vllm:iteration_tokens_total`` once per step.
+    table["engine_steps"] = hist["iteration_tokens"]["count"]
+    generated = _counter(metrics, "generation_tokens", span, "delta")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table["decode_per_step"] = np.where(table["engine_steps"] > 0,
+                                            generated / table["engine_steps"], np.nan)
     table["server_ttft_mean_ms"] = hist["ttft"]["mean"] * 1e3
     table["server_queue_mean_ms"] = hist["queue_time"]["mean"] * 1e3
     table["server_itl_mean_ms"] = hist["itl"]["mean"] * 1e3

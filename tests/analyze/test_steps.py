@@ -37,6 +37,18 @@ def test_sequence_cap_shows_as_running_pinned_and_waiting(seq_capped):
     assert above.ttft_p50_ms > 3 * below.ttft_p50_ms
 
 
+def test_engine_steps_and_the_batch_a_step_come_from_the_iteration_histogram(seq_capped):
+    """vLLM observes vllm:iteration_tokens_total once per engine step: its count over the
+    measured 30 s is the steps taken, and tokens generated over it the decode batch a
+    step, at most the running requests (4 users below the cap, 8 seats above it)."""
+    below, above = seq_capped.iloc[0], seq_capped.iloc[1]
+    for row, seats in ((below, 4), (above, 8)):
+        assert row.engine_steps > 100
+        assert seats - 1 <= row.decode_per_step <= seats
+    # a step carries more requests above the cap, so each one takes longer: fewer steps
+    assert above.engine_steps < below.engine_steps
+
+
 def test_itl_stays_flat_across_the_cap(seq_capped):
     below, above = seq_capped.iloc[0], seq_capped.iloc[1]
     assert above.itl_p50_ms < 3 * below.itl_p50_ms
