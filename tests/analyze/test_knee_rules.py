@@ -77,20 +77,21 @@ def test_one_stalled_step_is_never_high_confidence(tmp_path):
     assert knee.confidence != "high", knee.reasons
 
 
-def test_occupancy_decides_where_it_was_read_often_enough():
-    """Queue share, Little's mean and the hinge say stalled, occupancy over 20+ scrapes says
-    not: a deep queue for a moment (a long head, a burst), not a persistent one, and the
-    head was refused in under half the engine steps. With a handful of scrapes, or no
-    occupancy vote, the majority decides, a tie going to occupancy where it voted, else to
-    the counter-based detectors."""
+def test_occupancy_decides_where_it_was_read_often_enough_and_vetoes_elsewhere():
+    """Queue share, Little's mean and the hinge say stalled, occupancy says not: a deep
+    queue for a moment (a long head, a burst), not a persistent one, and the head was
+    refused in under half the engine steps. Over 20+ scrapes occupancy decides alone; with
+    a handful its "not" still stands against the rest (the queue was seen in fewer than
+    half the scrapes), while its "stalled" needs a majority or a tie. With no occupancy
+    vote the majority decides, a tie going to the counter-based detectors."""
     nan = np.nan
-    votes = {"queue": np.array([1.0, 1.0, 1.0, 1.0, 1.0]),
-             "little": np.array([1.0, 1.0, 1.0, 1.0, 0.0]),
-             "occupancy": np.array([0.0, 0.0, 0.0, nan, nan]),
-             "hinge": np.array([1.0, 1.0, 0.0, 0.0, 0.0])}
-    decisive = np.array([True, False, False, False, False])
-    codes = state_codes(votes, np.zeros(5, dtype=bool), decisive)
-    assert [STATES[c] for c in codes] == ["ok", "stalled", "ok", "stalled", "ok"]
+    votes = {"queue": np.array([1.0, 1.0, 0.0, 1.0, 1.0, 1.0]),
+             "little": np.array([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]),
+             "occupancy": np.array([0.0, 0.0, 1.0, nan, nan, nan]),
+             "hinge": np.array([1.0, 1.0, 1.0, 0.0, 0.0, 1.0])}
+    decisive = np.array([True, False, False, False, False, False])
+    codes = state_codes(votes, np.zeros(6, dtype=bool), decisive)
+    assert [STATES[c] for c in codes] == ["ok", "ok", "stalled", "stalled", "ok", "stalled"]
 
 
 def test_dense_scrapes_need_occupancy_above_half():
