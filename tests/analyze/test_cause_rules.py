@@ -119,6 +119,36 @@ def test_a_step_whose_gauge_read_low_is_on_the_plateau_where_its_tokens_say_so()
     assert signals(rows, {}, {}, np.full(3, 0.1), 4.3).cap == 4
 
 
+def test_a_cap_is_held_where_the_engine_steps_say_so_however_the_seconds_read() -> None:
+    """Held-out seed 1500081 (spent validation9): --max-num-seqs 8 hidden, 11 and 16 users.
+    A 30k-token document's slow prefill steps drained the batch for seconds at a time:
+    running's mean read 4.25 and 7.25 and tokens/s x ITL 6.4 and 7.5, both weighing each
+    second alike. Tokens generated over vLLM's count of engine steps were 7.3 and 7.9 a
+    step: the seats were full in most steps, where the scheduler refused the head for the
+    cap."""
+    rows = pd.DataFrame({"step": [6, 7], "level": [11.0, 16.0], "running_max": [8.0, 8.0],
+                         "running_mean": [4.25, 7.25], "running_p50": [4.0, 7.0],
+                         "waiting_mean": [6.75, 8.0], "kv_max": 0.3, "kv_mean": 0.2,
+                         "gen_tok_rate": [639.0, 748.0], "server_itl_mean_ms": [10.0, 10.0]})
+    assert signals(rows, {}, {}, np.full(2, 0.1), None).cap is None
+    rows["decode_per_step"] = [7.31, 7.89]
+    assert signals(rows, {}, {}, np.full(2, 0.1), None).cap == 8
+
+
+def test_a_closed_loop_with_every_user_seated_infers_no_cap() -> None:
+    """Held-out seed 1500017 (spent validation9): one stalled step of 4 users whose running
+    read 4 at its max and 3.8 decoded each engine step, a sweep's one-step plateau. A cap
+    of 4 refuses no one with 4 users (the scheduler refused the head in 0.6% of the steps);
+    over a rate, the same figures still say a cap."""
+    rows = pd.DataFrame({"step": [3], "level": [4.0], "running_max": [4.0],
+                         "running_mean": [3.25], "running_p50": [3.5], "waiting_mean": [0.75],
+                         "kv_max": 0.3, "kv_mean": 0.15, "gen_tok_rate": [380.0],
+                         "server_itl_mean_ms": [10.0], "decode_per_step": [3.96]})
+    closed = signals(rows, {}, {}, np.full(1, 0.1), None, closed_loop=True)
+    assert closed.cap is None and "no seat was short" in closed.notes[0]
+    assert signals(rows, {}, {}, np.full(1, 0.1), None, closed_loop=False).cap == 4
+
+
 def test_a_budget_without_the_flag_is_tokens_per_step_held_while_running_moves() -> None:
     s = sig([74, 75, 86, 83], kv_max=0.08, kv_mean=0.06,
             running_mean=[58, 60, 59, 61], tokens_per_step=[512, 513, 512, 512])
