@@ -180,7 +180,7 @@ def _server_columns(table: pd.DataFrame, metrics: pd.DataFrame, requests: pd.Dat
     table["prompt_tok_rate"] = _counter(metrics, "prompt_tokens", span, "rate_per_s")
     table["gen_tok_rate"] = _counter(metrics, "generation_tokens", span, "rate_per_s")
     table["counter_resets"] = _counter(metrics, "generation_tokens", span, "resets")
-    table["cached_tok_rate"] = _counter(metrics, "prompt_tokens_cached", span, "rate_per_s")
+    table["cached_tok_rate"] = _cached_rate(metrics, span)
     length = (span["t_end"] - span["t_start"]).to_numpy(dtype=float)
     hist = {role: _histogram(metrics, role, span)
             for role in ("ttft", "queue_time", "itl", "iteration_tokens")}
@@ -338,6 +338,20 @@ def _col(stats: pd.DataFrame | None, column: str, n: int) -> np.ndarray:
     if stats is None or stats.empty:
         return np.full(n, np.nan)
     return stats[column].to_numpy(dtype=float)
+
+
+def _cached_rate(metrics: pd.DataFrame, span: pd.DataFrame) -> np.ndarray:
+    """Prompt tokens per second served from the prefix cache: ``vllm:prompt_tokens_cached``
+    where the server has it, else ``vllm:prompt_tokens_by_source{source="local_cache_hit"}``
+    (vLLM exposes both; a server with only the split is read from it)."""
+    rate = _counter(metrics, "prompt_tokens_cached", span, "rate_per_s")
+    if not np.all(np.isnan(rate)):
+        return rate
+    family = resolve_family(metrics, "prompt_tokens_by_source")
+    if family is None:
+        return rate
+    return _col(counter_windows(metrics, family, span, where={"source": "local_cache_hit"}),
+                "rate_per_s", len(span))
 
 
 def _counter(metrics: pd.DataFrame, role: str, span: pd.DataFrame, column: str) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -47,6 +48,20 @@ def test_engine_steps_and_the_batch_a_step_come_from_the_iteration_histogram(seq
         assert seats - 1 <= row.decode_per_step <= seats
     # a step carries more requests above the cap, so each one takes longer: fewer steps
     assert above.engine_steps < below.engine_steps
+
+
+def test_cached_prompt_tokens_come_from_the_split_by_source_where_that_is_all(tmp_path):
+    """The simulator, like a vLLM without ``vllm:prompt_tokens_cached``, splits prompt
+    tokens by source only: the tokens served from the prefix cache come from
+    ``source="local_cache_hit"``, about the prefix cache's hit rate of the prompt tokens,
+    so the tokens an engine step computed leave the shared system prompt out."""
+    cfg = SimConfig(max_num_seqs=8, model="qwen2.5-7b", gpu="h100")
+    plan = LoadPlan(concurrency=[4, 16], step_duration_s=30.0, warmup_s=10.0)
+    run_replay(cfg, plan, Workload(profile="shared-system-prompt", seed=3), tmp_path)
+    table = step_table(tmp_path)
+    share = table.cached_tok_rate / table.prompt_tok_rate
+    assert (share > 0.2).all()
+    assert np.allclose(share, table.prefix_hit_rate, atol=0.05)
 
 
 def test_itl_stays_flat_across_the_cap(seq_capped):
