@@ -178,18 +178,19 @@ def _server_columns(table: pd.DataFrame, metrics: pd.DataFrame, requests: pd.Dat
     with np.errstate(invalid="ignore", divide="ignore"):
         table["prefix_hit_rate"] = np.where(queries > 0, hits / queries, np.nan)
     table["prompt_tok_rate"] = _counter(metrics, "prompt_tokens", span, "rate_per_s")
-    table["gen_tok_rate"] = _counter(metrics, "generation_tokens", span, "rate_per_s")
-    table["counter_resets"] = _counter(metrics, "generation_tokens", span, "resets")
+    generation = _counter_stats(metrics, "generation_tokens", span)
+    table["gen_tok_rate"] = _col(generation, "rate_per_s", n)
+    table["counter_resets"] = _col(generation, "resets", n)
     table["cached_tok_rate"] = _cached_rate(metrics, span)
     length = (span["t_end"] - span["t_start"]).to_numpy(dtype=float)
     hist = {role: _histogram(metrics, role, span)
             for role in ("ttft", "queue_time", "itl", "iteration_tokens")}
     # Engine steps per window: vLLM observes ``vllm:iteration_tokens_total`` once per step.
     table["engine_steps"] = hist["iteration_tokens"]["count"]
-    generated = _counter(metrics, "generation_tokens", span, "delta")
     with np.errstate(invalid="ignore", divide="ignore"):
         table["decode_per_step"] = np.where(table["engine_steps"] > 0,
-                                            generated / table["engine_steps"], np.nan)
+                                            _col(generation, "delta", n) / table["engine_steps"],
+                                            np.nan)
     table["server_ttft_mean_ms"] = hist["ttft"]["mean"] * 1e3
     table["server_queue_mean_ms"] = hist["queue_time"]["mean"] * 1e3
     table["server_itl_mean_ms"] = hist["itl"]["mean"] * 1e3
@@ -347,15 +348,16 @@ def _cached_rate(metrics: pd.DataFrame, span: pd.DataFrame) -> np.ndarray:
     rate = _counter(metrics, "prompt_tokens_cached", span, "rate_per_s")
     if not np.all(np.isnan(rate)):
         return rate
-    family = resolve_family(metrics, "prompt_tokens_by_source")
-    if family is None:
-        return rate
-    return _col(counter_windows(metrics, family, span, where={"source": "local_cache_hit"}),
-                "rate_per_s", len(span))
+    split = _counter_stats(metrics, "prompt_tokens_by_source", span, {"source": "local_cache_hit"})
+    return _col(split, "rate_per_s", len(span))
+
+
+def _counter_stats(metrics: pd.DataFrame, role: str, span: pd.DataFrame,
+                   where: dict[str, str] | None = None) -> pd.DataFrame | None:
+    """:func:`counter_windows` of the role's family (None: the server has no such family)."""
+    family = resolve_family(metrics, role)
+    return None if family is None else counter_windows(metrics, family, span, where=where)
 
 
 def _counter(metrics: pd.DataFrame, role: str, span: pd.DataFrame, column: str) -> np.ndarray:
-    family = resolve_family(metrics, role)
-    if family is None:
-        return np.full(len(span), np.nan)
-    return _col(counter_windows(metrics, family, span), column, len(span))
+    return _col(_counter_stats(metrics, role, span), column, len(span))
