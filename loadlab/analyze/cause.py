@@ -19,9 +19,11 @@ share of stalled steps that show the signature (0..1):
   its mean usage had no room for one more median request (:func:`pool_bound`: a few
   large requests fill it at a request's grain). Score x 0.9 when inferred. A cap, known
   or inferred, counts a step only where running was held at it (:func:`held_at`, which
-  also reads the batch decoded per engine step, :func:`step_batch`): a long head that
-  holds the queue drains the batch below the cap between the scrapes whose max touches
-  it. A known cap takes the max alone where the running gauge lagged
+  also reads the batch decoded per engine step, :func:`step_batch`, or that batch at
+  BATCH_HELD of the cap: seats in prefill decode nothing): a long head that holds the
+  queue drains the batch below the cap between the scrapes whose max touches it. Where
+  every seat decoded at every step (within PINNED_SLACK) the cap takes the step however
+  little room the pool had. A known cap takes the max alone where the running gauge lagged
   (``gauge_stale`` > STALE_MAX, as the occupancy detector's rule).
 - ``kv_exhausted``: KV max >= KV_FULL with running below the cap, or the pool full on
   average (KV mean >= KV_FULL, or too full at its mean for one more median request)
@@ -31,7 +33,9 @@ share of stalled steps that show the signature (0..1):
   rounding, not tokens, fills the pool. Takes the KV score; kv_exhausted keeps 0.6 of it.
 - ``token_budget``: tokens per engine step ((prompt computed + generated tokens/s) x
   mean ITL) >= BUDGET_FILL (0.7) of ``max_num_batched_tokens``, or >= BUDGET_SHARE (half)
-  of it where the longest prompt spans CHUNK_SPAN (4) budgets (:func:`budget_spent`),
+  of it where the longest prompt spans CHUNK_SPAN (4) budgets (:func:`budget_spent`), or,
+  below the cap with room in the pool and chunked prefill off, a prompt larger than
+  the budget the decodes leave (:func:`whole_prompt_refused`),
   at the cap or not and however full the pool: vLLM's waiting loop checks the budget
   first, so such steps are taken from ``head_blocked`` and ``kv_exhausted``. Without the
   flag (score x 0.9): tokens per step held within BUDGET_FLAT of one value in
@@ -130,6 +134,24 @@ which spends the budget (:func:`budget_spent`)."""
 BUDGET_SHARE = 0.5
 """With such a prompt, a mean fill of half the budget: the budget was spent in about half
 the engine steps, more than any other limit can have refused."""
+BATCH_HELD = 0.75
+"""The batch decoded per engine step (:func:`step_batch`) at this share of a cap or more
+holds the step at the cap, whatever running's scrapes read: a seat whose prompt is still
+in (chunked) prefill decodes nothing, so a batch at the cap decodes below it by the
+prompts in flight, while a long head that drains the batch takes it far lower. On the
+held-out tuning seeds (the spent validation8 to validation11, 800) long-prompt runs whose
+scheduler refused the head at the cap in 49-76% of the refused steps decoded 0.78-0.85 of
+it per step while running's mean read 0.72-0.78 and were named ``head_blocked``; 0.75
+named 3 of them right and broke none (0.85 named 1, 0.8 and 0.7 named 2)."""
+PINNED_SLACK = 0.25
+"""A batch decoded per engine step within this many requests of a held cap decodes every
+seat at (nearly) every step: no request was preempted or drained, so the cap, checked
+first in vLLM's waiting loop, refused the head in those steps even where the pool at its
+mean usage had no room for one more median request. On the spent validation10 seeds,
+1600026 (cap 32, 32.0 decoded a step, KV mean 0.85 with 909 blocks) was named a full
+pool, high, where the scheduler refused at the cap in all but 3 of 9,730 steps; on the
+800 tuning seeds (spent validation8 to validation11) 0.25 fixed it and broke none, 0.5
+and 1 broke 2 and 3 measured full pools."""
 HEAD_ROOM = 2.0
 """head_blocked needs the free blocks a scrape saw while requests waited to hold this many
 median requests. A scrape's usage is an average over the moments between refusals; at a
@@ -467,7 +489,11 @@ def rivals_ruled_out(name: str, sig: Signals) -> bool:
     BUDGET_SHARE in every stalled step: a mean fill of half the budget means it was spent
     in about half the engine steps (:func:`budget_spent`), refusing the head there,
     whichever limit refused it in the rest. A full pool is the pool's only when, besides,
-    the budget cannot refuse a whole prompt: without chunked prefill
+    the cap held in no stalled step (:func:`held_at`: at a held cap the waiting loop stops
+    at the cap whenever the pool leaves room, so the two share the refusals; on the spent
+    validation10/11 seeds both "high" misses were such runs, the cap's share of the
+    refusals 50% and 100%, the second now named by :data:`PINNED_SLACK`) and the budget
+    cannot refuse a whole prompt: without chunked prefill
     (``--enable-chunked-prefill`` off or not known) vLLM's waiting loop skips a prompt
     longer than the budget the step's decodes leave, so prompts of BUDGET_SHARE of the
     budget or more keep it in play however low its mean fill. head_blocked takes the
@@ -482,6 +508,8 @@ def rivals_ruled_out(name: str, sig: Signals) -> bool:
         return False
     if name == "seq_cap":
         return True
+    if held_at(sig.cap, sig.running_p50, sig.running_mean, sig.step_decoding).any():
+        return False
     longest = _agg(np.nanmax, sig.prompt_max)
     return sig.chunked is True or (longest is not None and longest < BUDGET_SHARE * sig.budget)
 
@@ -555,7 +583,9 @@ def signatures(sig: Signals) -> list[Candidate]:
     reached = sig.running_max >= cap - CAP_SLACK if cap else np.zeros(n, dtype=bool)
     if cap:
         lagged = (np.nan_to_num(sig.stale) > STALE_MAX) & (not sig.cap_inferred)
-        reached &= held_at(cap, sig.running_p50, sig.running_mean, sig.step_decoding) | lagged
+        full_batch = np.nan_to_num(_arr(sig.step_decoding, n)) >= BATCH_HELD * cap
+        reached &= (held_at(cap, sig.running_p50, sig.running_mean, sig.step_decoding)
+                    | lagged | full_batch)
     below_cap = ~reached
     kv_mean = _arr(sig.kv_mean, n)
     # Full on average, or too full for one more median request (pool_bound, per step).
@@ -563,6 +593,12 @@ def signatures(sig: Signals) -> list[Candidate]:
     kv_ok = (sig.kv_max < KV_FULL) & ~pool_full
     kv_full = (sig.kv_max >= KV_FULL) | pool_full
     out: list[Candidate] = []
+    if cap:
+        # Every seat decoding at every engine step: the waiting loop stopped at the cap
+        # before it asked for blocks, however little room the pool had left.
+        pinned = reached & (np.nan_to_num(_arr(sig.step_decoding, n)) >= cap - PINNED_SLACK)
+        pool_full &= ~pinned
+        kv_full &= ~pinned
     at_cap = reached & ~pool_full
     score = float(at_cap.mean()) * (0.9 if sig.cap_inferred else 1.0)
     cap_ev = [] if cap is None else [{
@@ -571,7 +607,9 @@ def signatures(sig: Signals) -> list[Candidate]:
     out.append(Candidate("seq_cap", score, _ev(sig, [
         ("running max", sig.running_max), ("KV usage max", sig.kv_max),
         ("waiting (mean)", sig.waiting)], extra=cap_ev)))
-    spent = budget_spent(sig)
+    # Below the cap and with room in the pool, a whole prompt the budget cannot hold stops
+    # the waiting loop as a spent budget does.
+    spent = budget_spent(sig) | (whole_prompt_refused(sig) & below_cap & ~pool_full)
     long_head = head_blocked(sig, below_cap)
     budget = _budget(sig, below_cap, kv_ok & ~long_head, spent)
     # A spent budget refuses the head before blocks are asked for: those steps are the
@@ -641,6 +679,23 @@ def budget_spent(sig: Signals) -> np.ndarray:
     fill = np.nan_to_num(_budget_fill(sig))
     long_head = np.nan_to_num(_arr(sig.prompt_max, n)) >= CHUNK_SPAN * sig.budget
     return (fill >= BUDGET_FILL) | (long_head & (fill >= BUDGET_SHARE))
+
+
+def whole_prompt_refused(sig: Signals) -> np.ndarray:
+    """Per stalled step, with chunked prefill known off and the budget known: the longest
+    prompt sent is larger than the budget the step's decodes leave (the budget less the
+    batch decoded per engine step). vLLM's waiting loop then stops at such a prompt at the
+    head (without chunking a prompt is scheduled whole or not at all), and it stays at the
+    head until enough requests finish, however low the mean fill: most steps carry only
+    decode tokens. On the held-out tuning seeds (the spent validation8 to validation11, 800)
+    this named one measured budget (prompts to 4,080 tokens, budget 4,096, 40 decoding; the
+    fill read 0.10) that was ``unknown``, and broke none once limited to steps below the cap
+    with the pool not full (where the cap and the pool come first)."""
+    n = len(sig.steps)
+    if not sig.budget or sig.chunked is not False:
+        return np.zeros(n, dtype=bool)
+    left = sig.budget - np.nan_to_num(_arr(sig.step_decoding, n))
+    return np.nan_to_num(_arr(sig.prompt_max, n)) > left
 
 
 def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray,

@@ -359,3 +359,64 @@ def test_a_prompt_of_many_budgets_spends_the_budget_in_the_share_of_steps_it_fil
                 tokens_per_step=[141, 150, 154])
     short.budget = 256
     assert best(short) != "token_budget"
+
+
+def test_a_batch_decoding_three_quarters_of_the_cap_holds_it_however_running_reads() -> None:
+    """Held-out seed 1600190 (spent validation10): --max-num-seqs 48, documents of 25k
+    tokens prefilled a 1,024-token budget at a time. Running's mean read 35-42 and the
+    longest prompt needed more blocks than were free, so a long head looked to hold the
+    queue; yet 37-45 requests decoded at every engine step (seats in prefill decode
+    nothing), and the scheduler refused the head at the cap more often than for blocks."""
+    s = sig([48, 48, 48], kv_max=1.0, kv_mean=0.65, cap=48, running_mean=[41.7, 36.0, 34.6],
+            prompt_max=25000)
+    assert best(s) == "head_blocked"
+    s.step_decoding = np.array([44.9, 39.1, 37.1])
+    assert best(s) == "seq_cap"
+    s.step_decoding = np.array([30.0, 28.0, 27.0])   # drained by the head: not the cap
+    assert best(s) == "head_blocked"
+
+
+def test_every_seat_decoding_every_step_is_the_cap_however_little_room_the_pool_has() -> None:
+    """Held-out seed 1600026 (spent validation10): --max-num-seqs 32, 32.0 requests decoded
+    at every engine step, KV at 85% of 909 blocks: too little room for one more median
+    request, so the pool was named (high). The scheduler refused the head at the cap in
+    all but 3 of 9,730 steps: the waiting loop stops at the cap before it asks for
+    blocks. A batch a request short of the cap, preempting, stays the pool's."""
+    s = sig([32, 32], kv_max=0.96, kv_mean=0.85, cap=32, typical_blocks=200.0)
+    assert best(s) == "kv_exhausted"
+    s.step_decoding = np.array([32.0, 32.0])
+    assert best(s) == "seq_cap"
+    s.step_decoding = np.array([31.0, 31.2])
+    assert best(s) == "kv_exhausted"
+
+
+def test_a_full_pool_at_a_held_cap_is_never_high() -> None:
+    """Held-out seed 1700008 (spent validation11): --max-num-seqs 16, KV at 93% on average
+    with 40 preemptions, running held at 15-16. The scheduler refused the head at the cap
+    in 49.8% of the refused steps and for blocks in 49.7%: the pool is named, but the
+    flags do not rule the cap out, so not with high confidence."""
+    s = sig([16, 16, 15], kv_max=0.99, kv_mean=0.93, cap=16, running_mean=[14.0, 14.75, 14.75],
+            tokens_per_step=[300] * 3)
+    s.budget, s.chunked = 8192, True
+    assert best(s) == "kv_exhausted"
+    assert confidence("kv_exhausted", signatures(s), s, "high") == "high"
+    s.step_decoding = np.array([14.8, 15.3, 14.8])
+    assert best(s) == "kv_exhausted"
+    assert confidence("kv_exhausted", signatures(s), s, "high") == "medium"
+
+
+def test_a_whole_prompt_larger_than_the_budget_left_refuses_the_head() -> None:
+    """Held-out seed 1400136 (spent validation8): chunked prefill off, a 4,096-token budget,
+    prompts to 4,080 tokens and 40-45 requests decoding a step. Tokens per step filled a
+    tenth of the budget (most steps carry decodes only), yet the scheduler refused the
+    head for the budget in every refused step: without chunking a prompt is scheduled
+    whole, and 4,080 tokens do not fit what 45 decodes leave of 4,096."""
+    s = sig([63, 63], kv_max=0.3, kv_mean=0.2, cap=128, running_mean=[44.7, 40.0],
+            prompt_max=4080, tokens_per_step=[425, 417])
+    s.budget, s.chunked = 4096, False
+    s.step_decoding = np.array([45.4, 41.5])
+    assert best(s) == "token_budget"
+    s.chunked = True   # chunked: the prompt goes in a piece at a time
+    assert best(s) == "unknown"
+    s.chunked, s.prompt_max = False, np.full(2, 3000.0)
+    assert best(s) == "unknown"
