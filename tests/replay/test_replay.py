@@ -138,6 +138,34 @@ def test_many_flushes_write_what_one_flush_writes(tmp_path: Path, monkeypatch) -
                                   many.sort_values("seq").reset_index(drop=True))
 
 
+def test_steps_applied_without_the_heap_write_what_the_heap_writes(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """A lone replica's steps that end before the heap's next event are applied inline;
+    pushing every step's end on the heap instead (``inline_steps`` handing each step
+    back) must write the same requests and metrics, with preemptions (a small pool) and
+    samples falling mid-step (0.25 s scrapes), and run the same engine steps."""
+    cfg = small_cfg(num_gpu_blocks_override=400)
+    calls: list[int] = []
+    real = driver._Replay.inline_steps
+
+    def counted(self, replica, out, steps):  # type: ignore[no-untyped-def]
+        calls.append(steps)
+        return real(self, replica, out, steps)
+
+    monkeypatch.setattr(driver._Replay, "inline_steps", counted)
+    inline, m_inline = replay(tmp_path / "inline", cfg, seed=6, metrics_interval_s=0.25)
+    assert calls   # the inline path ran
+    monkeypatch.setattr(driver._Replay, "inline_steps", lambda self, replica, out, steps:
+                        (steps, out))
+    heap, m_heap = replay(tmp_path / "heap", cfg, seed=6, metrics_interval_s=0.25)
+    assert gauge(m_heap, "vllm:num_preemptions_total").max() > 0
+    pd.testing.assert_frame_equal(inline.sort_values("seq").reset_index(drop=True),
+                                  heap.sort_values("seq").reset_index(drop=True))
+    pd.testing.assert_frame_equal(m_inline.reset_index(drop=True), m_heap.reset_index(drop=True))
+    steps = [read_manifest(tmp_path / d)["sim"]["engine_steps"] for d in ("inline", "heap")]
+    assert steps[0] == steps[1] > 0
+
+
 def test_open_loop_rate_steps(tmp_path: Path) -> None:
     requests, _ = replay(
         tmp_path, concurrency=None, rate=[2.0, 6.0], step_duration_s=20.0, burstiness=0.5
