@@ -13,7 +13,8 @@ share of stalled steps that show the signature (0..1):
   ``server.max_num_seqs`` from the manifest, else inferred (:func:`plateau`): running
   max (or, where the gauge read lower, the requests decoding each engine step,
   :func:`decode_batch`) held within CAP_SLACK over the top stalled steps while requests
-  wait, confirmed by
+  wait (held, :func:`held_at`, or, where a prompt needed more blocks than were free,
+  decoding BATCH_HELD of it per engine step), confirmed by
   PLATEAU_STEPS (2) steps, by the hinge's psi (within PSI_SLACK) or, for a sweep's one
   stalled step, by its median scrape reading the max (within HELD_SLACK); not where the pool at
   its mean usage had no room for one more median request (:func:`pool_bound`: a few
@@ -143,6 +144,14 @@ held-out tuning seeds (the spent validation8 to validation11, 800) long-prompt r
 scheduler refused the head at the cap in 49-76% of the refused steps decoded 0.78-0.85 of
 it per step while running's mean read 0.72-0.78 and were named ``head_blocked``; 0.75
 named 3 of them right and broke none (0.85 named 1, 0.8 and 0.7 named 2)."""
+BATCH_TOUCH = 0.5
+"""A step whose batch decoded per engine step is within half a request of the plateau's
+top reached the top itself (:func:`plateau`), whatever its running gauge's max read: the
+seats were full in most engine steps, which a budget that lets running wander below its
+max does not do. On the spent validation8 to validation12 seeds (1,000), with the flags
+stripped, caps of 12 and 128 held at 11.99 and 127.9 a step while the gauge's scrapes
+read one below in all but one step were ``undetermined`` or named the budget: 3 fixed,
+none broken (0.25 fixed 2; 0.75 and 1 the same 3)."""
 PINNED_SLACK = 0.25
 """A batch decoded per engine step within this many requests of a held cap decodes every
 seat at (nearly) every step: no request was preempted or drained, so the cap, checked
@@ -258,7 +267,7 @@ def signals(rows: pd.DataFrame, server: dict[str, Any], config: dict[str, Any],
     levels = [0.0] * len(sig.levels) if one_load else sig.levels
     if sig.cap is None and plateau(sig.running_max, sig.running_p50, sig.running_mean,
                                    sig.waiting, levels, psi, sig.decoding, one_load,
-                                   sig.step_decoding):
+                                   sig.step_decoding, head_need(sig) > free_blocks(sig)):
         top = int(np.nanmax(sig.running_max))
         if not seats_short(sig):
             sig.notes.append(f"running held at {top} with every user of the stalled steps "
@@ -320,7 +329,8 @@ def held_at(top: float, running_p50: np.ndarray, running_mean: np.ndarray,
 def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.ndarray,
             waiting: np.ndarray, levels: list[float], psi: float | None,
             decoding: np.ndarray | None = None, one_load: bool = False,
-            step_decoding: np.ndarray | None = None) -> bool:
+            step_decoding: np.ndarray | None = None,
+            long_prompts: np.ndarray | None = None) -> bool:
     """Whether running held one value while requests waited: the mark of a sequence cap.
 
     The plateau is the steps whose running max is within CAP_SLACK of the highest, with
@@ -335,8 +345,9 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
     scrapes. On a real vLLM at ``--max-num-seqs 4`` whose API server shares one core with
     its engine, the gauge read 2 in most scrapes of a step in which 3.7 requests decoded
     each engine step (and in all seven of one step's scrapes in CI). Its evidence is
-    PLATEAU_STEPS (2) steps held and as many reaching the top itself (a budget lets running
-    touch 9 once and 8 elsewhere), or, where a hinge was fitted to waiting over the levels,
+    PLATEAU_STEPS (2) steps held and as many reaching the top itself, by the gauge's max or
+    by the batch decoded per engine step within BATCH_TOUCH (a budget lets running touch 9
+    once and 8 elsewhere), or, where a hinge was fitted to waiting over the levels,
     ``psi`` at the plateau's value (a long head's drains lengthen the queue and pull psi
     below the cap, so psi alone does not veto held steps), or a sweep's one step on the
     plateau whose median scrape (or decode batch) reads the top within HELD_SLACK: running
@@ -344,7 +355,14 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
     queue as fast as they freed. One window's running max alone is whatever running
     happened to be when the queue formed; its median at the max is not (nor the batch a
     step, a mean: a head blocked for its blocks kept 77 a step under a lone max of 81 on
-    the spent validation8 seed 1400023, within HELD_SLACK). On the held-out
+    the spent validation8 seed 1400023, within HELD_SLACK). Where a prompt sent in the
+    step needed more blocks than were free (``long_prompts``, per step), a batch decoding
+    BATCH_HELD of the top holds it too: such prompts sit in seats through many chunked
+    prefill steps without decoding (on the spent validation8 to validation12 seeds, 1,000,
+    this named 7 measured caps with the flags stripped that were ``head_blocked`` (the
+    batch at 0.75-0.9 of the top in most of their stalled steps) and 1 measured full
+    pool, and broke 1 measured full pool; without the
+    long-prompt condition it also took 3 measured budgets). On the held-out
     tuning data (``tuning7`` and the spent ``validation7``/``validation8``, 380 seeds) this
     named 5 measured caps that were ``undetermined`` or ``head_blocked`` before and broke
     none; ``loadlab diagnose`` (``one_load``) keeps needing PLATEAU_STEPS windows, since a
@@ -374,9 +392,14 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
         return False
     held = held_at(top, running_p50[on], running_mean[on],
                    None if step_decoding is None else step_decoding[on])
+    if long_prompts is not None and step_decoding is not None:
+        held |= long_prompts[on] & (np.nan_to_num(step_decoding[on]) >= BATCH_HELD * top)
     if held.mean() < 0.5:
         return False
-    if int(held.sum()) >= PLATEAU_STEPS and int((running_max[on] >= top).sum()) >= PLATEAU_STEPS:
+    touched = running_max[on] >= top
+    if step_decoding is not None:
+        touched |= np.nan_to_num(step_decoding[on]) >= top - BATCH_TOUCH
+    if int(held.sum()) >= PLATEAU_STEPS and int(touched.sum()) >= PLATEAU_STEPS:
         return True
     if int(on.sum()) == 1 and seated and not one_load:
         return True

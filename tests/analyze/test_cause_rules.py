@@ -420,3 +420,49 @@ def test_a_whole_prompt_larger_than_the_budget_left_refuses_the_head() -> None:
     assert best(s) == "unknown"
     s.chunked, s.prompt_max = False, np.full(2, 3000.0)
     assert best(s) == "unknown"
+
+
+def test_a_cap_is_inferred_from_the_batch_where_long_prompts_hold_seats_in_prefill() -> None:
+    """Held-out seed 1500026 (spent validation9), flags stripped: --max-num-seqs 48 hidden,
+    documents of ~12k tokens in the mix. Running touched 48 in each stalled step but its
+    mean read 36-37 and the longest prompt needed more blocks than were free, so a blocked
+    head was named; 38-41 requests decoded at every engine step, and the scheduler refused
+    the head at the cap in 60% of the refused steps. Seats whose prompts are in chunked
+    prefill decode nothing. Without such prompts the same batch names no cap: a budget
+    holds running there too."""
+    config = {"num_gpu_blocks": 1471, "block_size": 16}
+    rows = pd.DataFrame({"step": [3, 4, 5], "level": [48.0, 96.0, 144.0],
+                         "running_max": [48.0] * 3, "running_mean": [35.75, 37.0, 36.25],
+                         "running_p50": [38.0, 40.5, 38.0], "waiting_mean": [11.75, 59, 59],
+                         "kv_max": [0.93, 0.83, 0.76], "kv_mean": [0.62, 0.68, 0.51],
+                         "kv_queued": [0.59, 0.76, 0.62], "preemptions": [46.0, 29, 32],
+                         "engine_steps": [5556.0, 5323, 5395],
+                         "decode_per_step": [38.9, 41.3, 37.6],
+                         "prompt_tokens_max": [11800.0] * 3})
+    long = signals(rows, {}, config, np.full(3, np.nan), None, typical_blocks=12.0,
+                   closed_loop=True)
+    assert long.cap == 48 and long.cap_inferred and best(long) == "seq_cap"
+    short = signals(rows.assign(prompt_tokens_max=2000.0), {}, config, np.full(3, np.nan),
+                    None, typical_blocks=12.0, closed_loop=True)
+    assert short.cap is None
+    drained = signals(rows.assign(decode_per_step=[30.0, 31.0, 29.0]), {}, config,
+                      np.full(3, np.nan), None, typical_blocks=12.0, closed_loop=True)
+    assert drained.cap is None and best(drained) == "head_blocked"
+
+
+def test_a_batch_full_at_every_engine_step_reaches_the_top_whatever_the_scrapes_read() -> None:
+    """Held-out seed 1500119 (spent validation9), flags stripped, --max-num-seqs 128: the
+    running gauge's max read 127 in four stalled steps of five and 128 in one, while
+    127.9 requests decoded at every engine step. One scrape at the top is no plateau (a
+    budget lets running touch its max once); a full batch at every step is."""
+    rows = pd.DataFrame({"step": [2, 3, 4], "level": [11.66, 20.31, 35.36],
+                         "running_max": [127.0, 128.0, 127.0],
+                         "running_mean": [126.5, 125.5, 126.5],
+                         "running_p50": [127.0, 125.5, 126.5],
+                         "waiting_mean": [114.5, 711.5, 2528.25], "kv_max": 0.75,
+                         "kv_mean": 0.73, "engine_steps": [627.0, 615, 608]})
+    assert signals(rows, {}, {}, np.full(3, np.nan), None).cap is None
+    rows["decode_per_step"] = [127.85, 127.9, 127.9]
+    assert signals(rows, {}, {}, np.full(3, np.nan), None).cap == 128
+    rows["decode_per_step"] = [126.8, 126.9, 127.0]   # a seat short in most steps
+    assert signals(rows, {}, {}, np.full(3, np.nan), None).cap is None
