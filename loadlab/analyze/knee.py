@@ -141,19 +141,21 @@ STATES = ("ok", "stalled", "client_limited", "unjudged")   # state codes 0..3
 
 
 def step_states(votes: pd.DataFrame, limited: list[bool],
-                decisive: np.ndarray | None = None) -> list[str]:
+                decisive: np.ndarray | None = None, light: np.ndarray | None = None) -> list[str]:
     """Per step: ok | stalled | client_limited | unjudged, from the detectors' votes (step 3)."""
     arrays = {
         k: np.array([np.nan if v is None else float(v) for v in votes[k]]) for k in votes.columns
     }
-    return [STATES[c] for c in state_codes(arrays, np.asarray(limited, dtype=bool), decisive)]
+    return [STATES[c] for c in state_codes(arrays, np.asarray(limited, dtype=bool), decisive,
+                                           light)]
 
 
 def state_codes(votes: dict[str, np.ndarray], limited: np.ndarray,
-                decisive: np.ndarray | None = None) -> np.ndarray:
+                decisive: np.ndarray | None = None, light: np.ndarray | None = None) -> np.ndarray:
     """:data:`STATES` codes from votes as :func:`detectors.votes` gives them (any leading axes).
     ``decisive``: per step, occupancy's vote decides alone
-    (:func:`detectors.occupancy_decides`)."""
+    (:func:`detectors.occupancy_decides`); ``light``: per step, a light queue vetoes a stall
+    (:func:`detectors.light_queue`)."""
     stack = np.stack(list(votes.values())) if votes else np.full((1, *limited.shape), np.nan)
     yes, no = (stack == 1).sum(axis=0), (stack == 0).sum(axis=0)
     tie_break = np.zeros(yes.shape, dtype=bool)
@@ -168,6 +170,8 @@ def state_codes(votes: dict[str, np.ndarray], limited: np.ndarray,
         stalled &= occupancy != 0
     if occupancy is not None and decisive is not None:
         stalled = np.where(decisive & ~np.isnan(occupancy), occupancy == 1, stalled)
+    if light is not None:
+        stalled &= ~light
     codes = np.where(yes + no == 0, 3, np.where(stalled, 1, 0))
     return np.where(limited, 2, codes)
 
@@ -230,7 +234,8 @@ def find_knee(run: RunData, table: pd.DataFrame, seed: int = 0) -> Knee:
     waiting = waiting_level(table)
     growth = None if closed else det.inflight_slopes(binned(run.requests), table)
     votes = _votes(table, closed, waiting, limited, growth)
-    states = without_success(table, step_states(votes, limited, det.occupancy_decides(table)))
+    states = without_success(table, step_states(votes, limited, det.occupancy_decides(table),
+                                                det.light_queue(table, waiting)))
     found, lower, upper, limited_before = bracket(levels, states)
     knee = Knee(found, "concurrency" if closed else "rate", lower, upper, states=states,
                 client_limited_before=limited_before)
@@ -355,7 +360,7 @@ def _bootstrap(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool
     psi = _hinge_psi(table, waiting, limited) if closed else None
     lim = np.asarray(limited, dtype=bool)
     codes = state_codes(det.votes(cols, closed, waiting, psi, growth), lim,
-                        det.occupancy_decides(cols))
+                        det.occupancy_decides(cols), det.light_queue(cols, waiting))
     codes = np.where(no_success(table) & (codes == 0), 3, codes)   # not judged, as the estimate
     target = (knee.found, _plain(knee.lower), _plain(knee.upper))
     if not levels:

@@ -32,7 +32,8 @@ def agreement(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool]
         resampled = resample(table, pieces, rng)
         found, lower, upper, _ = bracket(
             levels, step_states(votes(resampled, run.closed_loop, limited, growth), limited,
-                                det.occupancy_decides(resampled))
+                                det.occupancy_decides(resampled),
+                                det.light_queue(resampled, waiting_level(resampled)))
         )
         hits += (found, _plain(lower), _plain(upper)) == target
     return hits / n
