@@ -358,11 +358,11 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
     the spent validation8 seed 1400023, within HELD_SLACK). Where a prompt sent in the
     step needed more blocks than were free (``long_prompts``, per step), a batch decoding
     BATCH_HELD of the top holds it too: such prompts sit in seats through many chunked
-    prefill steps without decoding (on the spent validation8 to validation12 seeds, 1,000,
-    this named 7 measured caps with the flags stripped that were ``head_blocked`` (the
-    batch at 0.75-0.9 of the top in most of their stalled steps) and 1 measured full
-    pool, and broke 1 measured full pool; without the
-    long-prompt condition it also took 3 measured budgets). On the held-out
+    prefill steps without decoding. On the spent validation8 to validation12 seeds
+    (1,000) this named 7 measured caps with the flags stripped that were ``head_blocked``
+    (the batch at 0.75-0.9 of the top in most of their stalled steps) and 1 measured full
+    pool, and broke 1 measured full pool; without the long-prompt condition it also took
+    3 measured budgets. On the held-out
     tuning data (``tuning7`` and the spent ``validation7``/``validation8``, 380 seeds) this
     named 5 measured caps that were ``undetermined`` or ``head_blocked`` before and broke
     none; ``loadlab diagnose`` (``one_load``) keeps needing PLATEAU_STEPS windows, since a
