@@ -392,13 +392,14 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
         return False
     held = held_at(top, running_p50[on], running_mean[on],
                    None if step_decoding is None else step_decoding[on])
-    if long_prompts is not None and step_decoding is not None:
-        held |= long_prompts[on] & (np.nan_to_num(step_decoding[on]) >= BATCH_HELD * top)
+    batch = None if step_decoding is None else np.nan_to_num(step_decoding[on])
+    if long_prompts is not None and batch is not None:
+        held |= long_prompts[on] & (batch >= BATCH_HELD * top)
     if held.mean() < 0.5:
         return False
     touched = running_max[on] >= top
-    if step_decoding is not None:
-        touched |= np.nan_to_num(step_decoding[on]) >= top - BATCH_TOUCH
+    if batch is not None:
+        touched |= batch >= top - BATCH_TOUCH
     if int(held.sum()) >= PLATEAU_STEPS and int(touched.sum()) >= PLATEAU_STEPS:
         return True
     if int(on.sum()) == 1 and seated and not one_load:
@@ -604,11 +605,11 @@ def signatures(sig: Signals) -> list[Candidate]:
     # (read 0 in more than STALE_MAX of the snapshots) its mean and median say nothing and
     # a known cap takes the max alone.
     reached = sig.running_max >= cap - CAP_SLACK if cap else np.zeros(n, dtype=bool)
+    batch = _batch(sig)
     if cap:
         lagged = (np.nan_to_num(sig.stale) > STALE_MAX) & (not sig.cap_inferred)
-        full_batch = np.nan_to_num(_arr(sig.step_decoding, n)) >= BATCH_HELD * cap
         reached &= (held_at(cap, sig.running_p50, sig.running_mean, sig.step_decoding)
-                    | lagged | full_batch)
+                    | lagged | (batch >= BATCH_HELD * cap))
     below_cap = ~reached
     kv_mean = _arr(sig.kv_mean, n)
     # Full on average, or too full for one more median request (pool_bound, per step).
@@ -619,7 +620,7 @@ def signatures(sig: Signals) -> list[Candidate]:
     if cap:
         # Every seat decoding at every engine step: the waiting loop stopped at the cap
         # before it asked for blocks, however little room the pool had left.
-        pinned = reached & (np.nan_to_num(_arr(sig.step_decoding, n)) >= cap - PINNED_SLACK)
+        pinned = reached & (batch >= cap - PINNED_SLACK)
         pool_full &= ~pinned
         kv_full &= ~pinned
     at_cap = reached & ~pool_full
@@ -685,6 +686,11 @@ def head_blocked(sig: Signals, below_cap: np.ndarray) -> np.ndarray:
     return below_cap & (head_need(sig) > free) & (free >= HEAD_ROOM * sig.typical_blocks)
 
 
+def _batch(sig: Signals) -> np.ndarray:
+    """The batch decoded per engine step of each stalled step (0 where not known)."""
+    return np.nan_to_num(_arr(sig.step_decoding, len(sig.steps)))
+
+
 def _arr(x: np.ndarray | None, n: int) -> np.ndarray:
     return np.full(n, np.nan) if x is None else x
 
@@ -717,8 +723,7 @@ def whole_prompt_refused(sig: Signals) -> np.ndarray:
     n = len(sig.steps)
     if not sig.budget or sig.chunked is not False:
         return np.zeros(n, dtype=bool)
-    left = sig.budget - np.nan_to_num(_arr(sig.step_decoding, n))
-    return np.nan_to_num(_arr(sig.prompt_max, n)) > left
+    return np.nan_to_num(_arr(sig.prompt_max, n)) > sig.budget - _batch(sig)
 
 
 def _budget(sig: Signals, below_cap: np.ndarray, kv_ok: np.ndarray,
