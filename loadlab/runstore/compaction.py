@@ -151,20 +151,43 @@ def compact_run(run_dir: str | Path, tables: Iterable[str] = tuple(TABLES),
 
 
 def _rewrite(parts: list[Path], dest: Path, schema: pa.Schema, row_group_bytes: int) -> None:
-    strings = [f.name for f in schema if pa.types.is_string(f.type)]
+    coded = dictionary_schema(schema)
     meta = {**(schema.metadata or {}), REPLACES: json.dumps([p.name for p in parts]).encode()}
-    with pq.ParquetWriter(dest, schema.with_metadata(meta), use_dictionary=strings,
-                          **column_options(schema)) as writer:
-        for group in _row_groups(parts, schema, row_group_bytes):
+    with pq.ParquetWriter(dest, coded, use_dictionary=_strings(schema),
+                          **column_options(coded)) as writer:
+        writer.add_key_value_metadata(meta)   # without Arrow's schema, its metadata is not kept
+        for group in _row_groups(parts, coded, row_group_bytes):
             writer.write_table(group, row_group_size=group.num_rows)
 
 
+def _strings(schema: pa.Schema) -> list[str]:
+    return [f.name for f in schema if pa.types.is_string(f.type)]
+
+
+def dictionary_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with its string columns as dictionaries of strings.
+
+    Parts are read and rewritten that way: a string column is a few hundred distinct
+    values over a million rows (metrics' series, requests' point and status), stored as
+    Parquet dictionary pages, and materialising every row's string to hash it again on
+    the way out was four fifths of compacting an hour-long replay's metrics
+    (benchmarks/README.md, "Eighth pass"). Written without Arrow's schema
+    (:func:`~loadlab.runstore.encoding.column_options`), the part reads back as strings.
+    """
+    strings = set(_strings(schema))
+    return pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in strings else f
+                      for f in schema], metadata=schema.metadata)
+
+
 def _row_groups(parts: list[Path], schema: pa.Schema, limit: int) -> Iterator[pa.Table]:
-    """Batches of the parts in order, gathered into tables of about ``limit`` bytes."""
+    """Batches of the parts in order, gathered into tables of about ``limit`` bytes;
+    ``schema``'s dictionary columns read as dictionaries."""
     batches: list[pa.RecordBatch] = []
     size = 0
+    coded = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    form = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=coded))
     for part in parts:
-        for batch in ds.dataset(str(part), schema=schema, format="parquet").to_batches(
+        for batch in ds.dataset(str(part), schema=schema, format=form).to_batches(
             use_threads=False
         ):
             batches.append(batch)

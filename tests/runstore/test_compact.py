@@ -11,7 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadlab.runstore import REQUESTS, PartWriter, compact, compact_run, read_table
+from loadlab.collect.parse import ExpositionParser
+from loadlab.collect.sink import MetricsSink
+from loadlab.runstore import METRICS, REQUESTS, PartWriter, compact, compact_run, read_table
 from loadlab.runstore import compaction as compact_module
 
 SCHEMA = pa.schema([("a", pa.int64()), ("s", pa.string()), ("x", pa.list_(pa.float64()))])
@@ -119,6 +121,28 @@ def test_parts_of_an_older_schema_get_nulls(tmp_path):
     compact(tmp_path / "t.parquet", SCHEMA)
     got = read_table(tmp_path / "t.parquet", SCHEMA)
     assert got["a"].tolist() == [1, 2] and got["x"].isna().all()
+
+
+def test_metrics_parts_of_dictionary_strings_compact_to_the_same_rows_read_as_strings(tmp_path):
+    """The sink writes its series strings as dictionaries; compaction reads and writes
+    them as dictionaries too, and the compacted part reads back as plain strings."""
+    path = tmp_path / "metrics.parquet"
+    pages = ['vllm:num_requests_running{model_name="m"} 3\nvllm:num_requests_waiting{model_name="m"} 1\n',
+             'vllm:num_requests_running{model_name="m"} 4\nvllm:gpu_cache_usage_perc{model_name="m"} 0.5\n']
+    for endpoint in ("http://a/metrics", "http://b/metrics"):
+        parser = ExpositionParser()
+        sink = MetricsSink(path, parser, endpoint=endpoint, flush_rows=1)
+        for t, page in enumerate(pages * 3):
+            sink.add_scrape(float(t), 0.01, parser.parse(page))
+        sink.close()
+    before = read_table(path, METRICS)
+    assert len(part_names(path)) == 12
+    out = compact(path, METRICS)
+    assert part_names(path) == [out.name]
+    pd.testing.assert_frame_equal(read_table(path, METRICS), before)
+    stored = pq.read_table(out).schema
+    assert all(stored.field(f.name).type == pa.string() for f in METRICS if f.type == pa.string())
+    assert compact_module._replaces(out) and len(compact_module._replaces(out)) == 12
 
 
 def test_compact_run_covers_every_table_and_skips_absent_ones(tmp_path):
