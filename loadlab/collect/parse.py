@@ -29,7 +29,7 @@ equal as strings, whatever the source.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableSequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +63,7 @@ class Scrape:
     """One parsed page: parallel lists of series ids and values."""
 
     ids: list[int] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)
+    values: MutableSequence[float] = field(default_factory=list)   # or an array('d')
 
 
 class ExpositionParser:

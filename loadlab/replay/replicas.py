@@ -32,6 +32,12 @@ from loadlab.sim.engine.types import StepOutput
 from loadlab.sim.fleet.config import FleetConfig
 from loadlab.sim.fleet.router import ReplicaView
 
+# Metrics rows a replay buffers before writing a part, shared by its replicas: ~16 MB of
+# sample values (EngineMetrics.values), ~1.9 hours of 1 s samples of one engine. A replay
+# of one engine shorter than that writes one part, which compaction leaves as it is; any
+# more parts (a fleet's replicas write their own) are read back and rewritten as one.
+SAMPLES_PER_PART = 2_000_000
+
 
 def replica_path(index: int) -> str:
     """The URL path of replica ``index`` in a fleet (``/metrics`` appended by scrapers)."""
@@ -54,7 +60,8 @@ class ReplayReplica:
         self.sink = MetricsSink(out_dir / METRICS_TABLE, self.parser, endpoint=self.endpoint,
                                 source="sim",
                                 writer_id=WORKER if alone else f"{WORKER}-r{view.index}",
-                                flush_interval_s=30.0)
+                                flush_interval_s=30.0,
+                                flush_rows=SAMPLES_PER_PART // fleet_size)
         self.series_ids: list[int] = []
         self.token_times = TokenTimes()
         self.busy = False

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from loadlab.errors import InputError
-from loadlab.replay import driver
+from loadlab.replay import driver, replicas
 from loadlab.replay.driver import ReplayOptions, TokenTimes, gc_relaxed, prompt_ids, run_replay
 from loadlab.replay.records import RequestRows, gap_quantiles, segment_quantile
 from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
@@ -202,14 +202,25 @@ def test_manifest(tmp_path: Path) -> None:
     assert "sk-secret" not in (tmp_path / "manifest.json").read_text()
 
 
-def test_the_finished_folder_is_compacted_without_losing_a_row(tmp_path: Path) -> None:
+def test_the_finished_folder_is_compacted_without_losing_a_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # 0.1 s samples over 200 virtual s: ~580k metric rows, three parts of 200k before compaction
+    monkeypatch.setattr(replicas, "SAMPLES_PER_PART", 200_000)
     requests, metrics = replay(tmp_path, concurrency=[2], step_duration_s=200.0, warmup_s=5.0,
                                 metrics_interval_s=0.1)
     parts = sorted(p.name for p in (tmp_path / "metrics.parquet").glob("part-*.parquet"))
     assert len(parts) == 1 and "~" in parts[0], parts       # one part, the compacted one
     assert len(metrics) > 400_000 and len(requests) > 0
     assert metrics["t"].is_monotonic_increasing              # rows kept in order
+
+
+def test_a_replay_shorter_than_a_part_writes_one_part_left_uncompacted(tmp_path: Path) -> None:
+    # ~580k metric rows: one part of the replay's buffer, nothing for compaction to rewrite
+    requests, metrics = replay(tmp_path, concurrency=[2], step_duration_s=200.0, warmup_s=5.0,
+                                metrics_interval_s=0.1)
+    parts = sorted(p.name for p in (tmp_path / "metrics.parquet").glob("part-*.parquet"))
+    assert len(parts) == 1 and "~" not in parts[0], parts
+    assert len(metrics) > 400_000 and metrics["t"].is_monotonic_increasing
 
 
 def test_prompt_ids_share_exactly_the_prefix() -> None:

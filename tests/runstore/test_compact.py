@@ -127,8 +127,10 @@ def test_metrics_parts_of_dictionary_strings_compact_to_the_same_rows_read_as_st
     """The sink writes its series strings as dictionaries; compaction reads and writes
     them as dictionaries too, and the compacted part reads back as plain strings."""
     path = tmp_path / "metrics.parquet"
-    pages = ['vllm:num_requests_running{model_name="m"} 3\nvllm:num_requests_waiting{model_name="m"} 1\n',
-             'vllm:num_requests_running{model_name="m"} 4\nvllm:gpu_cache_usage_perc{model_name="m"} 0.5\n']
+    pages = ['vllm:num_requests_running{model_name="m"} 3\n'
+             'vllm:num_requests_waiting{model_name="m"} 1\n',
+             'vllm:num_requests_running{model_name="m"} 4\n'
+             'vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n']
     for endpoint in ("http://a/metrics", "http://b/metrics"):
         parser = ExpositionParser()
         sink = MetricsSink(path, parser, endpoint=endpoint, flush_rows=1)

@@ -200,17 +200,18 @@ def test_samples_equal_parsed_render() -> None:
     # values() is aligned with the rendered page, so a writer can learn the series once
     parser = ExpositionParser()
     first = parser.parse(metrics.render())
-    assert first.values == metrics.values()
+    assert first.values == metrics.values().tolist()
     metrics.observe_step(replace_counts(metrics))
     again = parser.parse(metrics.render())
-    assert again.ids == first.ids and again.values == metrics.values() != first.values
+    assert again.ids == first.ids and again.values == metrics.values().tolist() != first.values
 
 
 def test_v0_names() -> None:
     cfg = small()
     metrics = run_engine(cfg, "v0", [(40, 8, 0.0), (30, 60, 0.0)])
     families = parse(metrics.render())
-    assert ExpositionParser().parse(metrics.render()).values == metrics.values()  # V0 order too
+    # V0 order too
+    assert ExpositionParser().parse(metrics.render()).values == metrics.values().tolist()
     for name in ("vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc",
                  "vllm:num_requests_swapped", "vllm:gpu_prefix_cache_queries",
                  "vllm:gpu_prefix_cache_hits", "vllm:time_per_output_token_seconds"):

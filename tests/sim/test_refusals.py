@@ -207,7 +207,7 @@ def test_metrics_count_the_step_trace() -> None:
         (sample,) = families[f"loadlab:scheduler_head_{name}"].samples
         assert sample.value == want, name
         assert sample.labels == {"engine": "0", "model_name": resolved.served_model_name}
-    assert metrics.values() == [s.value for s in metrics.samples()]
+    assert metrics.values().tolist() == [s.value for s in metrics.samples()]
 
 
 def test_every_reason_is_exported_at_zero_before_any_step() -> None:
