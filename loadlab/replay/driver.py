@@ -77,6 +77,7 @@ from loadlab.runstore.claim import owner_entry
 from loadlab.runstore.layout import REQUESTS_TABLE, STEP_ENDS_TABLE
 from loadlab.runstore.manifest import Launch, MetricsInfo, RunManifest, TargetInfo, WorkloadInfo
 from loadlab.sim.engine.config import SimConfig
+from loadlab.sim.engine.metrics import Sample
 from loadlab.sim.engine.types import EngineRequest, StepOutput
 from loadlab.sim.fleet.config import FleetConfig
 from loadlab.sim.fleet.router import make_router
@@ -482,8 +483,8 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     fleet = cfg if isinstance(cfg, FleetConfig) else FleetConfig.single(cfg)
     replay = replay_cls(fleet, plan, workload, out, opts, progress, judge, observer)
     flags = replay.resolved.server_flags()
-    pages: dict[str, dict[str, Any]] = {}  # a fleet's replicas mostly serve one page at start
-    endpoints = {r.endpoint: _describe(r.metrics.render(), pages, r.parser)
+    pages: dict[tuple[Sample, ...], dict[str, Any]] = {}  # a fleet's mostly start alike
+    endpoints = {r.endpoint: _describe(tuple(r.metrics.samples()), pages, r.parser)
                  for r in replay.replicas}
     info = endpoints[replay.replicas[0].endpoint]
     write_manifest(
@@ -541,18 +542,18 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     return summary
 
 
-def _describe(page: str, seen: dict[str, dict[str, Any]],
+def _describe(page: tuple[Sample, ...], seen: dict[tuple[Sample, ...], dict[str, Any]],
               sampler: ExpositionParser) -> dict[str, Any]:
-    """The manifest's entry for an endpoint serving ``page``, parsed once per distinct page.
+    """The manifest's entry for an endpoint whose page has the samples ``page``, learnt
+    once per distinct page.
 
-    The first page is parsed by ``sampler``, the replicas' own parser, still empty: it
-    learns the page's series here (each one a prometheus_client parse), not again at the
-    first sample. Any other distinct page gets a fresh parser, so that each entry lists
-    its own page's families only.
+    The first page is learnt by ``sampler``, the replicas' own parser, still empty: its
+    series are known before the first sample. Any other distinct page gets a fresh
+    parser, so that each entry lists its own page's families only.
     """
     if page not in seen:
         parser = ExpositionParser() if seen else sampler
-        seen[page] = describe_endpoint(parser, parser.parse(page).ids)
+        seen[page] = describe_endpoint(parser, parser.learn(page).ids)
     return seen[page]
 
 

@@ -9,10 +9,10 @@ Token times are kept per replica too: :class:`~loadlab.replay.records.TokenTimes
 each request's times off its own engine's step-end timeline, and one timeline shared by
 replicas stepping at different times sent every request down its slow path (a list per
 request, appended at every step): the fleet replay ran at half the speed per step.
-The replicas share one :class:`~loadlab.collect.parse.ExpositionParser`: it learns a
-page's series once (each one a prometheus_client parse, ~10 ms a page) and then reads
-every replica's page, the same lines, from its memo; each replica's writer takes the
-series' strings from it by id.
+The replicas share one :class:`~loadlab.collect.parse.ExpositionParser`: it learns the
+series of each replica's samples (:meth:`~loadlab.collect.parse.ExpositionParser.learn`,
+no page rendered or parsed), the same series once whichever replica has them, and each
+replica's writer takes the series' strings from it by id.
 """
 
 from __future__ import annotations
@@ -67,11 +67,11 @@ class ReplayReplica:
         self.busy = False
 
     def sample(self, t: float) -> int:
-        """One metrics.parquet sample at unix time ``t``; the series are learnt once by
-        parsing our own page. Returns the rows written."""
+        """One metrics.parquet sample at unix time ``t``; the series are learnt once from
+        the engine's samples. Returns the rows written."""
         values = self.metrics.values()
         if len(values) != len(self.series_ids):
-            scrape = self.parser.parse(self.metrics.render())
+            scrape = self.parser.learn(self.metrics.samples())
             self.series_ids = scrape.ids
         else:
             scrape = Scrape(self.series_ids, values)

@@ -206,6 +206,18 @@ def test_samples_equal_parsed_render() -> None:
     assert again.ids == first.ids and again.values == metrics.values().tolist() != first.values
 
 
+@pytest.mark.parametrize("names", ["v1", "v0"])
+def test_learning_the_samples_gives_the_series_and_ids_of_parsing_the_page(names: str) -> None:
+    metrics = run_engine(small(), names, [(40, 8, 0.0), (100, 5, 0.0)])
+    parsed, learnt = ExpositionParser(), ExpositionParser()
+    page = parsed.parse(metrics.render())
+    samples = learnt.learn(metrics.samples())
+    assert learnt.series == parsed.series and learnt.families == parsed.families
+    assert samples.ids == page.ids and samples.values == page.values
+    # a page parsed after learning its samples reads the same ids, and nothing new
+    assert learnt.parse(metrics.render()).ids == page.ids and learnt.series == parsed.series
+
+
 def test_v0_names() -> None:
     cfg = small()
     metrics = run_engine(cfg, "v0", [(40, 8, 0.0), (30, 60, 0.0)])
