@@ -78,7 +78,7 @@ class MetricsSink(PartWriter):
     def _table(self, scrapes: list[tuple[float, float | None, Scrape]]) -> pa.Table:
         """METRICS rows of ``scrapes``, string columns dictionary-encoded (module docstring)."""
         counts = np.array([len(s.ids) for _, _, s in scrapes])
-        ids = np.concatenate([np.asarray(s.ids, dtype=np.int64) for _, _, s in scrapes])
+        ids = np.concatenate(_id_arrays([s.ids for _, _, s in scrapes]))
         n = len(ids)
         series = self.parser.series
         scrape_s = [np.nan if d is None else d for _, d, _ in scrapes]
@@ -94,6 +94,19 @@ class MetricsSink(PartWriter):
                for col in ("family", "type", "metric", "labels")},
         }
         return pa.Table.from_arrays([columns[f.name] for f in METRICS], names=METRICS.names)
+
+
+def _id_arrays(ids: list[list[int]]) -> list[np.ndarray]:
+    """Each scrape's series ids as an array, converted once per distinct list: a replay's
+    scrapes all share one (the engine's series never change), a live scrape has its own."""
+    arrays: dict[int, np.ndarray] = {}
+    out = []
+    for i in ids:
+        a = arrays.get(id(i))
+        if a is None:
+            a = arrays[id(i)] = np.asarray(i, dtype=np.int64)
+        out.append(a)
+    return out
 
 
 def _dictionary(per_series: list[str], ids: np.ndarray) -> pa.DictionaryArray:
