@@ -126,7 +126,6 @@ class ExpositionParser:
             self._keys[key] = sid
         return sid, float(sample.value)
 
-
     def _series_id(self, family: str, ftype: str, name: str, labels: str) -> int:
         """The id of a sample's series (a new one if unseen), or DROP where not kept."""
         if not name.startswith(self.keep_prefixes) or name.endswith("_created"):

@@ -483,7 +483,7 @@ def run_replay(cfg: SimConfig | FleetConfig, plan: LoadPlan, workload: Workload,
     fleet = cfg if isinstance(cfg, FleetConfig) else FleetConfig.single(cfg)
     replay = replay_cls(fleet, plan, workload, out, opts, progress, judge, observer)
     flags = replay.resolved.server_flags()
-    pages: dict[tuple[Sample, ...], dict[str, Any]] = {}  # a fleet's mostly start alike
+    pages: dict[tuple[Sample, ...], dict[str, Any]] = {}  # replicas alike start alike
     endpoints = {r.endpoint: _describe(tuple(r.metrics.samples()), pages, r.parser)
                  for r in replay.replicas}
     info = endpoints[replay.replicas[0].endpoint]

@@ -151,7 +151,7 @@ def compact_run(run_dir: str | Path, tables: Iterable[str] = tuple(TABLES),
 
 
 def _rewrite(parts: list[Path], dest: Path, schema: pa.Schema, row_group_bytes: int) -> None:
-    coded = dictionary_schema(schema)
+    coded = _dictionary_schema(schema)
     meta = {**(schema.metadata or {}), REPLACES: json.dumps([p.name for p in parts]).encode()}
     with pq.ParquetWriter(dest, coded, use_dictionary=_strings(schema),
                           **column_options(coded)) as writer:
@@ -164,7 +164,7 @@ def _strings(schema: pa.Schema) -> list[str]:
     return [f.name for f in schema if pa.types.is_string(f.type)]
 
 
-def dictionary_schema(schema: pa.Schema) -> pa.Schema:
+def _dictionary_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` with its string columns as dictionaries of strings.
 
     Parts are read and rewritten that way: a string column is a few hundred distinct
