@@ -123,6 +123,19 @@ def test_parts_of_an_older_schema_get_nulls(tmp_path):
     assert got["a"].tolist() == [1, 2] and got["x"].isna().all()
 
 
+def test_a_string_column_missing_from_older_parts_reads_as_nulls(tmp_path):
+    # compaction reads string columns as dictionaries: one a part lacks is a null one
+    old = pa.schema([("a", pa.int64())])
+    with PartWriter(tmp_path / "t.parquet", old, writer_id="a", flush_rows=1) as w:
+        w.extend([{"a": 1}, {"a": 2}])
+    with PartWriter(tmp_path / "t.parquet", SCHEMA, writer_id="b", flush_rows=1) as w:
+        w.add({"a": 3, "s": "ok", "x": [0.5]})
+    compact(tmp_path / "t.parquet", SCHEMA)
+    got = read_table(tmp_path / "t.parquet", SCHEMA)
+    assert got["a"].tolist() == [1, 2, 3] and got["s"].isna().tolist() == [True, True, False]
+    assert got["s"].iloc[2] == "ok"
+
+
 def test_metrics_parts_of_dictionary_strings_compact_to_the_same_rows_read_as_strings(tmp_path):
     """The sink writes its series strings as dictionaries; compaction reads and writes
     them as dictionaries too, and the compacted part reads back as plain strings."""
