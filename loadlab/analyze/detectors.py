@@ -42,6 +42,12 @@ inputs are missing). Parameters (module constants):
   whose knee moved up a level, onto the measured one, where no cause scored) and knee
   within one level 1,189 -> 1,196 (bars of 1 and 1.5: +4 and +7; 3: +13; 5: +10, breaking
   5 more); an occupancy bar of 1 (any scrape without a queue) or 0.8 gave the same.
+  In a closed loop the queue must also be under LIGHT_SHARE (a fifth) of the requests in
+  flight: above a cap of 4, six users queue two at most, and a real vLLM's 5 s step
+  (tests/vllm/test_analyzer_vllm.py, 7 scrapes) averaged 1.66 waiting, seen in 5 scrapes
+  of 7; the veto put its knee a level late. On the tuning seeds (validation8 to
+  validation15, 1,600) a fifth changed no cause and moved one knee two levels early
+  (a tenth: knee within one level 4 fewer; a quarter: as a fifth, with less margin).
 - ``hinge`` (closed loop, across steps): least squares of waiting = max(0, c - psi) over
   psi (grid of 0.05); a step votes stalled when c - psi >= HINGE_MARGIN (0.5). psi
   estimates the effective cap.
@@ -81,6 +87,7 @@ STALE_MAX = 0.25
 LITTLE_MIN = 0.5
 LIGHT_QUEUE = 2.0
 LIGHT_OCCUPANCY = 0.8
+LIGHT_SHARE = 0.2
 HINGE_MARGIN = 0.5
 HINGE_GRID = 0.05
 ACHIEVED = 0.9
@@ -260,14 +267,18 @@ def votes(
     return {k: np.broadcast_to(v, shape) for k, v in out.items()}
 
 
-def light_queue(cols: pd.DataFrame | Mapping[str, np.ndarray], waiting: np.ndarray) -> np.ndarray:
+def light_queue(cols: pd.DataFrame | Mapping[str, np.ndarray], waiting: np.ndarray,
+                closed: bool = True) -> np.ndarray:
     """Per step: too few scrapes for occupancy to decide alone (:func:`occupancy_decides`),
     more than a fifth of them saw no queue (occupancy below LIGHT_OCCUPANCY), and the
-    time-mean waiting count (``waiting``, as ``little`` reads it) is below LIGHT_QUEUE: no
-    stall, whatever the detectors' majority (:func:`loadlab.analyze.knee.state_codes`)."""
+    time-mean waiting count (``waiting``, as ``little`` reads it) is below LIGHT_QUEUE and,
+    in a closed loop, below LIGHT_SHARE of the requests in flight: no stall, whatever the
+    detectors' majority (:func:`loadlab.analyze.knee.state_codes`)."""
     occupancy = column(cols, "waiting_occupancy")
+    inflight = np.nan_to_num(column(cols, "inflight"), nan=np.inf)
+    bar = np.fmin(LIGHT_QUEUE, LIGHT_SHARE * inflight) if closed else LIGHT_QUEUE
     return (~occupancy_decides(cols) & (np.nan_to_num(occupancy, nan=1.0) < LIGHT_OCCUPANCY)
-            & (np.nan_to_num(waiting, nan=np.inf) < LIGHT_QUEUE))
+            & (np.nan_to_num(waiting, nan=np.inf) < bar))
 
 
 def occupancy_decides(cols: pd.DataFrame | Mapping[str, np.ndarray]) -> np.ndarray:

@@ -235,7 +235,7 @@ def find_knee(run: RunData, table: pd.DataFrame, seed: int = 0) -> Knee:
     growth = None if closed else det.inflight_slopes(binned(run.requests), table)
     votes = _votes(table, closed, waiting, limited, growth)
     states = without_success(table, step_states(votes, limited, det.occupancy_decides(table),
-                                                det.light_queue(table, waiting)))
+                                                det.light_queue(table, waiting, closed)))
     found, lower, upper, limited_before = bracket(levels, states)
     knee = Knee(found, "concurrency" if closed else "rate", lower, upper, states=states,
                 client_limited_before=limited_before)
@@ -360,7 +360,7 @@ def _bootstrap(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool
     psi = _hinge_psi(table, waiting, limited) if closed else None
     lim = np.asarray(limited, dtype=bool)
     codes = state_codes(det.votes(cols, closed, waiting, psi, growth), lim,
-                        det.occupancy_decides(cols), det.light_queue(cols, waiting))
+                        det.occupancy_decides(cols), det.light_queue(cols, waiting, closed))
     codes = np.where(no_success(table) & (codes == 0), 3, codes)   # not judged, as the estimate
     target = (knee.found, _plain(knee.lower), _plain(knee.upper))
     if not levels:

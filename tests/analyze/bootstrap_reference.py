@@ -33,7 +33,8 @@ def agreement(knee: Knee, run: RunData, table: pd.DataFrame, limited: list[bool]
         found, lower, upper, _ = bracket(
             levels, step_states(votes(resampled, run.closed_loop, limited, growth), limited,
                                 det.occupancy_decides(resampled),
-                                det.light_queue(resampled, waiting_level(resampled)))
+                                det.light_queue(resampled, waiting_level(resampled),
+                                                run.closed_loop))
         )
         hits += (found, _plain(lower), _plain(upper)) == target
     return hits / n

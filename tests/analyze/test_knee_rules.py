@@ -121,3 +121,18 @@ def test_a_light_queue_in_a_few_scrapes_is_no_stall():
     codes = state_codes(stalled, np.zeros(4, dtype=bool), np.zeros(4, dtype=bool), light)
     assert [STATES[c] for c in codes] == ["ok", "stalled", "stalled", "stalled"]
 
+
+def test_a_queue_of_a_fifth_of_the_users_is_no_light_queue():
+    """A real vLLM capped at 4 seats, 6 users, 5 s steps (tests/vllm/test_analyzer_vllm.py,
+    7 scrapes a step): the queue can hold two requests at most, was seen in 5 scrapes of 7
+    and held 1.66 on average (Little's law); every detector called the step stalled and the
+    light-queue veto took it back, putting the knee a level late. In a closed loop a
+    queue light in requests is light only where it is a small share of those in flight
+    (under a fifth): a request or two waiting among dozens, not two of six. An open loop's
+    arrivals waiting for the step in progress keep the veto at any in-flight count."""
+    table = pd.DataFrame({"waiting_occupancy": [0.714, 0.75],
+                          "waiting_snapshots": [7.0, 4.0],
+                          "inflight": [6.0, 40.0]})
+    waiting = np.array([1.66, 1.3])
+    assert light_queue(table, waiting, closed=True).tolist() == [False, True]
+    assert light_queue(table, waiting, closed=False).tolist() == [True, True]
