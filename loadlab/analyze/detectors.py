@@ -46,7 +46,7 @@ inputs are missing). Parameters (module constants):
   flight: above a cap of 4, six users queue two at most, and a real vLLM's 5 s step
   (tests/vllm/test_analyzer_vllm.py, 7 scrapes) averaged 1.66 waiting, seen in 5 scrapes
   of 7; the veto put its knee a level late. On the tuning seeds (validation8 to
-  validation15, 1,600) a fifth changed no cause and moved one knee two levels early
+  validation15, 1,600) a fifth left cause right as it was and moved one knee two levels early
   (a tenth: knee within one level 4 fewer; a quarter: as a fifth, with less margin).
 - ``hinge`` (closed loop, across steps): least squares of waiting = max(0, c - psi) over
   psi (grid of 0.05); a step votes stalled when c - psi >= HINGE_MARGIN (0.5). psi
