@@ -268,15 +268,15 @@ def votes(
 
 
 def light_queue(cols: pd.DataFrame | Mapping[str, np.ndarray], waiting: np.ndarray,
-                closed: bool = True) -> np.ndarray:
+                closed: bool) -> np.ndarray:
     """Per step: too few scrapes for occupancy to decide alone (:func:`occupancy_decides`),
     more than a fifth of them saw no queue (occupancy below LIGHT_OCCUPANCY), and the
     time-mean waiting count (``waiting``, as ``little`` reads it) is below LIGHT_QUEUE and,
     in a closed loop, below LIGHT_SHARE of the requests in flight: no stall, whatever the
     detectors' majority (:func:`loadlab.analyze.knee.state_codes`)."""
     occupancy = column(cols, "waiting_occupancy")
-    inflight = np.nan_to_num(column(cols, "inflight"), nan=np.inf)
-    bar = np.fmin(LIGHT_QUEUE, LIGHT_SHARE * inflight) if closed else LIGHT_QUEUE
+    bar = LIGHT_QUEUE if not closed else np.fmin(
+        LIGHT_QUEUE, LIGHT_SHARE * np.nan_to_num(column(cols, "inflight"), nan=np.inf))
     return (~occupancy_decides(cols) & (np.nan_to_num(occupancy, nan=1.0) < LIGHT_OCCUPANCY)
             & (np.nan_to_num(waiting, nan=np.inf) < bar))
 

@@ -114,7 +114,7 @@ def test_a_light_queue_in_a_few_scrapes_is_no_stall():
     one, or occupancy read densely keep theirs."""
     table = pd.DataFrame({"waiting_occupancy": [0.75, 0.8, 0.75, 0.75],
                           "waiting_snapshots": [4.0, 5.0, 4.0, 40.0]})
-    light = light_queue(table, np.array([0.42, 1.3, 6.0, 0.42]))
+    light = light_queue(table, np.array([0.42, 1.3, 6.0, 0.42]), closed=False)
     assert light.tolist() == [True, False, False, False]
     ones = np.ones(4)
     stalled = {"queue": ones, "occupancy": ones, "little": ones}
