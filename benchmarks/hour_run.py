@@ -294,6 +294,11 @@ def _scrapes_and_client(spec: HourRun, out: Path) -> None:
                     pa.array(np.full(m, 2e-3)),
                     pa.array(np.full(m, 32, np.int32)),
                     pa.array(np.full(m, 140, np.int32)),
+                    pa.array(np.full(m, 140.0)),            # 140 in flight for 1 s
+                    pa.array(np.zeros(m)),
+                    pa.array(np.full(m, round(spec.requests / spec.duration_s / len(workers)),
+                                     np.int32)),
+                    pa.array([[]] * m, pa.list_(pa.float64())),   # closed loop: no schedule
                 ],
                 schema=CLIENT,
             )
@@ -316,7 +321,7 @@ def _manifest(spec: HourRun, out: Path) -> None:
             "target": {"base_url": BASE_URL, "model": "bench", "api": "completions"},
             "metrics": {
                 "interval_s": spec.scrape_interval_s,
-                "endpoints": [f"http://vllm-{e}:8000" for e in range(spec.endpoints)],
+                "endpoints": {f"http://vllm-{e}:8000": {} for e in range(spec.endpoints)},
             },
             "workload": {"profile": "azure-conv", "seed": spec.seed},
             "generated_by": "benchmarks/hour_run.py",
