@@ -17,10 +17,15 @@ the engine's methods (``Engine.step``, ``Engine.add_request``, and the engine's 
 ``EngineMetrics.observe_step``/``observe_arrival``/``observe_abort``: the engine is
 ``loadlab/sim/engine``, metrics.py included) and the making of requests
 (``RequestSampler.spec``, ``_Replay.request``: lengths drawn, prompts and their block
-hashes built) are wrapped with thread-CPU clocks; the rest of the replay's CPU is its
-overhead: records, token times, metrics sampling, the event heap, the parquet writes. Printed as
-a share of the engine's time, with and without the making of requests counted in it
-(the wrappers' own cost, ~0.3 us a call, lands in the overhead).
+hashes built) are wrapped with ``time.perf_counter``; the rest of the replay's time is
+its overhead: records, token times, metrics sampling, the event heap, the parquet writes.
+Printed as a share of the engine's time, with and without the making of requests counted
+in it. The replay is one thread that never waits, so its wall time is its CPU time
+(printed beside it: a gap means the machine took the core away, and the split is not to
+be read). Wrapping costs ~0.15 us a call outside the timed span, which lands in the
+overhead (~60k calls in ten minutes: ~0.015 of the ratio). Not ``time.thread_time``: the
+thread's CPU clock is a system call, not a vDSO read, and two per call (~120k) cost
+~50 ms of a 0.85 s replay, most of it counted as overhead (0.35 against 0.32).
 
 ``--profile`` runs under cProfile and prints where the wall time went, by module
 (engine/scheduler/blocks = the engine; replay/metrics/timing = the replay side).
@@ -145,8 +150,8 @@ def time_exposition(cfg: SimConfig, out: Path) -> tuple[float, float, float, int
 
 
 class Split:
-    """Thread-CPU seconds inside the engine's methods and inside the making of requests,
-    accumulated by wrappers on their classes while :meth:`timed` runs."""
+    """Seconds inside the engine's methods and inside the making of requests, accumulated
+    by wrappers on their classes while :meth:`timed` runs."""
 
     def __init__(self) -> None:
         self.engine = 0.0
@@ -154,7 +159,7 @@ class Split:
 
     def _wrap(self, cls: type, name: str, bucket: str) -> None:
         inner = getattr(cls, name)
-        clock = time.thread_time
+        clock = time.perf_counter
 
         def timed(*a: Any, **kw: Any) -> Any:
             t0 = clock()
@@ -183,18 +188,19 @@ class Split:
 
 
 def split_replay(cfg: SimConfig, plan: LoadPlan, workload: Workload,
-                 out: Path) -> tuple[ReplaySummary, float, Split]:
-    """(summary, CPU s of the whole replay, its split) of one replay."""
+                 out: Path) -> tuple[ReplaySummary, float, float, Split]:
+    """(summary, CPU s and wall s of the whole replay, its split) of one replay."""
     with Split().timed() as split:
-        c0 = time.process_time()
+        c0, w0 = time.process_time(), time.perf_counter()
         summary = run_replay(cfg, plan, workload, out)
-        cpu = time.process_time() - c0
-    return summary, cpu, split
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    return summary, cpu, wall, split
 
 
-def shares(cpu: float, split: Split) -> tuple[float, float]:
-    """(overhead / engine, overhead with the making of requests / engine)."""
-    rest = cpu - split.engine - split.requests
+def shares(wall: float, split: Split) -> tuple[float, float]:
+    """(overhead / engine, overhead with the making of requests / engine), all on the
+    split's clock."""
+    rest = wall - split.engine - split.requests
     return rest / split.engine, (rest + split.requests) / split.engine
 
 
@@ -210,23 +216,26 @@ minutes, concurrency, seqs, profile = float(sys.argv[1]), int(sys.argv[2]), sys.
 cfg = SimConfig(model="qwen2.5-7b", gpu="h100", max_num_seqs=int(seqs) if seqs else None)
 plan = LoadPlan(concurrency=[concurrency], step_duration_s=minutes * 60, warmup_s=60)
 with tempfile.TemporaryDirectory() as tmp:
-    summary, cpu, split = split_replay(cfg, plan, Workload(profile=profile), Path(tmp) / "run")
-    print(cpu, summary.engine_steps, split.engine, split.requests)
+    summary, cpu, wall, split = split_replay(cfg, plan, Workload(profile=profile),
+                                             Path(tmp) / "run")
+    print(cpu, wall, summary.engine_steps, split.engine, split.requests)
 """
 
 
-def replay_cpu_s(tree: Path, args: argparse.Namespace) -> tuple[float, int, Split]:
-    """(CPU s, engine steps, split) of one replay in a fresh process importing ``tree``'s
+def replay_cpu_s(tree: Path, args: argparse.Namespace) -> tuple[float, float, int, Split]:
+    """(CPU s, wall s, engine steps, split) of one replay in a fresh process importing ``tree``'s
     loadlab (``-P``: with ``-c``, the working directory would come first on the path, and
     run from a checkout's root its loadlab would stand in for ``tree``'s)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    # without the allocator this process's loadlab chose: each tree picks its own
+    env = {**{k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"},
+           "PYTHONPATH": str(tree)}
     argv = [sys.executable, "-P", "-c", CHILD, str(args.minutes), str(args.concurrency),
             str(args.max_num_seqs or ""), args.profile_name, str(Path(__file__).parent)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-    cpu, steps, engine, requests = done.stdout.split()
+    cpu, wall, steps, engine, requests = done.stdout.split()
     split = Split()
     split.engine, split.requests = float(engine), float(requests)
-    return float(cpu), int(steps), split
+    return float(cpu), float(wall), int(steps), split
 
 
 def against(base: Path, args: argparse.Namespace) -> None:
@@ -234,12 +243,14 @@ def against(base: Path, args: argparse.Namespace) -> None:
     here = Path(loadlab.__file__).resolve().parents[1]
     times: dict[Path, list[float]] = {here: [], base: []}
     overheads: dict[Path, list[tuple[float, float]]] = {here: [], base: []}
+    lost: list[float] = []   # wall / CPU - 1 of every replay: the core taken away
     steps: dict[Path, int] = {}
     for i in range(args.repeats):
         for tree in (here, base) if i % 2 == 0 else (base, here):  # ABBA: neither always first
-            cpu, steps[tree], split = replay_cpu_s(tree, args)
+            cpu, wall, steps[tree], split = replay_cpu_s(tree, args)
             times[tree].append(cpu)
-            overheads[tree].append(shares(cpu, split))
+            overheads[tree].append(shares(wall, split))
+            lost.append(wall / cpu - 1)
     this, other = statistics.median(times[here]), statistics.median(times[base])
     fastest = min(times[here]) / min(times[base])
     print(f"replay CPU s, median of {args.repeats}: this tree {this:.2f} "
@@ -247,6 +258,8 @@ def against(base: Path, args: argparse.Namespace) -> None:
           f"ratio {this / other:.3f} (of the fastest runs: {fastest:.3f})")
     print(f"  this tree: {', '.join(f'{t:.2f}' for t in times[here])}")
     print(f"  {base}: {', '.join(f'{t:.2f}' for t in times[base])}")
+    print(f"  wall over CPU: {statistics.median(lost):.1%} median, {max(lost):.1%} at most "
+          "(the overhead split is on the wall clock)")
     v = args.minutes * 60
     for tree, name in ((here, "this tree"), (base, str(base))):
         own = statistics.median(o for o, _ in overheads[tree])
@@ -285,7 +298,7 @@ def main() -> None:
             cpu = time.process_time() - c0
             prof.disable()
         else:
-            summary, cpu, split = split_replay(cfg, plan, workload, Path(tmp) / "run")
+            summary, cpu, wall, split = split_replay(cfg, plan, workload, Path(tmp) / "run")
         bare_wall, bare_cpu, bare_steps = engine_only(cfg, plan, workload)
         render_ms, client_ms, samples_ms, n_samples = time_exposition(cfg, Path(tmp) / "expo")
     v = summary.virtual_s
@@ -304,10 +317,11 @@ def main() -> None:
         f"replay adds {(cpu - bare_cpu) / cpu:.0%} of the replay's CPU time"
     )
     if not prof:
-        own, with_requests = shares(cpu, split)
-        print(f"split: engine {split.engine:.2f} CPU s, making requests {split.requests:.2f}, "
+        own, with_requests = shares(wall, split)
+        print(f"split (wall s; the replay's wall is {wall / cpu - 1:.1%} over its CPU): engine "
+              f"{split.engine:.2f}, making requests {split.requests:.2f}, "
               f"the rest (records, metrics, events, writes) "
-              f"{cpu - split.engine - split.requests:.2f}; replay overhead / engine "
+              f"{wall - split.engine - split.requests:.2f}; replay overhead / engine "
               f"{own:.2f} (goal <= 0.30), {with_requests:.2f} counting the making of requests")
     print(
         f"metrics page of {n_samples} samples: render() {render_ms:.2f} ms, prometheus_client "
