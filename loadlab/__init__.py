@@ -9,7 +9,8 @@ The Python API, for notebooks and scripts (the CLI calls the same functions)::
     analysis = loadlab.analyze_run(point)                    # knee, cause, knob
     loadlab.write_report(out)                                # report.html
 
-Importing this package imports nothing but the version: each name below is imported on
+Importing this package imports nothing but the version (and picks Arrow's allocator,
+below): each name below is imported on
 first use (PEP 562), so ``import loadlab`` and ``loadlab --help`` stay fast and Locust,
 pandas and plotly load only with the function that needs them. Live points run Locust
 in a child process (:mod:`loadlab.experiment.child`), so gevent never patches the caller.
@@ -18,10 +19,21 @@ No module inside the package imports this one (the version lives in
 """
 
 import importlib as _importlib
+import os as _os
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from loadlab.version import __version__
+
+# Arrow's allocator is read once, when pyarrow loads, so it is chosen here, before any
+# module imports pyarrow; a user's own ARROW_DEFAULT_MEMORY_POOL stands. Its default,
+# mimalloc, asks for transparent huge pages, and where the kernel defragments on a fault
+# for such memory (transparent_hugepage/defrag "madvise", this machine's), some
+# processes pay 40-60 ms of system time more for the same ten-minute replay: a third of
+# them, by where their memory happened to land. The system allocator showed no such runs,
+# and read an analysis's metrics in half the time with a fifth less peak memory
+# (benchmarks/README.md, "Ninth pass").
+_os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 if _TYPE_CHECKING:
     from loadlab.analyze.analysis import analyze_run

@@ -26,10 +26,13 @@ HEAVY = ("locust", "gevent", "pandas", "plotly", "pyarrow")
 
 
 def _python(
-    code: str, cwd: Path | None = None, timeout: float = 300
+    code: str, cwd: Path | None = None, timeout: float = 300, pool: str | None = None
 ) -> subprocess.CompletedProcess:
+    """``python -c code``; ``pool``: its ARROW_DEFAULT_MEMORY_POOL (None: unset, which
+    this process's own ``import loadlab`` has set)."""
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"},
+        **({} if pool is None else {"ARROW_DEFAULT_MEMORY_POOL": pool}),
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
     return subprocess.run(
@@ -64,6 +67,16 @@ def test_import_loadlab_is_light_and_lists_the_api():
     from loadlab.version import __version__
 
     assert version == __version__
+
+
+def test_arrow_allocates_with_the_system_allocator_unless_the_user_chose_one():
+    code = "import loadlab, pyarrow; print(pyarrow.default_memory_pool().backend_name)"
+    chosen = _python(code)
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout.strip() == "system"
+    own = _python(code, pool="mimalloc")
+    assert own.returncode == 0, own.stderr
+    assert own.stdout.strip() == "mimalloc"
 
 
 def test_every_api_name_resolves_to_its_implementation_without_locust():
