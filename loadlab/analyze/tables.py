@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loadlab.runstore import METRICS, REQUESTS, read_table
+from loadlab.runstore.encoding import string_columns
 from loadlab.runstore.layout import METRICS_TABLE, REQUESTS_TABLE
 
 # The request columns the analyzer reads: add one here when it starts to use it. Reading
@@ -46,7 +47,7 @@ METRIC_COLUMNS = ["t", "endpoint", "family", "metric", "labels", "value"]
 
 def _strings(schema: pa.Schema, names: Iterable[str]) -> list[str]:
     wanted = set(names)
-    return [f.name for f in schema if f.name in wanted and pa.types.is_string(f.type)]
+    return [name for name in string_columns(schema) if name in wanted]
 
 
 def read_requests(run_dir: str | Path, skip: Collection[str] = ()) -> pd.DataFrame:

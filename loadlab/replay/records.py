@@ -15,8 +15,9 @@ replica's timeline is written as pointers into it (REQUESTS ``token_timeline``,
 before each requests part: the 2.5M token offsets of a 10-minute replay at 256 users
 (20 MB) were the largest part of its writes, and readers rebuild them exactly
 (:mod:`loadlab.runstore.token_steps`). Only rows with their own times (preempted) get
-a ``chunk_offsets_s`` list, written without dictionary encoding (a dictionary of
-per-token floats is costly and useless).
+a ``chunk_offsets_s`` list. Only string columns are dictionary-encoded
+(:func:`loadlab.runstore.encoding.string_columns`: a dictionary of distinct floats is
+costly and useless).
 Flushing: every ``flush_rows`` rows or when the oldest buffered row is
 ``flush_interval_s`` wall seconds old, and at :meth:`close`.
 """
@@ -34,10 +35,10 @@ import pyarrow as pa
 
 from loadlab.replay.order_stats import kth_smallest
 from loadlab.runstore import REQUESTS, STEP_ENDS, PartWriter
+from loadlab.runstore.encoding import string_columns
 from loadlab.sim.engine.types import StepOutput
 
 _OFFSETS = "chunk_offsets_s"
-_DICTIONARY = [f.name for f in REQUESTS if f.name != _OFFSETS]
 ENDPOINT = "sim://replay"   # the endpoint and worker columns of a replay's rows
 WORKER = "sim-replay"
 _ABORTED = "aborted at end of plan"
@@ -243,7 +244,8 @@ class RequestRows:
         self._last_flush = time.monotonic()
         if rows:
             self._write_step_ends()
-            self.writer.write_table(self._table(rows, times), dictionary_columns=_DICTIONARY)
+            self.writer.write_table(self._table(rows, times),
+                                    dictionary_columns=string_columns(REQUESTS))
 
     def _write_step_ends(self) -> None:
         """The step ends each timeline gained since the last flush, as one STEP_ENDS part."""
@@ -257,7 +259,8 @@ class RequestRows:
         self.step_ends.write_table(pa.Table.from_arrays([
             pa.array(np.repeat(np.arange(len(ends), dtype=np.int32), sizes)),
             pa.array(step.astype(np.int32)),
-            pa.array(np.concatenate(ends))], schema=STEP_ENDS))
+            pa.array(np.concatenate(ends))], schema=STEP_ENDS),
+            dictionary_columns=string_columns(STEP_ENDS))
         self._written = counts
 
     def _table(self, rows: list[_Row], times: list[np.ndarray]) -> pa.Table:

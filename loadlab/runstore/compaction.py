@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from loadlab.runstore.encoding import column_options
+from loadlab.runstore.encoding import column_options, string_columns
 from loadlab.runstore.layout import (
     CLIENT_TABLE,
     METRICS_TABLE,
@@ -153,15 +153,11 @@ def compact_run(run_dir: str | Path, tables: Iterable[str] = tuple(TABLES),
 def _rewrite(parts: list[Path], dest: Path, schema: pa.Schema, row_group_bytes: int) -> None:
     coded = _dictionary_schema(schema)
     meta = {**(schema.metadata or {}), REPLACES: json.dumps([p.name for p in parts]).encode()}
-    with pq.ParquetWriter(dest, coded, use_dictionary=_strings(schema),
+    with pq.ParquetWriter(dest, coded, use_dictionary=string_columns(schema),
                           **column_options(coded)) as writer:
         writer.add_key_value_metadata(meta)   # without Arrow's schema, its metadata is not kept
         for group in _row_groups(parts, coded, row_group_bytes):
             writer.write_table(group, row_group_size=group.num_rows)
-
-
-def _strings(schema: pa.Schema) -> list[str]:
-    return [f.name for f in schema if pa.types.is_string(f.type)]
 
 
 def _dictionary_schema(schema: pa.Schema) -> pa.Schema:
@@ -174,7 +170,7 @@ def _dictionary_schema(schema: pa.Schema) -> pa.Schema:
     (benchmarks/README.md, "Eighth pass"). Written without Arrow's schema
     (:func:`~loadlab.runstore.encoding.column_options`), the part reads back as strings.
     """
-    strings = set(_strings(schema))
+    strings = set(string_columns(schema))
     return pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type)) if f.name in strings else f
                       for f in schema], metadata=schema.metadata)
 

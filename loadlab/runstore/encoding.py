@@ -13,6 +13,11 @@ decide what the writer spends work on, measured on a 10-minute replay's tables
   holds every family, so their min and max prune nothing, and computing them over each
   row's string was a fifth of a metrics part's write. The only statistics a reader uses
   are requests' ``t_sent`` and ``point`` (:mod:`loadlab.analyze.schema_check`), kept.
+- Only string columns are dictionary-encoded (:func:`string_columns`): a few hundred
+  distinct values over many rows. Times, lengths and ids are nearly all distinct, so
+  Parquet's dictionary attempt on them was hashing for nothing and a larger file (a
+  10-minute replay's requests part: 9.1 ms and 0.77 MB with every column tried, 5.5 ms
+  and 0.69 MB with strings only).
 - A table whose string columns come as dictionary arrays (the metrics sink's: a few
   hundred distinct series strings over every row) is written without Arrow's own schema,
   so that it reads back as plain strings; Parquet stores such columns as dictionary
@@ -38,3 +43,8 @@ def column_options(schema: pa.Schema) -> dict[str, Any]:
         "write_statistics": [n for n in schema.names if n not in UNSUMMARISED_COLUMNS],
         "compression": {n: "none" if n in RAW_COLUMNS else CODEC for n in schema.names},
     }
+
+
+def string_columns(schema: pa.Schema) -> list[str]:
+    """The columns of ``schema`` to dictionary-encode: its strings (module docstring)."""
+    return [f.name for f in schema if pa.types.is_string(f.type)]
