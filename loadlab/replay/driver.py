@@ -321,7 +321,7 @@ class _Replay:
         replica.busy = False
         self.ready.add(replica.view.index)
         replica.metrics.observe_step(out)
-        replica.token_times.observe(out)
+        replica.token_times.observe(out, replica.metrics.stopped)
         for fin in out.finished:
             req = self.live.pop(fin.request_id)
             replica.view.outstanding -= 1

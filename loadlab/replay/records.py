@@ -25,8 +25,7 @@ Flushing: every ``flush_rows`` rows or when the oldest buffered row is
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -75,7 +74,9 @@ class TokenTimes:
     A decoding request nearly always emits at every step end from its first token to
     its last, so its times are a slice of the step-end timeline (a numpy view, no copy).
     Only a request that skips a step while alive (preempted, or left without token
-    budget) gets its own list, from the skip on. Per step: a few set operations.
+    budget) gets its own list, from the skip on. Which requests skipped, the engine's
+    metrics already work out for the ITL histogram (``EngineMetrics.stopped``): per
+    step, that is all this reads besides the step's first tokens.
     """
 
     def __init__(self) -> None:
@@ -83,41 +84,25 @@ class TokenTimes:
         self._n = 0
         self._first: dict[str, int] = {}          # id -> index of its first-token step
         self._own: dict[str, list[float]] = {}    # ids that skipped a step: explicit times
-        self._prev: AbstractSet[str] = set()      # ids that emitted at the last step end
-        self._gone: set[str] = set()              # ids popped since the last step
 
-    def observe(self, out: StepOutput) -> None:
+    def observe(self, out: StepOutput, stopped: Collection[str]) -> None:
+        """Step ``out`` ended; ``stopped``: the ids alive that emitted at the previous
+        step end and not at this one (``EngineMetrics.stopped``, after it saw ``out``)."""
         j, t = self._n, out.t_end
         if j == len(self._ends):
             self._ends = np.concatenate((self._ends, np.empty(j)))
         self._ends[j] = t
         self._n = j + 1
-        emit = out.emitted
-        first = out.first_token
-        for rid in first:
-            self._first[rid] = j
-        prev, gone, own = self._prev, self._gone, self._own
-        # Only a request with its own times can resume after a gap, so
-        # len(prev) - (len(emit) - len(first) - resumed) ids stopped; when those are all done
-        # ones, skip the set difference (it reads every id's string object, every step).
-        # Most steps end nothing and leave no request with its own times: then no
-        # generator is made either.
-        resumed = sum(1 for rid in own if rid in emit and rid not in prev) if own else 0
-        stopped = len(prev) - len(emit) + len(first) + resumed
-        if gone:
-            all_done = (not any(rid in emit for rid in gone)
-                        and stopped == sum(1 for rid in gone if rid in prev))
-        else:
-            all_done = not stopped
-        if not all_done:
-            for rid in prev - emit:
-                if rid in self._first and rid not in own:
-                    own[rid] = self._ends[self._first[rid]:j].tolist()
+        first = self._first
+        for rid in out.first_token:
+            first[rid] = j
+        own = self._own
+        for rid in stopped:
+            if rid not in own:
+                own[rid] = self._ends[first[rid]:j].tolist()
         if own:
-            for rid in emit & own.keys():
+            for rid in out.emitted & own.keys():
                 own[rid].append(t)
-        gone.clear()
-        self._prev = emit
 
     def pop(self, rid: str) -> tuple[np.ndarray, int | None]:
         """Token times of a request that is done (finished, or aborted after the last
@@ -125,7 +110,6 @@ class TokenTimes:
         from there on (None: its own times, or none)."""
         first = self._first.pop(rid, None)
         own = self._own.pop(rid, None)
-        self._gone.add(rid)
         if own is not None:
             return np.array(own), None
         if first is None:

@@ -18,6 +18,7 @@ from loadlab.runstore import METRICS, REQUESTS, read_manifest, read_table
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.core import Engine
 from loadlab.sim.engine.hardware import resolve
+from loadlab.sim.engine.metrics import EngineMetrics
 from loadlab.sim.engine.types import EngineRequest
 from loadlab.spec.plan import KneeSearch, LoadPlan
 from loadlab.spec.scenario import Workload
@@ -257,18 +258,19 @@ def test_token_times_match_per_token_tracking_under_preemption() -> None:
     resolved = resolve(SimConfig(num_gpu_blocks_override=40, block_size=16, max_model_len=512,
                                  max_num_seqs=6, max_num_batched_tokens=256))
     tracker, naive, done, preempted = TokenTimes(), {}, {}, 0
-    engine = Engine(resolved, lambda batch: 0.01)
+    engine, metrics = Engine(resolved, lambda batch: 0.01), EngineMetrics(resolved)
     for i in range(6):
-        engine.add_request(
-            EngineRequest(f"r{i}", list(range(i * 1000, i * 1000 + 90)), 60, 60, 0.0)
-        )
+        req = EngineRequest(f"r{i}", list(range(i * 1000, i * 1000 + 90)), 60, 60, 0.0)
+        engine.add_request(req)
+        metrics.observe_arrival(req, 0.0)
     now = 0.0
     while engine.has_unfinished_requests():
         out = engine.step(now)
         assert out is not None
         now = out.t_end
         preempted += len(out.preempted)
-        tracker.observe(out)
+        metrics.observe_step(out)
+        tracker.observe(out, metrics.stopped)
         for rid, n in out.new_tokens.items():
             if n:
                 naive.setdefault(rid, []).append(out.t_end)

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from collections.abc import Set as AbstractSet
 from itertools import accumulate
 from typing import NamedTuple
@@ -169,6 +169,11 @@ class EngineMetrics:
         self._last_emit: dict[str, float] = {}  # id -> last token time, off the fast path
         self._prev_emit: AbstractSet[str] = set()         # ids that emitted at _prev_t_end
         self._gone: set[str] = set()                      # finished or aborted since the last step
+        # The ids alive that emitted at the previous step end and not at the last one
+        # (preempted, or a chunk without a token): worked out here for the ITL, and read
+        # by a replay's token times (loadlab.replay.records.TokenTimes) rather than worked
+        # out again. Empty at nearly every step.
+        self.stopped: Collection[str] = ()
         self._prev_t_end = 0.0
         self._headers: dict[str, str] = {}                # family -> HELP and TYPE lines
         self._prefixes: dict[tuple, str] = {}             # series -> 'name{labels} '
@@ -221,6 +226,7 @@ class EngineMetrics:
                 if n_steady:
                     itl.observe(t_end - self._prev_t_end, n_steady)
                 gone.clear()
+                self.stopped = ()
                 self._prev_emit = emit
                 self._prev_t_end = t_end
                 return
@@ -242,6 +248,7 @@ class EngineMetrics:
             gone.clear()
         if stopped:
             self._last_emit.update(dict.fromkeys(stopped, self._prev_t_end))
+        self.stopped = stopped
         self._prev_emit = emit  # the step's own dict (view) or set, never changed after
         self._prev_t_end = t_end
 
