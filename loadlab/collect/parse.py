@@ -35,6 +35,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadlab.collect import catalog
 from loadlab.runstore.schema import canonical_labels
 
 KEEP_PREFIXES = ("vllm:", "loadlab:")
@@ -224,8 +225,6 @@ def cache_config(label_sets: Iterable[dict[str, str] | str]) -> dict[str, Any]:
 def describe_endpoint(parser: ExpositionParser, ids: list[int]) -> dict[str, Any]:
     """What a parsed page exposes: families, role -> family map, V1/V0, typed cache config
     (the manifest's ``metrics.endpoints[...]`` entry)."""
-    from loadlab.collect import catalog
-
     families = sorted(parser.families)
     config_labels = [
         parser.series[i].labels for i in ids if parser.series[i].family == CACHE_CONFIG_FAMILY

@@ -81,15 +81,18 @@ class MetricsSink(PartWriter):
         ids = np.concatenate(_id_arrays([s.ids for _, _, s in scrapes]))
         n = len(ids)
         series = self.parser.series
-        scrape_s = [np.nan if d is None else d for _, d, _ in scrapes]
+        durations = [d for _, d, _ in scrapes]
+        scrape_s = (pa.nulls(n, pa.float64()) if durations.count(None) == len(durations)
+                    else pa.array(np.repeat([np.nan if d is None else d for d in durations],
+                                            counts), from_pandas=True))
         columns = {
             "t": pa.array(np.repeat([t for t, _, _ in scrapes], counts)),
-            "scrape_s": pa.array(np.repeat(scrape_s, counts), from_pandas=True),
-            "endpoint": _dictionary([self.endpoint], np.zeros(n, np.int64)),
+            "scrape_s": scrape_s,   # a replay's samples take no time: all null
+            "endpoint": _constant(self.endpoint, n),
             "value": pa.array(
                 np.concatenate([np.asarray(s.values, dtype=np.float64) for _, _, s in scrapes])
             ),
-            "source": _dictionary([self.source], np.zeros(n, np.int64)),
+            "source": _constant(self.source, n),
             **{col: _dictionary([getattr(s, col) for s in series], ids)
                for col in ("family", "type", "metric", "labels")},
         }
@@ -107,6 +110,12 @@ def _id_arrays(ids: list[list[int]]) -> list[np.ndarray]:
             a = arrays[id(i)] = np.asarray(i, dtype=np.int64)
         out.append(a)
     return out
+
+
+def _constant(value: str, n: int) -> pa.DictionaryArray:
+    """``value`` ``n`` times, as a dictionary array of one string."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                          pa.array([value], pa.string()))
 
 
 def _dictionary(per_series: list[str], ids: np.ndarray) -> pa.DictionaryArray:

@@ -11,8 +11,10 @@ decide what the writer spends work on, measured on a 10-minute replay's tables
   read; the min / max of a list's elements is never read.
 - METRICS' series strings carry no statistics: every part and every compacted row group
   holds every family, so their min and max prune nothing, and computing them over each
-  row's string was a fifth of a metrics part's write. The only statistics a reader uses
-  are requests' ``t_sent`` and ``point`` (:mod:`loadlab.analyze.schema_check`), kept.
+  row's string was a fifth of a metrics part's write. Nor do its values and scrape
+  durations (~1 ms of a ten-minute replay's part): no reader selects by them. Its ``t``
+  keeps them, for a reader that selects a time range. The statistics loadlab reads are
+  requests' ``t_sent`` and ``point`` (:mod:`loadlab.analyze.schema_check`), kept.
 - Only string columns are dictionary-encoded (:func:`string_columns`): a few hundred
   distinct values over many rows. Times, lengths and ids are nearly all distinct, so
   Parquet's dictionary attempt on them was hashing for nothing and a larger file (a
@@ -31,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 RAW_COLUMNS = frozenset({"chunk_offsets_s", "send_lags_s"})
-UNSUMMARISED_COLUMNS = RAW_COLUMNS | {"family", "type", "metric", "labels"}
+UNSUMMARISED_COLUMNS = RAW_COLUMNS | {"family", "type", "metric", "labels", "value", "scrape_s"}
 CODEC = "snappy"   # pyarrow's default, for every other column
 
 
