@@ -19,13 +19,14 @@ times; medians per tree.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from trees import tree_env
 
 import loadlab
 from loadlab.replay.driver import run_replay
@@ -61,7 +62,7 @@ def speed_in(tree: Path, replicas: int, args: argparse.Namespace) -> tuple[float
     working directory's)."""
     argv = [sys.executable, "-P", "-c", CHILD, str(Path(__file__).parent), str(replicas),
             str(args.per_replica), str(args.minutes), args.router]
-    done = subprocess.run(argv, env={**os.environ, "PYTHONPATH": str(tree)},
+    done = subprocess.run(argv, env=tree_env(tree),
                           capture_output=True, text=True, check=True)
     wall, cpu, steps = done.stdout.split()
     return float(wall), float(cpu), int(steps)

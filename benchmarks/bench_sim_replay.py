@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import statistics
 import subprocess
@@ -62,6 +61,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from trees import tree_env
 
 import loadlab
 from loadlab.replay.driver import ReplayOptions, ReplaySummary, _Replay, run_replay
@@ -226,9 +227,7 @@ def replay_cpu_s(tree: Path, args: argparse.Namespace) -> tuple[float, float, in
     """(CPU s, wall s, engine steps, split) of one replay in a fresh process importing ``tree``'s
     loadlab (``-P``: with ``-c``, the working directory would come first on the path, and
     run from a checkout's root its loadlab would stand in for ``tree``'s)."""
-    # without the allocator this process's loadlab chose: each tree picks its own
-    env = {**{k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"},
-           "PYTHONPATH": str(tree)}
+    env = tree_env(tree)
     argv = [sys.executable, "-P", "-c", CHILD, str(args.minutes), str(args.concurrency),
             str(args.max_num_seqs or ""), args.profile_name, str(Path(__file__).parent)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)

@@ -21,7 +21,6 @@ both trees have, ``chunk_offsets_s`` rebuilt from those pointers included, must 
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from trees import tree_env
 
 from loadlab.runstore import token_steps
 
@@ -85,7 +85,7 @@ pickle.dump(out, open(sys.argv[1], "wb"))
 def written(tree: Path, dest: Path) -> dict:
     """What ``tree``'s loadlab writes for every case, read back (in a fresh process;
     ``-P``: the working directory must not stand in for ``tree``)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = tree_env(tree)
     subprocess.run([sys.executable, "-P", "-c", CHILD, str(dest)], env=env, check=True)
     with open(dest, "rb") as f:
         return pickle.load(f)
