@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from operator import attrgetter
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from loadlab.replay.order_stats import kth_smallest
 from loadlab.runstore import REQUESTS, STEP_ENDS, PartWriter
@@ -45,13 +45,14 @@ _CHUNK = 32   # requests whose gaps, or offsets, are made in one array operation
               # array (~100 kB) stays under malloc's mmap threshold, so reuses warm memory
 
 
-@dataclass(slots=True)
-class SentRequest:
-    """What the record of a request in flight needs besides its token times."""
+class SentRequest(NamedTuple):
+    """What the record of a request in flight needs besides its token times: a tuple in
+    the order of its REQUESTS columns, so that a part's rows transpose into columns at
+    once (``zip(*requests)``)."""
 
-    seq: int
-    user: int | None
     step: int
+    user: int | None
+    seq: int
     t_sent: float
     prompt_len: int
     target_prompt: int
@@ -61,8 +62,6 @@ class SentRequest:
     replica: int
 
 
-_SENT_FIELDS = attrgetter("step", "user", "seq", "t_sent", "prompt_len", "target_prompt",
-                          "target_output", "group", "prefix", "replica")
 # A row queued at a request's end: what it was sent as, its id, ok, t_done, its load
 # step's concurrency and target rate, and its first token's step (-1: its own times).
 _Row = tuple[SentRequest, str, bool, float, int | None, float | None, int]
@@ -252,7 +251,7 @@ class RequestRows:
         n, epoch = len(rows), self.epoch
         reqs, rids, oks, dones, concurrency, target_rate, firsts = zip(*rows, strict=True)
         step, user, seq, sent, prompt, target_prompt, target_output, group, prefix, replica = zip(
-            *map(_SENT_FIELDS, reqs), strict=True)
+            *reqs, strict=True)
         t_sent = np.array(sent)
         t_done = np.array(dones)
         ok = np.array(oks)
@@ -260,29 +259,29 @@ class RequestRows:
         pointed = token_step >= 0
         lens = np.fromiter(map(len, times), np.int64, n)
         has = lens > 0
-        first, last = np.zeros(n), np.zeros(n)
-        first[has] = [t[0] for t in times if len(t)]
-        last[has] = [t[-1] for t in times if len(t)]
+        timeline = np.array(replica)
+        first, last = self._first_last(times, timeline, token_step, lens)
         multi = lens > 1
         itl_mean = np.zeros(n)
         itl_mean[multi] = (last[multi] - first[multi]) / (lens[multi] - 1)
-        p50, p99, top = self._itl_quantiles(times, np.array(replica), token_step, lens)
+        p50, p99, top = self._itl_quantiles(times, timeline, token_step, lens)
         itl = {"itl_mean_s": itl_mean, "itl_p50_s": p50, "itl_p99_s": p99, "itl_max_s": top}
         ttft = pa.array(first - t_sent, mask=~has)
         e2e = pa.array(t_done - t_sent, mask=~ok)
         scheduled = pa.array(epoch + t_sent)
         n_tokens = pa.array(lens, pa.int32())
+        done_ok = pa.array(ok)
         columns: dict[str, pa.Array] = {
-            "point": pa.array([self.point] * n, pa.string()),
+            "point": pa.repeat(self.point, n),
             "step": pa.array(step, pa.int32()),
             "concurrency": pa.array(concurrency, pa.int32()),
             "target_rate": pa.array(target_rate, pa.float64()),
-            "worker": pa.array([WORKER] * n, pa.string()),
+            "worker": pa.repeat(WORKER, n),
             "user": pa.array(user, pa.int32()),
             "request_id": pa.array(rids, pa.string()),
             "seq": pa.array(seq, pa.int64()),
-            "endpoint": pa.array([ENDPOINT] * n, pa.string()),
-            "api": pa.array(["completions"] * n, pa.string()),
+            "endpoint": pa.repeat(ENDPOINT, n),
+            "api": pa.repeat("completions", n),
             "t_scheduled": scheduled, "t_issued": scheduled, "t_sent": scheduled,
             "t_first_token": pa.array(epoch + first, mask=~has),
             "t_done": pa.array(epoch + t_done),
@@ -296,17 +295,34 @@ class RequestRows:
             "target_output_tokens": pa.array(target_output, pa.int32()),
             "prefix_group": pa.array(group, pa.int32()),
             "prefix_tokens": pa.array(prefix, pa.int32()),
-            "status": pa.array(["ok" if o else "aborted" for o in oks], pa.string()),
+            "status": pc.if_else(done_ok, "ok", "aborted"),
             "http_status": pa.array(np.full(n, 200, np.int32)),
-            "error": pa.array([None if o else _ABORTED for o in oks], pa.string()),
+            "error": pc.if_else(done_ok, pa.scalar(None, pa.string()), _ABORTED),
             "failure": pa.nulls(n, pa.string()),
-            "token_timeline": pa.array(np.array(replica, np.int32), mask=~pointed),
+            "token_timeline": pa.array(timeline.astype(np.int32), mask=~pointed),
             "token_step": pa.array(token_step.astype(np.int32), mask=~pointed),
             "t_sent_clock_s": pa.array(t_sent, mask=~pointed),
         }
         for name, values in itl.items():
             columns[name] = pa.array(values, mask=~multi)
         return pa.Table.from_arrays([columns[f.name] for f in REQUESTS], schema=REQUESTS)
+
+    def _first_last(self, times: list[np.ndarray], replica: np.ndarray, token_step: np.ndarray,
+                    lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each request's first and last token time (0 without tokens): gathered from its
+        timeline where its times are a slice of it, else read off its own times."""
+        first, last = np.zeros(len(times)), np.zeros(len(times))
+        pointed = (token_step >= 0) & (lens > 0)
+        for k, timeline in enumerate(self.timelines):
+            rows = np.flatnonzero(pointed & (replica == k))
+            if len(rows):
+                ends, at = timeline.ends(0), token_step[rows]
+                first[rows] = ends[at]
+                last[rows] = ends[at + lens[rows] - 1]
+        own = np.flatnonzero(~pointed & (lens > 0))
+        first[own] = [times[i][0] for i in own]
+        last[own] = [times[i][-1] for i in own]
+        return first, last
 
     def _itl_quantiles(self, times: list[np.ndarray], replica: np.ndarray,
                        token_step: np.ndarray,
