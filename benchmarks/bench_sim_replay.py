@@ -264,7 +264,8 @@ def against(base: Path, args: argparse.Namespace) -> None:
         own = statistics.median(o for o, _ in overheads[tree])
         with_requests = statistics.median(w for _, w in overheads[tree])
         print(f"  {name}: {v / statistics.median(times[tree]):.0f}x real time per CPU s; "
-              f"replay overhead / engine {own:.2f} (goal <= 0.30), "
+              f"replay overhead / engine {own:.3f} (goal <= 0.30; each run: "
+              f"{', '.join(f'{o:.3f}' for o, _ in overheads[tree])}), "
               f"{with_requests:.2f} counting the making of requests")
 
 
