@@ -97,8 +97,9 @@ class TokenTimes:
             first[rid] = j
         own = self._own
         for rid in stopped:
-            if rid not in own:
-                own[rid] = self._ends[first[rid]:j].tolist()
+            start = first.get(rid)   # (None: popped already, its record written)
+            if start is not None and rid not in own:
+                own[rid] = self._ends[start:j].tolist()
         if own:
             for rid in out.emitted & own.keys():
                 own[rid].append(t)
