@@ -22,17 +22,26 @@ def kth_smallest(values: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     order = np.argsort(values, kind="stable")
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)
-    lo, hi, k = (np.asarray(a, np.int64) for a in (lo, hi, k))
+    lo, hi, k = (np.array(a, np.int64) for a in (lo, hi, k))   # copies: updated in place
     found = np.zeros(len(k), np.int64)
     zeros = np.zeros(n + 1, np.int64)
     for bit in range(max(n - 1, 1).bit_length() - 1, -1, -1):
         one = (rank >> bit) & 1 == 1
         np.cumsum(~one, out=zeros[1:])
         zl, zh = zeros[lo], zeros[hi]
-        right = k >= zh - zl               # fewer than k + 1 zeros in the window: a one
-        found[right] |= 1 << bit
-        k = np.where(right, k - (zh - zl), k)
-        lo = np.where(right, zeros[n] + lo - zl, zl)
-        hi = np.where(right, zeros[n] + hi - zh, zh)
+        in_window = zh - zl
+        right = k >= in_window             # fewer than k + 1 zeros in the window: a one
+        left = ~right
+        found <<= 1                        # the bits, high to low
+        found += right
+        k -= in_window * right
+        # the window one level down: among the zeros (first), or past them among the ones;
+        # arithmetic on the masks, not np.where or masked stores (half the time)
+        lo += zeros[n] - zl
+        lo *= right
+        lo += zl * left
+        hi += zeros[n] - zh
+        hi *= right
+        hi += zh * left
         rank = np.concatenate((rank[~one], rank[one]))   # the next level: zeros first, stably
     return values[order[found]]

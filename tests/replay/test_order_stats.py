@@ -17,7 +17,9 @@ def test_kth_smallest_is_the_sorted_windows_element(n: int) -> None:
     hi = np.minimum(n, lo + 1 + rng.integers(0, n, 400))
     k = (rng.random(400) * (hi - lo)).astype(np.int64)
     want = [np.sort(values[a:b])[c] for a, b, c in zip(lo, hi, k, strict=True)]
+    asked = [a.copy() for a in (lo, hi, k)]
     assert kth_smallest(values, lo, hi, k).tolist() == want
+    assert all(np.array_equal(a, b) for a, b in zip(asked, (lo, hi, k), strict=True))  # untouched
 
 
 def test_window_quantiles_equal_the_sorted_gaps_bit_for_bit() -> None:
