@@ -81,13 +81,12 @@ class MetricsSink(PartWriter):
         ids = np.concatenate(_id_arrays([s.ids for _, _, s in scrapes]))
         n = len(ids)
         series = self.parser.series
-        durations = [d for _, d, _ in scrapes]
-        scrape_s = (pa.nulls(n, pa.float64()) if durations.count(None) == len(durations)
-                    else pa.array(np.repeat([np.nan if d is None else d for d in durations],
-                                            counts), from_pandas=True))
+        durations = np.array([d for _, d, _ in scrapes], dtype=np.float64)   # None: NaN
+        scrape_s = (pa.nulls(n, pa.float64()) if np.isnan(durations).all()   # a replay's
+                    else pa.array(np.repeat(durations, counts), from_pandas=True))
         columns = {
             "t": pa.array(np.repeat([t for t, _, _ in scrapes], counts)),
-            "scrape_s": scrape_s,   # a replay's samples take no time: all null
+            "scrape_s": scrape_s,
             "endpoint": _constant(self.endpoint, n),
             "value": pa.array(
                 np.concatenate([np.asarray(s.values, dtype=np.float64) for _, _, s in scrapes])
