@@ -14,6 +14,6 @@ DATA_FOLDERS = {"profiles": ["*.yaml", "README.md"], "scenarios": ["*.yaml", "RE
 setup(
     packages=[*find_packages(include=["loadlab*"]), *(f"loadlab.{d}" for d in DATA_FOLDERS)],
     package_dir={f"loadlab.{d}": d for d in DATA_FOLDERS},
-    package_data={"loadlab": ["py.typed", "report/templates/*"],
+    package_data={"loadlab": ["py.typed", "report/templates/*", "analyze/arbiter.json"],
                   **{f"loadlab.{d}": files for d, files in DATA_FOLDERS.items()}},
 )

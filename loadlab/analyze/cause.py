@@ -76,7 +76,12 @@ before seq_cap), else frontend_starved, else
 ``undetermined`` when /metrics fit two causes the flags would tell apart (KV below full
 with ``max_num_seqs`` and ``max_num_batched_tokens`` unknown: ``seq_cap`` when running
 max varies by at most twice CAP_SLACK, and ``token_budget``), with ``candidates`` and
-``separate_by`` (the probe, the flags), else unknown.
+``separate_by`` (the probe, the flags), else unknown. Where that choice fell to the server
+causes (a server cause, ``undetermined`` or ``unknown`` with a sweep's knee), the learned
+arbiter (:mod:`loadlab.analyze.arbiter`) weighs every signature's score and the figures
+behind them together and names the limit it finds likeliest, ``undetermined`` where none
+is more likely than not; ``cause.arbiter`` carries its inputs, its probabilities and the
+rules' own choice, and a note says where the two differ.
 
 Confidence (``cause.confidence``): high when a signature holds in every stalled step
 (>= 2 of them) with a margin >= 0.5 over the runner-up, the knee's own confidence is
@@ -86,7 +91,9 @@ BUDGET_SHARE, and for a full pool no whole prompt the budget could refuse); medi
 scores >= MIN_SCORE with a margin >= 0.25 (an inferred cap or budget, and head_blocked,
 are at most medium; head_blocked without a known cap is low); else low (always for
 ``undetermined``). The levels were set from the share right on held-out tuning seeds
-(:func:`confidence`); ``benchmarks/heldout/score.py`` prints that table.
+(:func:`confidence`); ``benchmarks/heldout/score.py`` prints that table. Where the
+arbiter named the cause, its probability sets the confidence instead
+(:data:`loadlab.analyze.arbiter.HIGH`, :data:`~loadlab.analyze.arbiter.MEDIUM`).
 """
 
 from __future__ import annotations
@@ -97,6 +104,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from loadlab.analyze import arbiter
 from loadlab.analyze.capacity import as_int
 from loadlab.analyze.detectors import STALE_MAX, column
 from loadlab.analyze.failures import server_errors, server_errors_knob
@@ -439,14 +447,31 @@ def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
         if len(pair) >= 2:
             name = "undetermined"
             out = {"candidates": pair, "separate_by": SEPARATE_BY}
+    sure = confidence(name, candidates, sig, verdict.knee_confidence)
+    weighed = arbiter.arbitrate(
+        name, sig, {c.name: c.score for c in candidates}, free_blocks(sig), head_need(sig),
+        unheld(sig), verdict.knee_confidence,
+        verdict.knee_found and verdict.server_metrics and not verdict.one_load
+        and name in SERVER_CAUSES + ("undetermined", "unknown"))
+    if weighed is not None:
+        if weighed["name"] != name:
+            p = weighed["arbiter"]["probabilities"]
+            sig.notes.append(f"the signatures' best score named {name}; weighed together, the "
+                             f"figures favour {weighed['name']} (" + ", ".join(
+                                 f"{c} {p[c]:.0%}" for c in sorted(p, key=lambda c: -p[c])[:2])
+                             + ")")
+            name, out = weighed["name"], {}
+        if "candidates" in weighed:
+            out = {"candidates": weighed["candidates"], "separate_by": SEPARATE_BY}
+        sure = weighed["confidence"] or sure
+        out["arbiter"] = weighed["arbiter"]
     chosen = next((c for c in candidates if c.name == name), None)
     ranked = sorted(candidates, key=lambda c: -c.score)
     return {"name": name, "evidence": chosen.evidence if chosen else [],
             "knob": server_errors_knob(table) if name == "server_errors"
             else knob(name, sig, capacity), "facts": facts(sig, verdict.closed_loop),
             "ranked": [{"name": c.name, "score": round(c.score, 3)} for c in ranked],
-            "confidence": confidence(name, candidates, sig, verdict.knee_confidence), **out,
-            "notes": sig.notes}
+            "confidence": sure, **out, "notes": sig.notes}
 
 
 SEPARATE_BY = ("run the server with the probe (--probe): its "

@@ -121,6 +121,16 @@ class Ranked(_Open):
     score: Number
 
 
+class ArbiterBlock(_Open):
+    """The learned arbiter's weighing (:mod:`loadlab.analyze.arbiter`)."""
+
+    rule: str = Field(description="the cause the signatures' best score named")
+    probabilities: dict[str, Number] | None = Field(
+        None, description="per server cause; None where no model ships")
+    features: dict[str, Number | None] = Field(default_factory=dict,
+                                               description="its inputs (null: not known)")
+
+
 class CauseBlock(_Open):
     """Why the knee is where it is, and the knob to turn."""
 
@@ -136,6 +146,8 @@ class CauseBlock(_Open):
         None, description="undetermined: the causes /metrics cannot tell apart"
     )
     separate_by: str | None = Field(None, description="undetermined: what would tell them apart")
+    arbiter: ArbiterBlock | None = Field(None, description="where a sweep stalled on the "
+                                         "server: the arbiter's inputs and probabilities")
     measured: MeasuredCause | None = Field(None, description="from the scheduler's own "
                                            "refusals, where the server exports them")
 
