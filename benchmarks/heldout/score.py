@@ -19,7 +19,8 @@ analyzer. The analyzer judges the copy. Scores:
   column, and "cause right when answered" leaves it out.
 
 Prints the confusion matrix (rows truth, columns inferred) and the calibration table, and
-writes every seed's row with the summary as JSON. At most two processes.
+writes every seed's row with the summary as JSON; a row carries the cause arbiter's inputs
+(``cause.arbiter``), which ``train_arbiter.py`` fits on. At most two processes.
 
 A validation set is scored once, after tuning, and never tuned on; a spent one (seeds.json
 ``spent``) is refused, unless ``--as-tuning`` says it is scored as tuning data (from the
@@ -175,6 +176,7 @@ def score_seed(seed: int, keep: Path | None = None, cache: Path = CACHE) -> dict
         "confidence": knee.get("confidence"),
         "cause_confidence": inferred["cause"].get("confidence"),
         "cause_right": truth["cause"]["name"] == inferred["cause"]["name"],
+        "arbiter": inferred["cause"].get("arbiter"),
         "knee_right": abs(knee_index(levels, got) - knee_index(levels, want)) <= 1,
         "knee_exact": knee_index(levels, got) == knee_index(levels, want),
         "loop": "closed" if "concurrency" in plan else "open",
