@@ -251,7 +251,7 @@ def arbitrate(rule: str, sig: Signals, scores: dict[str, float], free: np.ndarra
     if outside:
         block["outside"] = outside
     d = decide(rule, p, knee_confidence, outside)
-    out = {"name": d.name, "confidence": d.confidence, "arbiter": block}
+    out: dict[str, Any] = {"name": d.name, "confidence": d.confidence, "arbiter": block}
     if d.candidates:
         out["candidates"] = d.candidates
     return out
