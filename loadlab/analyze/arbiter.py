@@ -229,6 +229,14 @@ def decide(rule: str, p: dict[str, float], knee_confidence: str | None,
     return Decision(shown, level)
 
 
+def weighing(name: str, p: dict[str, float]) -> str:
+    """What the arbiter found, in words, with its two likeliest causes."""
+    likeliest = ", ".join(f"{c} {p[c]:.0%}" for c in sorted(p, key=lambda c: -p[c])[:2])
+    if name == "undetermined":
+        return f"weighed together, the figures make no limit more likely than not ({likeliest})"
+    return f"weighed together, the figures favour {name} ({likeliest})"
+
+
 def arbitrate(rule: str, sig: Signals, scores: dict[str, float], free: np.ndarray,
               need: np.ndarray, unheld: np.ndarray, knee_confidence: str | None,
               chosen_by_rule: bool) -> dict[str, Any] | None:

@@ -455,11 +455,8 @@ def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
         and name in SERVER_CAUSES + ("undetermined", "unknown"))
     if weighed is not None:
         if weighed["name"] != name:
-            p = weighed["arbiter"]["probabilities"]
-            sig.notes.append(f"the signatures' best score named {name}; weighed together, the "
-                             f"figures favour {weighed['name']} (" + ", ".join(
-                                 f"{c} {p[c]:.0%}" for c in sorted(p, key=lambda c: -p[c])[:2])
-                             + ")")
+            sig.notes.append(f"the signatures' best score named {name}; " + arbiter.weighing(
+                weighed["name"], weighed["arbiter"]["probabilities"]))
             name, out = weighed["name"], {}
         if "candidates" in weighed:
             out = {"candidates": weighed["candidates"], "separate_by": SEPARATE_BY}

@@ -129,6 +129,8 @@ class ArbiterBlock(_Open):
         None, description="per server cause; None where no model ships")
     features: dict[str, Number | None] = Field(default_factory=dict,
                                                description="its inputs (null: not known)")
+    outside: list[str] | None = Field(None, description="inputs beyond its fitted range: "
+                                      "it stood aside and the rules decided")
 
 
 class CauseBlock(_Open):

@@ -142,3 +142,12 @@ def test_the_committed_model_knows_the_range_of_each_input() -> None:
     assert fitted is not None and set(fitted.ranges) <= set(arbiter.FEATURES)
     assert len(fitted.ranges) >= len(arbiter.FEATURES) - 2
     assert all(lo <= hi for lo, hi in fitted.ranges.values())
+
+
+def test_the_note_says_what_the_arbiter_found() -> None:
+    p = {"seq_cap": 0.45, "token_budget": 0.4, "head_blocked": 0.1, "kv_exhausted": 0.05}
+    assert arbiter.weighing("undetermined", p) == (
+        "weighed together, the figures make no limit more likely than not "
+        "(seq_cap 45%, token_budget 40%)")
+    assert arbiter.weighing("seq_cap", p).startswith("weighed together, the figures favour "
+                                                     "seq_cap (seq_cap 45%")
