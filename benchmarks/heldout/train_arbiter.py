@@ -63,7 +63,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def ranges(x: np.ndarray) -> dict[str, list[float]]:
     """Each input's range over the fitted runs (where the arbiter speaks,
-    :meth:`loadlab.analyze.arbiter.Model.outside`)."""
+    :func:`loadlab.analyze.arbiter.outside`)."""
     return {f: [float(np.nanmin(col)), float(np.nanmax(col))]
             for f, col in zip(arbiter.FEATURES, x.T) if np.isfinite(col).any()}
 
@@ -83,12 +83,11 @@ def cross_validate(rows: list[dict[str, Any]]) -> dict[str, Any]:
         test = group == name
         train = ~test & fit_rows
         model = HistGradientBoostingClassifier(**PARAMS).fit(x[train], y[train])
-        fold = arbiter.Model(tuple(model.classes_), arbiter.FEATURES, np.zeros(0), [], {},
-                             {f: (lo, hi) for f, (lo, hi) in ranges(x[train]).items()})
+        fitted = ranges(x[train])
         for i, p in zip(np.flatnonzero(test), model.predict_proba(x[test])):
             features = dict(zip(arbiter.FEATURES, x[i]))
             d = arbiter.decide(str(rule[i]), dict(zip(model.classes_, p)),
-                               weighed[i]["confidence"], fold.outside(features))
+                               weighed[i]["confidence"], arbiter.outside(fitted, features))
             picked[i] = d.name
             confidence[i] = d.confidence or "rules"
     right = dict.fromkeys([r["set"] for r in rows], 0)

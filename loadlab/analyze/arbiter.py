@@ -23,6 +23,7 @@ the signatures already describe, and its probabilities are reported beside the r
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -135,19 +136,7 @@ class Model:
     features: tuple[str, ...]
     baseline: np.ndarray          # (classes,)
     trees: list[list[dict[str, np.ndarray]]]   # [round][class] -> node arrays
-    meta: dict[str, Any]
-    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
-
-    def outside(self, x: dict[str, float]) -> list[str]:
-        """The inputs beyond what the model was fitted on (its training runs' range): trees
-        extrapolate flat from their last split, however far out a figure lies, so there the
-        arbiter stands aside and the rules decide. On the tuning seeds' leave-one-set-out
-        fits this stood aside in 31 runs (the rules right in 26, the arbiter in 28). A
-        fleet of two replicas of a tiny model, its gauges added up, decoded twice the
-        running max a step and held a pool of 14,000 median requests: the arbiter, fitted
-        on nothing like it, leaned 60/40 to a budget where the scheduler refused at the cap."""
-        return [f for f, (lo, hi) in self.ranges.items()
-                if not np.isnan(v := x.get(f, np.nan)) and not lo <= v <= hi]
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)   # see outside()
 
     def probabilities(self, x: dict[str, float]) -> dict[str, float]:
         row = np.array([x.get(f, np.nan) for f in self.features], dtype=float)
@@ -158,6 +147,19 @@ class Model:
         p = np.exp(raw - raw.max())
         p /= p.sum()
         return {c: float(v) for c, v in zip(self.classes, p)}
+
+
+def outside(ranges: Mapping[str, Sequence[float]], x: dict[str, float]) -> list[str]:
+    """The inputs beyond what a model was fitted on (``ranges``: its training runs' lowest
+    and highest value of each): trees extrapolate flat from their last split, however far
+    out a figure lies, so there the arbiter stands aside and the rules decide. On the
+    tuning seeds' leave-one-set-out fits this stood aside in 31 runs (the rules right in
+    26, the arbiter in 28). A fleet of two replicas of a tiny model, its gauges added up,
+    decoded twice the running max a step and held a pool of 14,000 median requests: the
+    arbiter, fitted on nothing like it, leaned 60/40 to a budget where the scheduler
+    refused at the cap."""
+    return [f for f, (lo, hi) in ranges.items()
+            if not np.isnan(v := x.get(f, np.nan)) and not lo <= v <= hi]
 
 
 def _leaf(tree: dict[str, np.ndarray], row: np.ndarray) -> float:
@@ -178,7 +180,7 @@ def model_from_json(data: dict[str, Any]) -> Model:
     trees = [[{k: np.asarray(v) for k, v in tree.items()} for tree in per_class]
              for per_class in data["trees"]]
     return Model(tuple(data["classes"]), tuple(data["features"]),
-                 np.asarray(data["baseline"], dtype=float), trees, data.get("meta", {}),
+                 np.asarray(data["baseline"], dtype=float), trees,
                  {f: (float(lo), float(hi)) for f, (lo, hi) in data.get("ranges", {}).items()})
 
 
@@ -255,10 +257,10 @@ def arbitrate(rule: str, sig: Signals, scores: dict[str, float], free: np.ndarra
         return {"name": rule, "confidence": None, "arbiter": block}
     p = fitted.probabilities(x)
     block["probabilities"] = {k: round(v, 4) for k, v in p.items()}
-    outside = fitted.outside(x)
-    if outside:
-        block["outside"] = outside
-    d = decide(rule, p, knee_confidence, outside)
+    beyond = outside(fitted.ranges, x)
+    if beyond:
+        block["outside"] = beyond
+    d = decide(rule, p, knee_confidence, beyond)
     out: dict[str, Any] = {"name": d.name, "confidence": d.confidence, "arbiter": block}
     if d.candidates:
         out["candidates"] = d.candidates

@@ -54,7 +54,7 @@ def test_the_committed_model_reproduces_scikit_learns_probabilities() -> None:
 def _weigh(monkeypatch: pytest.MonkeyPatch, p: dict[str, float], rule: str = "seq_cap",
            knee_confidence: str | None = "high") -> dict[str, Any] | None:
     raw = np.log([p[c] for c in arbiter.CLASSES])
-    fake = arbiter.Model(arbiter.CLASSES, arbiter.FEATURES, raw, [], {})
+    fake = arbiter.Model(arbiter.CLASSES, arbiter.FEATURES, raw, [])
     monkeypatch.setattr(arbiter, "model", lambda: fake)
     s = sig([12, 12, 12], kv_max=0.7, kv_mean=0.6)
     n = len(s.steps)
@@ -120,7 +120,7 @@ def test_beyond_the_range_it_was_fitted_on_the_arbiter_stands_aside(
         monkeypatch: pytest.MonkeyPatch) -> None:
     sure = _p(token_budget=0.999)
     raw = np.log([sure[c] for c in arbiter.CLASSES])
-    fitted = arbiter.Model(arbiter.CLASSES, arbiter.FEATURES, raw, [], {},
+    fitted = arbiter.Model(arbiter.CLASSES, arbiter.FEATURES, raw, [],
                            {"running_top_per_level": (0.0, 0.5), "kv_mean": (0.0, 1.0)})
     monkeypatch.setattr(arbiter, "model", lambda: fitted)
     s = sig([12, 12, 12], kv_max=0.7, kv_mean=0.6)   # running 12 of 30 users: 0.4, inside
