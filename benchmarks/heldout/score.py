@@ -17,6 +17,10 @@ analyzer. The analyzer judges the copy. Scores:
 - abstained: the share inferred ``undetermined`` (the analyzer naming candidates /metrics
   cannot tell apart). An abstention is never right; the confusion matrix gives it its own
   column, and "cause right when answered" leaves it out.
+- by truth kind: the share of right causes by how plainly the refusals name their cause
+  (:func:`truth_kind`: clear, split between reasons, a ``kv_blocks`` split on its line, a
+  stall at the top level only, no stall), so that a miss where the scheduler itself was
+  split is told from one where it refused for one limit alone.
 
 Prints the confusion matrix (rows truth, columns inferred) and the calibration table, and
 writes every seed's row with the summary as JSON; a row carries the cause arbiter's inputs
@@ -65,6 +69,15 @@ CACHE = Path(tempfile.gettempdir()) / "heldout-cache"
 MAX_JOBS = 2
 CONFIDENCES = ("high", "medium", "low")
 ABSTAIN = "undetermined"
+SPLIT_BELOW = 0.6
+"""A measured cause is *split* when its reason took less than this share of the refused
+steps: the scheduler itself refused for two limits in similar measure (budget 52%,
+``kv_blocks`` 48%), and the name rests on the larger by a few steps."""
+KV_LINE = 0.1
+"""A ``kv_blocks`` truth sits *on the line* between a blocked head and a full pool when the
+share of refusals whose free blocks held a median request is within this of one half
+(:func:`loadlab.analyze.measured.kv_cause`)."""
+TRUTH_KINDS = ("clear", "split", "kv line", "top level only", "no stall")
 
 
 def truth_of(run_dir: Path, block_size: int) -> dict[str, Any]:
@@ -176,6 +189,7 @@ def score_seed(seed: int, keep: Path | None = None, cache: Path = CACHE) -> dict
         "confidence": knee.get("confidence"),
         "cause_confidence": inferred["cause"].get("confidence"),
         "cause_right": truth["cause"]["name"] == inferred["cause"]["name"],
+        "truth_kind": truth_kind(truth, levels),
         "arbiter": inferred["cause"].get("arbiter"),
         "knee_right": abs(knee_index(levels, got) - knee_index(levels, want)) <= 1,
         "knee_exact": knee_index(levels, got) == knee_index(levels, want),
@@ -188,6 +202,25 @@ def score_seed(seed: int, keep: Path | None = None, cache: Path = CACHE) -> dict
         "replay_s": round(replay_s, 2),
         "analyse_s": round(analyse_s, 2),
     }
+
+
+def truth_kind(truth: dict[str, Any], levels: list[float]) -> str:
+    """How plainly the scheduler's refusals name their cause (:data:`TRUTH_KINDS`): no
+    stall measured; a split between reasons (:data:`SPLIT_BELOW`); a ``kv_blocks`` split
+    on its line (:data:`KV_LINE`); a stall at the top level only; else clear. The misses
+    of a held-out set are read by these, since a miss where the scheduler itself was
+    split is not the same failure as one where it refused for one limit alone."""
+    cause = truth["cause"]
+    if cause["name"] == "none" or not truth["knee"]["found"]:
+        return "no stall"
+    if max(cause.get("reason_share", {}).values(), default=1.0) < SPLIT_BELOW:
+        return "split"
+    fits = cause.get("typical_fits_share")
+    if cause.get("reason") == "kv_blocks" and fits is not None and abs(fits - 0.5) < KV_LINE:
+        return "kv line"
+    if knee_index(levels, float(truth["knee"]["upper"])) == len(levels) - 1:
+        return "top level only"
+    return "clear"
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -207,6 +240,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                       for (t, i), c in sorted(confusion.items())],
         "calibration": _calibration(rows, "confidence"),
         "cause_calibration": _calibration(rows, "cause_confidence"),
+        "by_truth_kind": {k: {"n": len(g), "cause_right": sum(r["cause_right"] for r in g)}
+                          for k in TRUTH_KINDS
+                          if (g := [r for r in rows if r.get("truth_kind") == k])},
     }
 
 
@@ -246,6 +282,10 @@ def render(summary: dict[str, Any]) -> str:
         for conf, c in summary.get(key, {}).items():
             lines.append(f"{conf:12s}{c['n']:6d}" + "".join(
                 f"{c[k]:9.0%}" for k in ("cause_right", "knee_right", "both_right")))
+    kinds = summary.get("by_truth_kind") or {}
+    if kinds:
+        lines += ["", "cause right by how plainly the refusals name it (truth_kind)"] + [
+            f"{k:16s}{c['n']:6d}{c['cause_right'] / c['n']:9.0%}" for k, c in kinds.items()]
     answered = summary.get("cause_right_answered")
     lines.append(f"\nall {summary['n']}: cause right {summary['cause_right']:.0%}, knee within "
                  f"one level {summary['knee_right']:.0%} (the same level "

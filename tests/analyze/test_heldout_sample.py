@@ -88,8 +88,11 @@ def test_a_few_tuning_seeds_are_scored_end_to_end(cache: Path) -> None:
     for r in rows:
         assert r["truth_cause"] in CAUSES, r
         assert r["cause_right"] == (r["truth_cause"] == r["inferred_cause"])
+        assert r["truth_kind"] in heldout.TRUTH_KINDS, r
+        assert (r["truth_kind"] == "no stall") == (r["truth_cause"] == "none"), r
     assert sum(c["n"] for c in summary["confusion"]) == len(SAMPLE)
     assert sum(c["n"] for c in summary["calibration"].values()) == len(SAMPLE)
+    assert sum(c["n"] for c in summary["by_truth_kind"].values()) == len(SAMPLE)
     text = heldout.render(summary)
     assert "confusion" in text and "calibration" in text
     json.dumps(result)   # the result file is plain JSON
@@ -140,3 +143,31 @@ def test_an_abstention_is_never_right_and_has_its_own_column() -> None:
     assert summary["cause_calibration"]["low"]["n"] == 3
     text = heldout.render(summary)
     assert "undetermined" in text.splitlines()[1] and "abstained (undetermined) 33%" in text
+
+
+def _truth(shares: dict[str, float], upper: int | None = 4, fits: float | None = None,
+           name: str = "token_budget") -> dict:
+    reason = max(shares, key=lambda r: shares[r]) if shares else None
+    return {"knee": {"found": upper is not None, "upper": upper},
+            "cause": {"name": name, "reason": reason, "reason_share": shares,
+                      "typical_fits_share": fits}}
+
+
+def test_truth_kind_tells_a_split_scheduler_from_a_plain_one() -> None:
+    levels = [1.0, 2.0, 4.0, 8.0]
+    kind = heldout.truth_kind
+    assert kind(_truth({"token_budget": 0.9, "kv_blocks": 0.1}), levels) == "clear"
+    assert kind(_truth({"token_budget": 0.52, "kv_blocks": 0.48}), levels) == "split"
+    assert kind(_truth({"kv_blocks": 1.0}, fits=0.45, name="kv_exhausted"), levels) == "kv line"
+    assert kind(_truth({"kv_blocks": 1.0}, fits=0.3, name="kv_exhausted"), levels) == "clear"
+    assert kind(_truth({"seq_cap": 1.0}, upper=8), levels) == "top level only"
+    assert kind(_truth({}, upper=None, name="none"), levels) == "no stall"
+    row = {"truth_cause": "seq_cap", "knee_right": True, "confidence": "medium",
+           "cause_confidence": "low", "inferred_cause": "seq_cap"}
+    rows = [{**row, "cause_right": True, "truth_kind": "clear"},
+            {**row, "cause_right": False, "truth_kind": "split"},
+            {**row, "cause_right": True, "truth_kind": "split"}]
+    summary = heldout.summarise(rows)
+    assert summary["by_truth_kind"] == {"clear": {"n": 1, "cause_right": 1},
+                                        "split": {"n": 2, "cause_right": 1}}
+    assert "split                2      50%" in heldout.render(summary)
