@@ -5,7 +5,7 @@ Two servers, each started once (module order groups the tests by server):
 - B: ``--max-num-seqs 32`` with a 64-block pool, prefix caching off.
 What each test asserts is the scheduler picture of vLLM's V1 scheduler
 (vllm/v1/core/sched/scheduler.py): the sequence cap
-(running pinned at 4, the rest waiting, KV low, TTFT jumping while ITL stays flat), KV
+(running capped at 4, the rest waiting, KV low, TTFT jumping while ITL stays flat), KV
 exhaustion (usage near 1, preemptions), prefix-cache counters that move only with caching
 on and a first token that needs fewer engine steps with it. Gauges are 0.5 s snapshots, so
 assertions on them leave room for a snapshot taken between a finish and the next admission.
@@ -51,9 +51,13 @@ def test_seq_cap_step_load(step_load_a):
     kv = res.gauge("vllm:kv_cache_usage_perc")
     assert running["max"].max() <= 4, running
     for c in (8, 16):
-        # Held at the cap. Not the mean: on 2 cores the API server's gauges lag and some
-        # samples catch a slot between a finish and the next admission.
-        assert running.loc[c, "max"] == 4 and running.loc[c, "p95"] == 4, running
+        # The cap is reached and never passed. Not a share of snapshots at the cap: V1 makes
+        # its stats after a step's finished requests leave `running` and before the next
+        # schedule() admits from the queue (vllm/v1/core/sched/scheduler.py,
+        # update_from_output -> make_stats), so every step that finishes a request reads
+        # below the cap until the next one; at 16 users 8 of 9 snapshots once did. That
+        # the rest wait is the queue's bound below.
+        assert running.loc[c, "max"] == 4, running
         # Maxima, not means: a lagging gauge reads 0 in up to ~half the samples here, while
         # a snapshot between a finish and the next admission can show one more waiting.
         assert c - 4 - 2 <= waiting.loc[c, "max"] <= c - 4 + 1, waiting
