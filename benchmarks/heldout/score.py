@@ -56,7 +56,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate, load_plan, sim_config, write_profile
 
 from loadlab.analyze.analysis import analyze_run
-from loadlab.analyze.measured import SERIES_PREFIX, measure, typical_request_blocks
+from loadlab.analyze.measured import (
+    HEAD_BLOCKED_SHARE,
+    SERIES_PREFIX,
+    measure,
+    typical_request_blocks,
+)
 from loadlab.analyze.steps import measured_windows
 from loadlab.analyze.tables import METRIC_COLUMNS, read_metrics, read_requests
 from loadlab.replay.driver import ReplayOptions, run_replay
@@ -75,8 +80,8 @@ steps: the scheduler itself refused for two limits in similar measure (budget 52
 ``kv_blocks`` 48%), and the name rests on the larger by a few steps."""
 KV_LINE = 0.1
 """A ``kv_blocks`` truth sits *on the line* between a blocked head and a full pool when the
-share of refusals whose free blocks held a median request is within this of one half
-(:func:`loadlab.analyze.measured.kv_cause`)."""
+share of refusals whose free blocks held a median request is within this of the line
+that names one or the other (:data:`loadlab.analyze.measured.HEAD_BLOCKED_SHARE`)."""
 TRUTH_KINDS = ("clear", "split", "kv line", "top level only", "no stall")
 
 
@@ -216,7 +221,8 @@ def truth_kind(truth: dict[str, Any], levels: list[float]) -> str:
     if max(cause.get("reason_share", {}).values(), default=1.0) < SPLIT_BELOW:
         return "split"
     fits = cause.get("typical_fits_share")
-    if cause.get("reason") == "kv_blocks" and fits is not None and abs(fits - 0.5) < KV_LINE:
+    on_line = fits is not None and abs(fits - HEAD_BLOCKED_SHARE) < KV_LINE
+    if cause.get("reason") == "kv_blocks" and on_line:
         return "kv line"
     if knee_index(levels, float(truth["knee"]["upper"])) == len(levels) - 1:
         return "top level only"

@@ -145,6 +145,11 @@ def _cause(metrics: pd.DataFrame, table: pd.DataFrame, frame: pd.DataFrame,
     return out
 
 
+HEAD_BLOCKED_SHARE = 0.5
+"""The share of ``kv_blocks`` refusals whose free blocks would have held a typical request
+from which the head, not the pool, is named (:func:`kv_cause`): most of them."""
+
+
 def kv_cause(typical_fits_share: float | None) -> str:
     """``head_blocked`` when, in most ``kv_blocks`` refusals, the blocks left free would
     have held a typical request (:func:`typical_request_blocks`): the head's own size held
@@ -152,8 +157,8 @@ def kv_cause(typical_fits_share: float | None) -> str:
     pool had no room for an ordinary request either. A fixed bar on KV usage cannot tell
     the two apart: with requests of a sixth of the pool, a full pool reads anywhere from
     80% to 100%."""
-    return "head_blocked" if typical_fits_share is not None and typical_fits_share >= 0.5 \
-        else "kv_exhausted"
+    return "head_blocked" if typical_fits_share is not None \
+        and typical_fits_share >= HEAD_BLOCKED_SHARE else "kv_exhausted"
 
 
 def typical_request_blocks(requests: pd.DataFrame, block_size: int | None) -> float | None:
