@@ -13,7 +13,7 @@ Only tuning data: a validation set that is not yet spent is refused (it would no
 be held out). scikit-learn is needed here only (``pip install scikit-learn``); analysis
 reads the JSON with numpy.
 
-    PYTHONPATH=. python benchmarks/heldout/train_arbiter.py --sets validation8 ... validation17
+    PYTHONPATH=. python benchmarks/heldout/train_arbiter.py --sets validation8 ... validation21
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from loadlab.analyze.knee import Knee, find_knee
 from loadlab.analyze.measured import measure, typical_request_blocks
 from loadlab.analyze.slo import evaluate, parse_slo
 from loadlab.analyze.steps import RunData, build_step_table, load_run
+from loadlab.analyze.stream_steps import run_figures
 from loadlab.analyze.warnings import reset_warnings, scrape_warnings
 from loadlab.collect import catalog
 from loadlab.runstore.analysis_model import SCHEMA, Analysis
@@ -53,7 +54,7 @@ def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> A
     targets = parse_slo(slo)
     members = fleet.replicas_of(run.manifest, run.metrics)
     whole = fleet_run(run, members, fleet.interval(run)) if len(members) > 1 else run
-    judged = judge(whole, seed)
+    judged = judge(whole, seed, streams=len(members) <= 1)
     table, knee, cause, cap = judged.table, judged.knee, judged.cause, judged.capacity
     warnings = _warnings(whole, table)
     replicas = fleet.assess(run, members, judged, lambda sub: judge(sub, seed))
@@ -79,9 +80,12 @@ def analyze_run(run_dir: str | Path, slo: str | None = None, seed: int = 0) -> A
     return Analysis.model_validate(out)
 
 
-def judge(run: RunData, seed: int = 0) -> Judged:
+def judge(run: RunData, seed: int = 0, streams: bool = False) -> Judged:
     """The step table, knee, cause and capacity of one loaded run (a whole run, or one
-    replica's series of a fleet, :mod:`loadlab.analyze.fleet`)."""
+    replica's series of a fleet, :mod:`loadlab.analyze.fleet`). ``streams``: read the
+    engine steps from the client's token streams (:mod:`loadlab.analyze.stream_steps`);
+    only where one server answered them all, since a fleet's streams interleave its
+    replicas' steps."""
     table = build_step_table(run)
     unblame_client(table, run.manifest.get("server") or {})
     knee = find_knee(run, table, seed=seed)
@@ -97,22 +101,26 @@ def judge(run: RunData, seed: int = 0) -> Judged:
     table["token_fill"] = token_fill(table, config)
     truth = measure(run.metrics, table, typical_request_blocks(
         run.requests, as_int(config.get("block_size"))))
-    return Judged(table, knee, _cause(run, table, knee, config, cap), cap, truth)
+    return Judged(table, knee, _cause(run, table, knee, config, cap, streams), cap, truth)
 
 
 def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any],
-           cap: dict[str, Any]) -> dict[str, Any]:
+           cap: dict[str, Any], streams: bool) -> dict[str, Any]:
     stalled = table[(table["state"] == "stalled")]
     if knee.found and knee.upper is not None:  # a found knee has its upper level
         stalled = stalled[stalled["level"].astype(float) >= float(knee.upper)]
     else:
         stalled = stalled.iloc[0:0]
+    block_size = as_int(config.get("block_size"))
+    stream = run_figures(run.run_dir, stalled[["t_start", "t_end"]],
+                         as_int(config.get("num_gpu_blocks")), block_size,
+                         typical_request_blocks(run.requests, block_size)) if streams else None
     limited = [int(s) for s, st in zip(table["step"], table["state"]) if st == "client_limited"]
     return causes.assess(stalled, table, run.manifest.get("server") or {}, config, cap,
                          causes.Verdict(knee.found, knee.client_limited_before, limited,
                                         not run.metrics.empty, knee.psi, run.closed_loop,
                                         knee.confidence),
-                         run.requests)
+                         run.requests, stream)
 
 
 def _warnings(run: RunData, table: pd.DataFrame) -> list[str]:

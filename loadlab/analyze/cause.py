@@ -98,6 +98,7 @@ arbiter named the cause, its probability sets the confidence instead
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -417,13 +418,16 @@ def plateau(running_max: np.ndarray, running_p50: np.ndarray, running_mean: np.n
 
 def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
            config: dict[str, Any], capacity: dict[str, Any], verdict: Verdict,
-           requests: pd.DataFrame | None = None) -> dict[str, Any]:
+           requests: pd.DataFrame | None = None,
+           stream: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The ``cause`` block of analysis.json: scores, choice, evidence, facts and knob.
 
     ``stalled``: the knee's stalled steps (step-table rows with ``token_fill``);
     ``table``: every step (for frontend_starved); ``requests``: the client records (the
-    prompt-length tail). ``notes`` says what was inferred. Nothing here reads the probe's
-    ``loadlab:`` series: this is the verdict any vLLM's /metrics support; the measured one
+    prompt-length tail); ``stream``: the stalled steps' engine steps as the client's token
+    streams show them (:func:`loadlab.analyze.stream_steps.step_figures`), for the
+    arbiter. ``notes`` says what was inferred. Nothing here reads the probe's ``loadlab:``
+    series: this is the verdict any vLLM's /metrics support; the measured one
     (:mod:`loadlab.analyze.measured`) sits beside it, and agreement between the two means
     something only while they stay independent.
     """
@@ -452,7 +456,7 @@ def assess(stalled: pd.DataFrame, table: pd.DataFrame, server: dict[str, Any],
         name, sig, {c.name: c.score for c in candidates}, free_blocks(sig), head_need(sig),
         unheld(sig), verdict.knee_confidence,
         verdict.knee_found and verdict.server_metrics and not verdict.one_load
-        and name in SERVER_CAUSES + ("undetermined", "unknown"))
+        and name in SERVER_CAUSES + ("undetermined", "unknown"), stream)
     if weighed is not None:
         if weighed["name"] != name:
             sig.notes.append(f"the signatures' best score named {name}; " + arbiter.weighing(

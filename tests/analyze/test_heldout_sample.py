@@ -171,3 +171,15 @@ def test_truth_kind_tells_a_split_scheduler_from_a_plain_one() -> None:
     assert summary["by_truth_kind"] == {"clear": {"n": 1, "cause_right": 1},
                                         "split": {"n": 2, "cause_right": 1}}
     assert "split                2      50%" in heldout.render(summary)
+
+
+def test_the_client_streams_see_the_long_head_the_scheduler_refused(cache: Path) -> None:
+    # the token streams alone (no loadlab: series, no flags) tell the same story as the
+    # scheduler's refusals: in most steps with a queue the head lacked blocks, seats free,
+    # and the free blocks would have held a median request
+    row = heldout.score_seed(LONG_HEAD_SEED, cache=cache)
+    assert row["truth_cause"] == "head_blocked"
+    stream = {k: v for k, v in row["arbiter"]["features"].items() if k.startswith("stream_")}
+    assert stream["stream_queued_mean"] > 0.5, stream
+    assert stream["stream_head_short"] > 0.5 and stream["stream_head_short_seats"] > 0.5, stream
+    assert stream["stream_head_short_room"] > 0.5 and stream["stream_full_batch"] < 0.2, stream
