@@ -44,16 +44,17 @@ FULL_BATCH = 0.95
 """A step decodes a full batch when it decodes at least this share of the most requests
 decoding at once (:data:`MOST_QUANTILE`): the seats were all taken."""
 MOST_QUANTILE = 0.99
-""""The most decoding at once" is this quantile over the steps read, not the maximum: a
-request whose last chunk the client reads just after the next request's first would lift a
-maximum above the cap for one step."""
+"""The most requests decoding at once is this quantile over the steps read, not the maximum:
+a request whose last chunk the client reads just after the next request's first would lift
+a maximum above the cap for one step."""
 SAME_STEP = 0.2
 """Tokens that arrive within this share of the median inter-token gap of each other came out
 of one engine step. The simulator stamps a step's tokens with one time; a real server's
 front end writes them a few milliseconds apart, a step lasting tens."""
 MAX_TOKENS = 20_000_000
-"""The most streamed tokens read (160 MB of offsets); a longer stalled span goes without
-these figures (NaN) rather than exhausting memory."""
+"""The most streamed tokens read (160 MB of offsets; at this many the figures cost about
+2.7 s and 650 MB, benchmarks/bench_stream_steps.py); a longer stalled span goes without
+them (NaN) rather than exhausting memory."""
 FEATURES = ("stream_queued_mean", "stream_queued_min", "stream_full_batch", "stream_head_short",
             "stream_head_short_room", "stream_head_short_seats", "stream_neither",
             "stream_decoding_rel", "stream_free_rel")
@@ -62,7 +63,7 @@ share of steps with a queue per stalled window (mean, least); the share that dec
 batch; the share where the head needed more blocks than were free; of those, the share whose
 free blocks would have held a median request (the head's own size stopped it); the share
 where the head was short of blocks with seats free; the share with neither; the batch decoded
-over the largest; the free blocks over the pool."""
+over the most decoding at once; the free blocks over the pool."""
 
 
 def run_figures(run_dir: str | Path, windows: pd.DataFrame, pool: int | None,
