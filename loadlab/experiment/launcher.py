@@ -50,6 +50,7 @@ the manifest's source for it.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -150,6 +151,35 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def port_outside_ephemeral(host: str = "127.0.0.1") -> int:
+    """A free port below the kernel's ephemeral range, for a server that binds it late.
+
+    The probe binds its port in the engine core, after vLLM has opened its own sockets on
+    ports the kernel hands out (port 0: ZMQ, torch distributed); a free ephemeral port
+    picked before the launch can be one of them by then (a CI run: "Address already in
+    use", and no probe series). Below the range nothing that binds port 0 lands. The
+    4,096 ports tried stop 4,096 short of the range, clear of torch's default 29500."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    first = max(1024, low - 8192)
+    span = max(1, min(4096, low - 4096 - first))
+    start = random.randrange(span)
+    for i in range(span):
+        port = first + (start + i) % span
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    return free_port(host)
+
+
 def build_argv(kind: str, flags: list[str], host: str, port: int, model: str | None) -> list[str]:
     """The command line for one kind of target (flags already stripped of host/port)."""
     if kind == "sim":
@@ -207,7 +237,7 @@ def _with_probe(kind: str, flags: list[str], host: str,
     if "scheduler_cls" in parse_flags(flags).values:
         raise InputError("--scheduler-cls is taken by the probe", field="--probe",
                          fix="leave --scheduler-cls out of the server flags, or drop --probe")
-    port = free_port(host)
+    port = port_outside_ephemeral(host)
     path = os.pathsep.join(p for p in (str(probe_dir()), env.get("PYTHONPATH")) if p)
     return ([*flags, "--scheduler-cls", SCHEDULER_CLS],
             {**env, "PYTHONPATH": path, PORT_ENV: str(port)}, f"http://{host}:{port}")
