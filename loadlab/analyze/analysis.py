@@ -99,22 +99,22 @@ def judge(run: RunData, seed: int = 0, streams: bool = False) -> Judged:
     measured = knee.upper if knee.found else None
     cap = capacity(config, run.requests, v0, _plain(measured))
     table["token_fill"] = token_fill(table, config)
-    truth = measure(run.metrics, table, typical_request_blocks(
-        run.requests, as_int(config.get("block_size"))))
-    return Judged(table, knee, _cause(run, table, knee, config, cap, streams), cap, truth)
+    typical = typical_request_blocks(run.requests, as_int(config.get("block_size")))
+    truth = measure(run.metrics, table, typical)
+    return Judged(table, knee, _cause(run, table, knee, config, cap, streams, typical), cap,
+                  truth)
 
 
 def _cause(run: RunData, table: pd.DataFrame, knee: Knee, config: dict[str, Any],
-           cap: dict[str, Any], streams: bool) -> dict[str, Any]:
+           cap: dict[str, Any], streams: bool, typical: float | None) -> dict[str, Any]:
     stalled = table[(table["state"] == "stalled")]
     if knee.found and knee.upper is not None:  # a found knee has its upper level
         stalled = stalled[stalled["level"].astype(float) >= float(knee.upper)]
     else:
         stalled = stalled.iloc[0:0]
-    block_size = as_int(config.get("block_size"))
     stream = run_figures(run.run_dir, stalled[["t_start", "t_end"]],
-                         as_int(config.get("num_gpu_blocks")), block_size,
-                         typical_request_blocks(run.requests, block_size)) if streams else None
+                         as_int(config.get("num_gpu_blocks")), as_int(config.get("block_size")),
+                         typical) if streams else None
     limited = [int(s) for s, st in zip(table["step"], table["state"]) if st == "client_limited"]
     return causes.assess(stalled, table, run.manifest.get("server") or {}, config, cap,
                          causes.Verdict(knee.found, knee.client_limited_before, limited,
