@@ -45,22 +45,25 @@ without a server 2 folder (collected apart, later) it prints the fit alone.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "vllm"))  # reuse the e2e tests' launch helper
 
+from hostspeed import at_speed, level_speeds, metering, read_speed
 from realvllm import ISOLATION, missing_reason, tiny_vllm
 
-from loadlab.calibrate import check_runs, fit_runs
-from loadlab.calibrate.check import METRICS, format_table
-from loadlab.calibrate.runs import read_run
+from loadlab.calibrate.check import METRICS, check_levels, format_table
+from loadlab.calibrate.fit import fit
+from loadlab.calibrate.runs import Run, read_run
 from loadlab.experiment.cpus import format_cpu_list
 
 PROFILES = ROOT / "tests" / "vllm" / "profiles"
@@ -109,14 +112,15 @@ def collect(out: Path, names: Sequence[str] = ()) -> None:
     reason = missing_reason()
     if reason:
         sys.exit(reason)
-    for name in names or SERVERS:
-        flags, loads = SERVERS[name]
-        with tiny_vllm(out / name / "server", **flags) as target:
-            for profile, levels in loads:
-                note_load(out, f"{name}/{profile} start")
-                run_load(target.base_url, out / name / profile, profile, levels,
-                         target.server_settings())
-        note_load(out, f"{name} done")
+    with metering(ISOLATION.server_cpus or range(os.cpu_count() or 1), out):
+        for name in names or SERVERS:
+            flags, loads = SERVERS[name]
+            with tiny_vllm(out / name / "server", **flags) as target:
+                for profile, levels in loads:
+                    note_load(out, f"{name}/{profile} start")
+                    run_load(target.base_url, out / name / profile, profile, levels,
+                             target.server_settings())
+            note_load(out, f"{name} done")
 
 
 def markdown(table: pd.DataFrame, title: str) -> list[str]:
@@ -133,11 +137,11 @@ def markdown(table: pd.DataFrame, title: str) -> list[str]:
     return lines
 
 
-def server_spread(data: Path, other: str) -> pd.DataFrame:
+def server_spread(runs: dict[str, Run], other: str) -> pd.DataFrame:
     """Server ``other`` against server 1 on the same load: client p50s, other / s1 - 1."""
     rows = []
     for profile in SAME_LOAD:
-        one, two = read_run(data / "s1" / profile), read_run(data / other / profile)
+        one, two = runs[f"s1/{profile}"], runs[f"{other}/{profile}"]
         for a, b in zip(one.levels, two.levels, strict=True):
             rows.append({"load": profile, "users": a.concurrency, **{
                 f"{m}_p50_s1_ms": round(a.client[f"{m}_p50_s"] * 1e3, 1) for m in METRICS}, **{
@@ -148,26 +152,51 @@ def server_spread(data: Path, other: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def report(data: Path) -> None:
-    cal = fit_runs([data / p for p in FIT])
-    cal.save(data / "calibration.yaml")
-    print(f"fit: {cal.step}\nfront {cal.front_s * 1e3:.2f} ms + "
+def read_all(data: Path) -> dict[str, Run]:
+    """Every collected run folder, as ``server/profile``."""
+    return {f"{d.parent.name}/{d.name}": read_run(d)
+            for d in sorted(data.glob("*/*")) if (d / "manifest.json").exists()}
+
+
+def at_host_speed(data: Path, runs: dict[str, Run]) -> dict[str, Run]:
+    """``runs`` with their times as the host at the fit levels' median speed would have
+    taken them (:mod:`hostspeed`); prints each level's speed against that median."""
+    samples = read_speed(data)
+    speeds = {name: level_speeds(samples, Path(run.path)) for name, run in runs.items()}
+    ref = float(np.nanmedian([v for name in FIT for v in speeds[name].values()]))
+    print("host speed per level, against the fit levels' median (server CPU, SCHED_IDLE meter):")
+    for name, by_level in speeds.items():
+        print(f"  {name}: " + ", ".join(f"{u} users {v / ref:.2f}" for u, v in by_level.items()))
+    return {name: at_speed(run, speeds[name], ref) for name, run in runs.items()}
+
+
+def report_one(runs: dict[str, Run], data: Path, label: str) -> None:
+    cal = fit([runs[p] for p in FIT])
+    cal.save(data / f"calibration-{label}.yaml")
+    print(f"\n=== {label} ===\nfit: {cal.step}\nfront {cal.front_s * 1e3:.2f} ms + "
           f"{cal.front_per_in_flight_s * 1e3:.2f} ms/in flight, turnaround "
           f"{cal.turnaround_s * 1e3:.2f} ms; dropped {cal.dropped}")
-    tables = [("fit (server 1)", check_runs(cal, [data / p for p in FIT]))]
-    held_out = (data / "s2").is_dir()    # collected apart, maybe later, on a quiet host
+    tables = [("fit (server 1)", check_levels(cal, [runs[p] for p in FIT]))]
+    held_out = all(p in runs for p in CHECK)    # collected apart, maybe later
     if held_out:
-        tables.append(("held out (server 2)", check_runs(cal, [data / p for p in CHECK])))
+        tables.append(("held out (server 2)", check_levels(cal, [runs[p] for p in CHECK])))
     for title, table in tables:
-        print(f"\n{title}:")
+        print(f"\n{title}, {label}:")
         print("\n".join(format_table(table)))
         print("\n".join(markdown(table, title)))
     for other, what in (("s2", "server 2"), ("s1b", "server 1's flags, restarted after 2")):
-        if (data / other).is_dir():
-            print(f"\n{what} against server 1, same load:")
-            print(server_spread(data, other).to_string(index=False))
+        if all(f"{other}/{p}" in runs for p in SAME_LOAD):
+            print(f"\n{what} against server 1, same load, {label}:")
+            print(server_spread(runs, other).to_string(index=False))
     if not held_out:
         print(f"\nno {data / 's2'}: the held-out check waits for `collect {data} s2`")
+
+
+def report(data: Path) -> None:
+    """The fit and the check on the times as measured, then on the times at one host speed."""
+    runs = read_all(data)
+    report_one(runs, data, "as measured")
+    report_one(at_host_speed(data, runs), data, "at one host speed")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,12 @@ SLOPE_R2 = 0.5
 
 def fit_runs(paths: Sequence[str | Path]) -> Calibration:
     """The calibration of the server behind the run folders ``paths`` (one server)."""
-    runs = [read_run(p) for p in paths]
+    return fit([read_run(p) for p in paths])
+
+
+def fit(runs: Sequence[Run]) -> Calibration:
+    """The calibration of the server behind ``runs``, read already (a caller may have
+    rescaled their times first, e.g. to one host speed)."""
     levels = [(run, level) for run in runs for level in run.levels]
     dropped: dict[str, str] = {}
     front = _line([lv for _, lv in levels], "front", dropped)
