@@ -195,6 +195,8 @@ def calibrate(runs: tuple[Path, ...], out: Path, check: tuple[Path, ...]) -> Non
     click.echo(f"front end: {cal.front_s * 1e3:.2f} ms + {cal.front_per_in_flight_s * 1e3:.2f} ms "
                f"per request in flight; turnaround {cal.turnaround_s * 1e3:.2f} ms + "
                f"{cal.turnaround_per_in_flight_s * 1e3:.2f} ms per request in flight")
+    click.echo(f"jitter: vLLM's mean token gap over the client's median with one request "
+               f"running, {cal.mean_over_median:.3f} (the fit's means divided by it)")
     for term, why in cal.dropped.items():
         click.echo(f"dropped {term}: {why}")
     click.echo("fit (the runs fitted):")

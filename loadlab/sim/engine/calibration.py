@@ -74,6 +74,9 @@ class Calibration(BaseModel):
                                     description="terms the data did not support, and why")
     fit_errors: dict[str, float] = Field(default_factory=dict,
                                          description="median relative errors on the fit runs")
+    mean_over_median: float = Field(
+        1.0, gt=0, description="the server's jitter: mean over median token gap with one "
+                               "request running; the fit divided vLLM's means by it")
     runs: list[str] = Field(default_factory=list)
     server: dict[str, Any] = Field(default_factory=dict,
                                    description="the calibrated run's scheduler and KV-pool flags")
