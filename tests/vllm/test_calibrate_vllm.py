@@ -38,9 +38,11 @@ def test_calibrate_a_real_run_then_replay_with_it(vllm_server, tmp_path):
     (run / "manifest.json").write_text(json.dumps(manifest))
     fitted = subprocess.run(calibrate, capture_output=True, text=True, check=False)
     assert fitted.returncode == 0, fitted.stderr
-    assert "median |err|" in fitted.stdout
+    assert "median |err|" in fitted.stdout and "jitter:" in fitted.stdout
     cal = load(cal_path)
     assert cal.step.fixed_s + cal.step.per_request_s > 0
+    # measured on the 1-user level (1.0 is the default where there is none)
+    assert 0.8 < cal.mean_over_median < 2.0 and cal.mean_over_median != 1.0
     assert all(v >= 0 for v in cal.step.values()) and cal.front_s >= 0
     assert set(cal.fit_errors) >= {"ttft_p50_median_abs_err", "e2e_p50_median_abs_err"}
     assert cal.server["num_gpu_blocks_override"] == 512 and cal.server["max_num_seqs"] == 4
