@@ -162,7 +162,7 @@ def at_host_speed(data: Path, runs: dict[str, Run]) -> dict[str, Run]:
     """``runs`` with their times as the host at the fit levels' median speed would have
     taken them (:mod:`hostspeed`); prints each level's speed against that median."""
     samples = read_speed(data)
-    speeds = {name: level_speeds(samples, Path(run.path)) for name, run in runs.items()}
+    speeds = {name: level_speeds(samples, run) for name, run in runs.items()}
     ref = float(np.nanmedian([v for name in FIT for v in speeds[name].values()]))
     print("host speed per level, against the fit levels' median (server CPU, SCHED_IDLE meter):")
     for name, by_level in speeds.items():

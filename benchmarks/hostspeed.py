@@ -20,7 +20,6 @@ runs, coefficient of variation 17-26% raw, 3-4% scaled by it (``time x speed / r
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -79,16 +78,15 @@ def read_speed(folder: Path) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def level_speeds(samples: pd.DataFrame, run: Path) -> dict[int, float]:
-    """Units per CPU-second over each measured window of the run folder ``run`` (after its
-    warm-up, as :func:`loadlab.calibrate.runs.read_run` measures it), by concurrency."""
-    steps = json.loads((run / "manifest.json").read_text())["steps"]
+def level_speeds(samples: pd.DataFrame, run: Run) -> dict[int, float]:
+    """Units per CPU-second over each level's measured window (after its warm-up, as
+    :func:`loadlab.calibrate.runs.read_run` measures it), by concurrency."""
     out = {}
-    for step in steps:
-        t0, t1 = step["t_start"] + step.get("warmup_s", 0.0), step["t_end"]
+    for level in run.levels:
+        t0, t1 = level.t_start, level.t_start + level.duration_s
         inside = samples[(samples.t0 >= t0) & (samples.t1 <= t1)]
         cpu_s = float(inside.cpu_s.sum())
-        out[int(step["concurrency"])] = inside.units.sum() / cpu_s if cpu_s >= MIN_CPU_S else np.nan
+        out[level.concurrency] = inside.units.sum() / cpu_s if cpu_s >= MIN_CPU_S else np.nan
     return out
 
 

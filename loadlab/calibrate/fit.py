@@ -70,7 +70,7 @@ def fit(runs: Sequence[Run]) -> Calibration:
 def mean_over_median(levels: Sequence[Level]) -> float:
     """vLLM's histograms give the fit means, while the check, and a user, read medians. With
     one request running alone every step is alike, so there its mean gap over the client's
-    median gap is the server's own jitter (1.12-1.16 on the CPU host of
+    median gap is the server's own jitter (1.07-1.16 on the CPU host of
     benchmarks/README.md). A step model without jitter, fitted to means, would add it to
     every step and predict medians that much high, so the fit's targets are divided by it
     (the front end and turnaround are differences of means, left as they are).

@@ -48,6 +48,7 @@ class Level:
     run: str
     profile: str
     concurrency: int
+    t_start: float                      # the measured window's start (epoch s, after warm-up)
     duration_s: float
     hist: dict[str, float]              # HISTOGRAMS keys -> mean seconds
     engine_steps: float                 # vllm:iteration_tokens_total observations
@@ -117,7 +118,7 @@ def read_run(path: str | Path) -> Run:
         if mine.empty or any(np.isnan(v) for v in hist.values()):
             continue  # a step without finished requests says nothing about step times
         levels.append(Level(run=str(path), profile=Path(profile).stem,
-                            concurrency=int(step.concurrency),
+                            concurrency=int(step.concurrency), t_start=float(step.t_start),
                             duration_s=float(step.t_end - step.t_start), hist=hist,
                             engine_steps=float(iters["delta"].iloc[i]),
                             client=_client(mine, requests, step),

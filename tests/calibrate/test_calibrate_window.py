@@ -24,7 +24,8 @@ SETTINGS = SchedulerSettings(max_num_seqs=8, max_num_batched_tokens=2048, block_
 
 
 def level(lengths: list[tuple[int, int]], users: int, duration_s: float) -> Level:
-    return Level(run="r", profile="p", concurrency=users, duration_s=duration_s, hist={},
+    return Level(run="r", profile="p", concurrency=users, t_start=0.0, duration_s=duration_s,
+                 hist={},
                  engine_steps=0.0, client={}, lengths=lengths)
 
 

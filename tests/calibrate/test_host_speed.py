@@ -74,7 +74,7 @@ def test_a_slow_host_run_is_predicted_right_at_one_host_speed(tmp_path):
     # the fit's host did 1,000 units a CPU-second, the slow host two thirds of that
     meter = tmp_path / "hostspeed-0.csv"
     meter.write_text("\n".join(meter_samples(slow, 1000 / SLOW)) + "\n")
-    speeds = level_speeds(pd.read_csv(meter, names=COLUMNS), slow)
+    speeds = level_speeds(pd.read_csv(meter, names=COLUMNS), read_run(slow))
     assert speeds == {users: pytest.approx(1000 / SLOW, rel=1e-4) for users in (2, 6)}
     scaled = check_levels(cal, [at_speed(read_run(slow), speeds, ref=1000.0)])
     for metric in ("ttft", "itl", "e2e"):
