@@ -7,8 +7,10 @@ prefill and its decode steps; with a step time linear in its terms those means a
 in the terms, so a non-negative least squares on relative errors fits them. The batches
 the replay forms depend a little on the step time itself (who arrives before a step
 starts), so the fit is repeated from its own answer a few times. Those means carry the
-server's own jitter, which a medians' check must not see in every step: they are divided by
-the one-user levels' mean over median (:func:`mean_over_median`).
+server's own jitter: they are divided by the one-user levels' mean over median
+(:func:`mean_over_median`), so the terms give a step's median, and the replay draws each
+step about it with that mean (:func:`loadlab.sim.engine.step_model.calibrated_step_time`),
+as every later replay of the calibration does.
 
 A term stays only when the data supports it (:mod:`loadlab.calibrate.terms`): one that
 no step exercises, one the fit loads cannot tell apart from another (per context token
@@ -19,7 +21,7 @@ reason in the calibration. The front
 end and the turnaround are per-level differences of measured means (``Level.front_s``,
 ``Level.turnaround_s``), each a line in the requests in flight (the closed loop's users)
 whose slope stays only when it explains at least half their spread over three or more
-levels.
+levels; the front end has a step besides, once another request is in flight (:func:`_front`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import nnls
 
 from loadlab.calibrate.check import check_levels, summarize
 from loadlab.calibrate.runs import Level, Run, read_run
@@ -51,7 +54,7 @@ def fit(runs: Sequence[Run]) -> Calibration:
     skew = mean_over_median([level for run in runs for level in run.levels])
     levels = [(run, level) for run in runs for level in run.levels]
     dropped: dict[str, str] = {}
-    front = _line([lv for _, lv in levels], "front", dropped)
+    front = _front([lv for _, lv in levels], dropped)
     turn = _line([lv for _, lv in levels], "turnaround", dropped)
     terms = StepTerms(fixed_s=min(lv.hist["itl_s"] for _, lv in levels) / skew)
     for _ in range(ITERATIONS):
@@ -60,6 +63,7 @@ def fit(runs: Sequence[Run]) -> Calibration:
                                            np.array(groups))
         terms = StepTerms(**dict(zip(TERMS, coef, strict=True)))
     cal = Calibration(step=terms, front_s=front[0], front_per_in_flight_s=front[1],
+                      front_busy_s=front[2],
                       turnaround_s=turn[0], turnaround_per_in_flight_s=turn[1],
                       dropped={**step_dropped, **dropped}, runs=[str(r.path) for r in runs],
                       server=runs[0].server, mean_over_median=skew)
@@ -85,7 +89,7 @@ def _observations(levels: list[tuple[Run, Level]], terms: StepTerms,
     """Feature rows and measured means over ``skew`` (:func:`mean_over_median`): mean
     prefill and mean ITL per level, and the index of the level each row comes from (the
     unit the term choice leaves out)."""
-    step_time = calibrated_step_time(Calibration(step=terms))
+    step_time = calibrated_step_time(Calibration(step=terms, mean_over_median=skew))
     rows, targets, groups = [], [], []
     for index, (run, level) in enumerate(levels):
         measured = Calibration(step=terms, front_s=level.front_s, turnaround_s=level.turnaround_s)
@@ -119,3 +123,25 @@ def _line(levels: list[Level], name: str, dropped: dict[str, str]) -> tuple[floa
     else:
         dropped[field] = "it does not vary, or fewer than three levels ran different numbers"
     return mean, 0.0
+
+
+def _front(levels: list[Level], dropped: dict[str, str]) -> tuple[float, float, float]:
+    """(intercept, slope per request in flight, step while another is in flight) of
+    ``Level.front_s`` over the levels' users. The step: alone, the API server has the CPU
+    to itself; beside a stepping engine it shares it (on the CPU host a one-user level's
+    front end was 6-10 ms, four users' 19-37 ms, sixteen users' 34-56 ms: a jump, then a
+    slope), so one line through all levels is high at one user and low just past it. The
+    step needs one-user levels and others; the slope is judged as :func:`_line` judges it,
+    over the levels with others in flight. Non-negative least squares."""
+    users = np.array([lv.concurrency for lv in levels], float)
+    value = np.array([lv.front_s for lv in levels])
+    busy = users > 1
+    if busy.all() or not busy.any():
+        dropped["front_busy_s"] = ("the fit runs need levels of one user and of more to tell "
+                                   "the API server alone from beside the engine")
+        return (*_line(levels, "front", dropped), 0.0)
+    crowd = [lv for lv, b in zip(levels, busy, strict=True) if b]
+    _, slope = _line(crowd, "front", dropped)
+    columns = [np.ones_like(users), busy.astype(float)] + ([users] if slope else [])
+    coef, _ = nnls(np.column_stack(columns), value)
+    return float(coef[0]), float(coef[2]) if slope else 0.0, float(coef[1])

@@ -192,11 +192,13 @@ def calibrate(runs: tuple[Path, ...], out: Path, check: tuple[Path, ...]) -> Non
     cal = fit_runs(runs)
     kept = {k: v for k, v in cal.step.model_dump().items() if v}
     click.echo("step time: " + ", ".join(f"{k} {v:.4g}" for k, v in kept.items()))
-    click.echo(f"front end: {cal.front_s * 1e3:.2f} ms + {cal.front_per_in_flight_s * 1e3:.2f} ms "
+    click.echo(f"front end: {cal.front_s * 1e3:.2f} ms, + {cal.front_busy_s * 1e3:.2f} ms with "
+               f"another request in flight, + {cal.front_per_in_flight_s * 1e3:.2f} ms "
                f"per request in flight; turnaround {cal.turnaround_s * 1e3:.2f} ms + "
                f"{cal.turnaround_per_in_flight_s * 1e3:.2f} ms per request in flight")
     click.echo(f"jitter: vLLM's mean token gap over the client's median with one request "
-               f"running, {cal.mean_over_median:.3f} (the fit's means divided by it)")
+               f"running, {cal.mean_over_median:.3f} (the fit's means divided by it; replays draw "
+               f"each step about the fitted median with that mean)")
     for term, why in cal.dropped.items():
         click.echo(f"dropped {term}: {why}")
     click.echo("fit (the runs fitted):")

@@ -23,6 +23,8 @@ from loadlab.cli.sim import sim
 from loadlab.errors import InputError
 from loadlab.runstore import METRICS, read_table
 from loadlab.sim.engine.calibration import Calibration, StepTerms, load
+from loadlab.sim.engine.step_model import calibrated_step_time
+from loadlab.sim.engine.types import BatchShape
 
 PROFILES = Path(__file__).resolve().parents[1] / "vllm" / "profiles"
 KNOWN = Calibration(
@@ -38,8 +40,12 @@ LOADS = {"tiny-prefill": "1,2", "tiny-short": "1,2,4,8", "tiny-long": "2,6"}
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> list[Path]:
     """One replayed step load per profile of LOADS, on the KNOWN server."""
-    root = tmp_path_factory.mktemp("calibrate")
-    KNOWN.save(root / "known.yaml")
+    return replayed(tmp_path_factory.mktemp("calibrate"), KNOWN)
+
+
+def replayed(root: Path, server: Calibration) -> list[Path]:
+    """One replayed step load per profile of LOADS, on ``server``, in ``root``."""
+    server.save(root / "known.yaml")
     out = []
     for profile, levels in LOADS.items():
         run = root / profile
@@ -75,28 +81,53 @@ def test_fit_recovers_the_known_constants(runs, tmp_path):
         assert fitted.fit_errors[f"{metric}_p50_median_abs_err"] < 0.08, fitted.fit_errors
 
 
-def test_the_servers_jitter_is_taken_out_of_vllms_means(runs):
-    """A server whose token gaps average 15% above their median (jitter, which the replay
-    has none of): vLLM's mean ITL and prefill say 1.15x, the client's medians do not. The
-    fit divides the means by the one-user levels' mean over median and finds the step
-    costs the medians show; fitted to the means as they are, every term would be 1.15x."""
-    jittery = []
-    for run in map(read_run, runs):
-        levels = []
-        for lv in run.levels:
-            hist = {**lv.hist, "itl_s": lv.hist["itl_s"] * 1.15,
-                    "prefill_s": lv.hist["prefill_s"] * 1.15}
-            levels.append(replace(lv, hist=hist))
-        jittery.append(replace(run, levels=levels))
-    plain, fitted = fit([read_run(p) for p in runs]), fit(jittery)
-    assert plain.mean_over_median == pytest.approx(1.0, abs=0.03)
-    assert fitted.mean_over_median == pytest.approx(1.15 * plain.mean_over_median, rel=1e-6)
-    # not exact: vLLM's prefill mean also enters the front end (a difference of means), so
-    # the jittery runs' front end, and with it their replayed batches, differ a little
-    for term in ("fixed_s", "per_prefill_token_s", "per_context_token_s"):
-        assert getattr(fitted.step, term) == pytest.approx(getattr(plain.step, term), rel=0.08)
-    assert mean_over_median([lv for run in jittery for lv in run.levels
+def test_the_servers_jitter_is_measured_and_replayed(tmp_path_factory):
+    """A server whose steps vary about their median with a mean 15% above it (KNOWN with
+    jitter: the replay draws each step so). vLLM's mean ITL and prefill say 1.15x, the
+    client's medians do not. The fit measures the jitter at the one-user levels, divides
+    the means by it and finds the step costs the medians show (fitted to the means as they
+    are, every term would be 1.15x), and its replay, drawing that jitter again, predicts
+    the medians and the sums of steps (E2E) alike."""
+    jittery = replayed(tmp_path_factory.mktemp("jittery"),
+                       KNOWN.model_copy(update={"mean_over_median": 1.15}))
+    fitted = fit([read_run(p) for p in jittery])
+    assert fitted.mean_over_median == pytest.approx(1.15, rel=0.04)
+    # which terms carry the cost is less sure under jitter (here the fit prefers per
+    # attention pair to per prefill token, so a 300-token prefill beside three decodes
+    # comes out 23% short): the step times of the loads' common shapes are what must hold,
+    # to the issue's 15% (measured: 64-token prefill alone and beside three decodes, and a
+    # decode of eight, within 11%; without jitter the terms themselves are within 6%)
+    median_step, true_step = (calibrated_step_time(Calibration(step=c.step))
+                              for c in (fitted, KNOWN))
+    for prompt, running in ((64, 1), (64, 4), (0, 8)):
+        batch = BatchShape(prompt, running - bool(prompt), running, int(bool(prompt)),
+                           prompt + 120 * running)
+        assert median_step(batch) == pytest.approx(true_step(batch), rel=0.15), batch
+    for metric in ("ttft", "itl", "e2e"):
+        assert fitted.fit_errors[f"{metric}_p50_median_abs_err"] < 0.08, fitted.fit_errors
+    assert mean_over_median([lv for run in map(read_run, jittery) for lv in run.levels
                              if lv.concurrency > 1]) == 1.0   # no one-user level: no change
+
+
+def test_the_front_end_steps_up_beside_a_running_engine(runs):
+    """An API server that shares its CPU with the engine: alone (one user) its front end
+    is the known one, with any other request in flight it is 5 ms longer. The fit finds
+    that step and leaves the line as it was; a single line through all levels could not
+    be right at one user and at two."""
+    stepped = []
+    for run in map(read_run, runs):
+        levels = [replace(lv, client={**lv.client, "ttft_mean_s": lv.client["ttft_mean_s"]
+                                      + (5e-3 if lv.concurrency > 1 else 0.0)})
+                  for lv in run.levels]
+        stepped.append(replace(run, levels=levels))
+    plain, fitted = fit([read_run(p) for p in runs]), fit(stepped)
+    assert plain.front_busy_s < 0.5e-3
+    assert fitted.front_busy_s - plain.front_busy_s == pytest.approx(5e-3, abs=0.5e-3)
+    assert fitted.front_s == pytest.approx(plain.front_s, abs=0.5e-3)
+    assert fitted.front_per_in_flight_s == pytest.approx(plain.front_per_in_flight_s, abs=0.2e-3)
+    alone = fit([replace(run, levels=[lv for lv in run.levels if lv.concurrency > 1])
+                 for run in stepped])
+    assert alone.front_busy_s == 0.0 and "front_busy_s" in alone.dropped
 
 
 def test_check_predicts_held_out_levels(runs):

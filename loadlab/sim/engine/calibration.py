@@ -17,10 +17,14 @@ model runner prepares inputs and attention metadata for query lengths above one
 vllm/v1/worker/cpu_model_runner.py); on a small model that host work, not the tokens,
 sets the step time, so the fixed cost alone cannot be both a decode and a prefill step.
 
+Each step is that sum times a seeded draw of the server's own jitter, of median 1 and mean
+``mean_over_median`` (:func:`loadlab.sim.engine.step_model.calibrated_step_time`).
+
 Beside the engine: ``front_s``, the API server's share of a request's latency
 (to the engine's queue and the first token back), and ``turnaround_s``, the time a
 closed-loop user's next request takes to reach the engine after its previous one
-finished, each with an optional slope on the requests in flight. The KV pool and scheduler
+finished, each with an optional slope on the requests in flight; the front end also
+steps up by ``front_busy_s`` once another request is in flight. The KV pool and scheduler
 flags of the calibrated run travel in ``server``, so a replay of that server runs on its
 own pool.
 """
@@ -67,6 +71,8 @@ class Calibration(BaseModel):
     front_s: float = Field(0.0, ge=0, description="API server <-> engine, per request")
     front_per_in_flight_s: float = Field(
         0.0, description="front-end slope, seconds per request in flight at the server")
+    front_busy_s: float = Field(
+        0.0, ge=0, description="front-end step, added while another request is in flight")
     turnaround_s: float = Field(0.0, ge=0, description="closed loop: request end -> next arrival")
     turnaround_per_in_flight_s: float = Field(
         0.0, description="turnaround slope, seconds per request in flight at the server")
@@ -76,7 +82,8 @@ class Calibration(BaseModel):
                                          description="median relative errors on the fit runs")
     mean_over_median: float = Field(
         1.0, gt=0, description="the server's jitter: mean over median token gap with one "
-                               "request running; the fit divided vLLM's means by it")
+                               "request running; the fit divided vLLM's means by it, and "
+                               "each replayed step is drawn with it as its mean over median")
     runs: list[str] = Field(default_factory=list)
     server: dict[str, Any] = Field(default_factory=dict,
                                    description="the calibrated run's scheduler and KV-pool flags")
@@ -85,8 +92,10 @@ class Calibration(BaseModel):
         """Seconds a request spends outside the engine before its first token reaches the
         client, with ``in_flight`` requests at the server (a closed loop: its users). The
         API server tokenizes and streams for all of them, on the host CPU the engine core
-        also uses, so this grows with the load."""
-        return max(0.0, self.front_s + self.front_per_in_flight_s * in_flight)
+        also uses, so this grows with the load, and steps up as soon as the engine runs
+        beside it (a request alone has the API server's CPU to itself)."""
+        busy = self.front_busy_s if in_flight > 1 else 0.0
+        return max(0.0, self.front_s + busy + self.front_per_in_flight_s * in_flight)
 
     def turnaround(self, in_flight: float) -> float:
         """Seconds from a closed-loop request's end to its user's next engine arrival."""

@@ -6,6 +6,8 @@ Every engine (virtual-time replay, the live simulator, what-if points) asks
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Callable
 
 from loadlab.sim.engine.calibration import Calibration
@@ -24,15 +26,28 @@ def step_features(batch: BatchShape) -> tuple[float, ...]:
             float(batch.num_prefill_tokens > 0))
 
 
-def calibrated_step_time(calibration: Calibration) -> StepTime:
-    """Seconds per step from the fitted terms (a dot product: replay calls it per step)."""
+def calibrated_step_time(calibration: Calibration, seed: int = 0) -> StepTime:
+    """Seconds per step from the fitted terms, times the server's own jitter.
+
+    The jitter: each step is the fitted sum times a seeded lognormal draw of median 1 and
+    mean ``calibration.mean_over_median`` (sigma = sqrt(2 ln mean_over_median)). The fit
+    made its terms the steps' median, so medians of token gaps stay the terms' while a
+    sum of steps (a whole decode, a wait behind a queue) runs at the mean, as the real
+    server's do. Without it a closed-loop replay's users, all alike, stay in lockstep:
+    each level's TTFT takes a few values and its p50 jumps between them on any change
+    (one CPU host's steps with one request running vary with a coefficient of variation
+    of 0.35-0.5, its gaps independent from one token to the next).
+    """
     fixed, per_req, per_prefill, per_pair, per_ctx, per_step = calibration.step.values()
+    sigma = math.sqrt(2.0 * math.log(max(calibration.mean_over_median, 1.0)))
+    draw = random.Random(seed).lognormvariate
 
     def step_time(batch: BatchShape) -> float:
         prefill = batch.num_prefill_tokens
-        return (fixed + per_req * batch.num_requests + per_prefill * prefill
-                + per_pair * attention_pairs(batch) + per_ctx * batch.context_tokens
-                + (per_step if prefill else 0.0))
+        seconds = (fixed + per_req * batch.num_requests + per_prefill * prefill
+                   + per_pair * attention_pairs(batch) + per_ctx * batch.context_tokens
+                   + (per_step if prefill else 0.0))
+        return seconds * draw(0.0, sigma) if sigma else seconds
 
     return step_time
 
@@ -42,5 +57,5 @@ def step_time_for(resolved: ResolvedConfig, calibration: Calibration | None = No
     roofline of the model and GPU profiles."""
     calibration = calibration or resolved.calibration
     if calibration is not None:
-        return calibrated_step_time(calibration)
+        return calibrated_step_time(calibration, resolved.seed)
     return StepTimeModel(resolved).step_time
