@@ -174,7 +174,8 @@ def report_one(runs: dict[str, Run], data: Path, label: str) -> None:
     cal = fit([runs[p] for p in FIT])
     cal.save(data / f"calibration-{label}.yaml")
     print(f"\n=== {label} ===\nfit: {cal.step}\nfront {cal.front_s * 1e3:.2f} ms + "
-          f"{cal.front_per_in_flight_s * 1e3:.2f} ms/in flight, turnaround "
+          f"{cal.front_per_in_flight_s * 1e3:.2f} ms/in flight + {cal.front_busy_s * 1e3:.2f} ms "
+          f"with another in flight, turnaround "
           f"{cal.turnaround_s * 1e3:.2f} ms; dropped {cal.dropped}")
     tables = [("fit (server 1)", check_levels(cal, [runs[p] for p in FIT]))]
     held_out = all(p in runs for p in CHECK)    # collected apart, maybe later
