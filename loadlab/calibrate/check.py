@@ -16,7 +16,7 @@ from loadlab.sim.engine.calibration import Calibration
 from loadlab.sim.engine.step_model import calibrated_step_time
 
 METRICS = ("ttft", "itl", "e2e")
-REPLICAS = 4
+REPLICAS = 4     # replays pooled per level, each with its own seed of the step jitter
 
 
 def check_runs(cal: Calibration, paths: Sequence[str | Path]) -> pd.DataFrame:
@@ -24,17 +24,17 @@ def check_runs(cal: Calibration, paths: Sequence[str | Path]) -> pd.DataFrame:
     return check_levels(cal, [read_run(p) for p in paths])
 
 
-def check_levels(cal: Calibration, runs: Sequence[Run], replicas: int = REPLICAS) -> pd.DataFrame:
+def check_levels(cal: Calibration, runs: Sequence[Run]) -> pd.DataFrame:
     """One row per level: run, profile, concurrency, and for TTFT, ITL and E2E p50 the
     measured and predicted seconds and the relative error (predicted / measured - 1).
-    The prediction pools ``replicas`` replays of the level, each with its own seed of the
+    The prediction pools :data:`REPLICAS` replays of the level, each with its own seed of the
     calibration's step jitter: one replay's p50 moves with its draws (TTFT's at a few users
     by 20% and more on the CPU host), and the real level is one draw of its server's."""
     rows = []
     for run in runs:
         for level in run.levels:
             traces = [simulate_level(run.settings, level, calibrated_step_time(cal, seed),
-                                     cal.front, cal.turnaround) for seed in range(replicas)]
+                                     cal.front, cal.turnaround) for seed in range(REPLICAS)]
             row: dict[str, object] = {"run": Path(run.path).name, "profile": level.profile,
                                       "concurrency": level.concurrency}
             predicted = {
