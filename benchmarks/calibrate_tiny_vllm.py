@@ -37,7 +37,7 @@ before and after each load to ``loadavg.txt``:
 A ``--target`` run cannot see the server's flags, so its manifest's ``server`` block is
 filled with the launch flags afterwards, as ``loadlab sim calibrate``'s refusal says.
 
-``report`` fits server 1's runs with :func:`loadlab.calibrate.fit_runs` and checks server
+``report`` fits server 1's runs with :func:`loadlab.calibrate.fit.fit_with_table` and checks server
 2's with :func:`loadlab.calibrate.check_runs` (client TTFT, ITL and E2E p50 per level,
 predicted / measured - 1; per pass, then on the passes' median), and prints how much the
 two servers differ on the same load; without a server 2 folder (collected apart, later) it
@@ -64,7 +64,7 @@ from hostspeed import at_speed, level_speeds, metering, read_speed
 from realvllm import ISOLATION, missing_reason, tiny_vllm
 
 from loadlab.calibrate.check import METRICS, check_levels, format_table
-from loadlab.calibrate.fit import fit
+from loadlab.calibrate.fit import fit_with_table
 from loadlab.calibrate.runs import Run, read_run
 from loadlab.experiment.cpus import format_cpu_list
 
@@ -191,13 +191,13 @@ def at_host_speed(data: Path, runs: dict[str, Run]) -> dict[str, Run]:
 
 
 def report_one(runs: dict[str, Run], data: Path, label: str) -> None:
-    cal = fit([runs[p] for p in FIT])
+    cal, fitted = fit_with_table([runs[p] for p in FIT])
     cal.save(data / f"calibration-{label}.yaml")
     print(f"\n=== {label} ===\nfit: {cal.step}\nfront {cal.front_s * 1e3:.2f} ms + "
           f"{cal.front_per_in_flight_s * 1e3:.2f} ms/in flight + {cal.front_busy_s * 1e3:.2f} ms "
           f"with another in flight, turnaround "
           f"{cal.turnaround_s * 1e3:.2f} ms; dropped {cal.dropped}")
-    tables = [("fit (server 1)", check_levels(cal, [runs[p] for p in FIT]))]
+    tables = [("fit (server 1)", fitted)]
     held_out = all(p in runs for p in CHECK)    # collected apart, maybe later
     if held_out:
         passes = [check_levels(cal, [runs[p]]) for p in CHECK]

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from scipy.optimize import nnls
 
 from loadlab.calibrate.check import check_levels, summarize
@@ -51,6 +52,13 @@ def fit_runs(paths: Sequence[str | Path]) -> Calibration:
 def fit(runs: Sequence[Run]) -> Calibration:
     """The calibration of the server behind ``runs``, read already (a caller may have
     rescaled their times first, e.g. to one host speed)."""
+    return fit_with_table(runs)[0]
+
+
+def fit_with_table(runs: Sequence[Run]) -> tuple[Calibration, pd.DataFrame]:
+    """:func:`fit`, and the per-level table on ``runs`` its fit errors summarize
+    (:func:`loadlab.calibrate.check.check_levels`): a caller that prints it needs no second
+    replay of every level."""
     skew = mean_over_median([level for run in runs for level in run.levels])
     levels = [(run, level) for run in runs for level in run.levels]
     dropped: dict[str, str] = {}
@@ -67,8 +75,9 @@ def fit(runs: Sequence[Run]) -> Calibration:
                       turnaround_s=turn[0], turnaround_per_in_flight_s=turn[1],
                       dropped={**step_dropped, **dropped}, runs=[str(r.path) for r in runs],
                       server=runs[0].server, mean_over_median=skew)
-    cal.fit_errors = summarize(check_levels(cal, runs))
-    return cal
+    table = check_levels(cal, runs)
+    cal.fit_errors = summarize(table)
+    return cal, table
 
 
 def mean_over_median(levels: Sequence[Level]) -> float:

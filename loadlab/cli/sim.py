@@ -186,10 +186,12 @@ def calibrate(runs: tuple[Path, ...], out: Path, check: tuple[Path, ...]) -> Non
 
     Example: loadlab sim calibrate runs/steps --out my-server.yaml --check runs/other
     """
-    from loadlab.calibrate import check_runs, fit_runs
+    from loadlab.calibrate import check_runs
     from loadlab.calibrate.check import format_table
+    from loadlab.calibrate.fit import fit_with_table
+    from loadlab.calibrate.runs import read_run
 
-    cal = fit_runs(runs)
+    cal, fitted = fit_with_table([read_run(p) for p in runs])
     kept = {k: v for k, v in cal.step.model_dump().items() if v}
     click.echo("step time: " + ", ".join(f"{k} {v:.4g}" for k, v in kept.items()))
     click.echo(f"front end: {cal.front_s * 1e3:.2f} ms, + {cal.front_busy_s * 1e3:.2f} ms with "
@@ -202,7 +204,7 @@ def calibrate(runs: tuple[Path, ...], out: Path, check: tuple[Path, ...]) -> Non
     for term, why in cal.dropped.items():
         click.echo(f"dropped {term}: {why}")
     click.echo("fit (the runs fitted):")
-    for line in format_table(check_runs(cal, runs)):
+    for line in format_table(fitted):
         click.echo("  " + line)
     if check:
         click.echo("held out (--check):")
