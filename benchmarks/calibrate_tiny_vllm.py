@@ -34,6 +34,12 @@ before and after each load to ``loadavg.txt``:
   two servers of one configuration started minutes apart differ, beside how far server 2
   differs (``collect DIR s1 s2 s1b``).
 
+A meter (``hostspeed``) samples the host's speed on the server CPU throughout. After a
+server's loads, the gate runs again any load with a level outside ``hostspeed.GATE`` of
+the fit levels' median speed (server 1 first: its loads set that median), at most
+:data:`RERUNS` rounds; the first folder is kept under ``rejected/``. The gate reads the
+meter alone, never a latency or an error.
+
 A ``--target`` run cannot see the server's flags, so its manifest's ``server`` block is
 filled with the launch flags afterwards, as ``loadlab sim calibrate``'s refusal says.
 
@@ -54,13 +60,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "vllm"))  # reuse the e2e tests' launch helper
 
-from hostspeed import at_speed, level_speeds, metering, read_speed
+from hostspeed import GATE, at_speed, level_speeds, metering, off_gate, read_speed, reference_speed
 from realvllm import ISOLATION, missing_reason, tiny_vllm
 
 from loadlab.calibrate.check import METRICS, check_levels, format_table
@@ -73,6 +78,10 @@ STEP_S, WARMUP_S = 15.0, 2.0
 # the check load runs this many times back to back: one pass's p50 at one host speed still
 # moves 6-10% with the host, so a level is judged on the median of its passes
 CHECK_PASSES = 3
+# the meter gate: after a server's loads, a load with a level outside hostspeed.GATE of the
+# fit levels' median speed is run again (its folder kept under rejected/), at most this
+# many rounds; a level still outside is kept and marked in the report
+RERUNS = 2
 SERVERS: dict[str, tuple[dict[str, object], list[tuple[str, str]]]] = {
     "s1": ({"max_num_seqs": 16, "num_gpu_blocks_override": 512},
            [("tiny-prefill", "1"), ("tiny-short", "1,4,8,16"), ("tiny-decode", "1,4,8,16"),
@@ -120,15 +129,49 @@ def collect(out: Path, names: Sequence[str] = ()) -> None:
         sys.exit(reason)
     with metering(ISOLATION.server_cpus or range(os.cpu_count() or 1), out):
         for name in names or SERVERS:
-            flags, loads = SERVERS[name]
-            with tiny_vllm(out / name / "server", **flags) as target:
-                for k, (profile, levels) in enumerate(loads):
-                    again = [p for p, _ in loads[:k]].count(profile)   # a repeated pass
-                    folder = f"{profile}-{again + 1}" if again else profile
-                    note_load(out, f"{name}/{folder} start")
-                    run_load(target.base_url, out / name / folder, profile, levels,
-                             target.server_settings())
+            collect_server(out, name)
             note_load(out, f"{name} done")
+
+
+def collect_server(out: Path, name: str) -> None:
+    """Server ``name``'s loads, then the meter gate's re-runs on the same server."""
+    flags, loads = SERVERS[name]
+    folders = folder_names([profile for profile, _ in loads])
+    with tiny_vllm(out / name / "server", **flags) as target:
+        def load(k: int, why: str = "start") -> None:
+            note_load(out, f"{name}/{folders[k]} {why}")
+            run_load(target.base_url, out / name / folders[k], *loads[k],
+                     target.server_settings())
+        for k in range(len(loads)):
+            load(k)
+        for round_ in range(1, RERUNS + 1):
+            off = off_speed(out, name, folders)
+            for k, why in off.items():
+                rejected = out / "rejected" / name / f"{folders[k]}-{round_}"
+                rejected.parent.mkdir(parents=True, exist_ok=True)
+                (out / name / folders[k]).rename(rejected)
+                load(k, f"re-run {round_} (host speed {why})")
+            if not off:
+                break
+
+
+def folder_names(profiles: list[str]) -> list[str]:
+    """Each load's folder: its profile, with ``-2``, ``-3``, ... on a repeated pass."""
+    return [p if not profiles[:k].count(p) else f"{p}-{profiles[:k].count(p) + 1}"
+            for k, p in enumerate(profiles)]
+
+
+def off_speed(out: Path, name: str, folders: list[str]) -> dict[int, str]:
+    """The gate: server ``name``'s loads (by index) with a level whose host speed lies
+    outside :data:`hostspeed.GATE` of the fit levels' median, and those levels' speeds."""
+    samples = read_speed(out)
+    ref = reference_speed(level_speeds(samples, read_run(out / f)) for f in FIT)
+    off = {}
+    for k, folder in enumerate(folders):
+        bad = off_gate(level_speeds(samples, read_run(out / name / folder)), ref)
+        if bad:
+            off[k] = ", ".join(f"{u} users {r:.2f}" for u, r in bad.items())
+    return off
 
 
 def markdown(table: pd.DataFrame, title: str) -> list[str]:
@@ -183,10 +226,16 @@ def at_host_speed(data: Path, runs: dict[str, Run]) -> dict[str, Run]:
     taken them (:mod:`hostspeed`); prints each level's speed against that median."""
     samples = read_speed(data)
     speeds = {name: level_speeds(samples, run) for name, run in runs.items()}
-    ref = float(np.nanmedian([v for name in FIT for v in speeds[name].values()]))
-    print("host speed per level, against the fit levels' median (server CPU, SCHED_IDLE meter):")
+    ref = reference_speed(speeds[name] for name in FIT)
+    print("host speed per level, against the fit levels' median (server CPU, SCHED_IDLE meter;"
+          f" * outside the gate {GATE[0]}-{GATE[1]}):")
     for name, by_level in speeds.items():
-        print(f"  {name}: " + ", ".join(f"{u} users {v / ref:.2f}" for u, v in by_level.items()))
+        off = off_gate(by_level, ref)
+        print(f"  {name}: " + ", ".join(f"{u} users {v / ref:.2f}{'*' * (u in off)}"
+                                        for u, v in by_level.items()))
+    rejected = sorted(str(d.relative_to(data / "rejected"))
+                      for d in data.glob("rejected/*/*") if d.is_dir())
+    print(f"re-run by the gate ({len(rejected)}): {', '.join(rejected) or 'none'}")
     return {name: at_speed(run, speeds[name], ref) for name, run in runs.items()}
 
 

@@ -37,6 +37,9 @@ from loadlab.calibrate.runs import Level, Run
 SAMPLE_S = 0.25
 COLUMNS = ["t0", "t1", "units", "cpu_s"]
 MIN_CPU_S = 0.05     # a level's meter CPU time below this says too little about its speed
+# a level is kept when its speed over the reference's lies in this band: past it the
+# meter's linear scaling leaves 15-30% between two runs of one load (benchmarks/README.md)
+GATE = (0.8, 1.25)
 
 
 def meter(cpu: int, out: Path) -> None:
@@ -75,7 +78,7 @@ def read_speed(folder: Path) -> pd.DataFrame:
     parts = [pd.read_csv(p, names=COLUMNS) for p in sorted(folder.glob("hostspeed-*.csv"))]
     if not parts:
         raise FileNotFoundError(f"no hostspeed-*.csv in {folder}: collect with the meter")
-    return pd.concat(parts, ignore_index=True)
+    return pd.concat(parts, ignore_index=True).dropna()   # a line the meter is still writing
 
 
 def level_speeds(samples: pd.DataFrame, run: Run) -> dict[int, float]:
@@ -88,6 +91,19 @@ def level_speeds(samples: pd.DataFrame, run: Run) -> dict[int, float]:
         cpu_s = float(inside.cpu_s.sum())
         out[level.concurrency] = inside.units.sum() / cpu_s if cpu_s >= MIN_CPU_S else np.nan
     return out
+
+
+def reference_speed(speeds: Iterable[dict[int, float]]) -> float:
+    """The median speed over every level of ``speeds`` (the fit's runs): the one host
+    speed every time is scaled to."""
+    return float(np.nanmedian([v for by_level in speeds for v in by_level.values()]))
+
+
+def off_gate(speeds: dict[int, float], ref: float) -> dict[int, float]:
+    """The levels whose speed over ``ref`` lies outside :data:`GATE` (or that the meter did
+    not see), with that ratio: the levels to measure again."""
+    ratios = {users: v / ref for users, v in speeds.items()}
+    return {users: r for users, r in ratios.items() if not GATE[0] <= r <= GATE[1]}
 
 
 def at_speed(run: Run, speeds: dict[int, float], ref: float) -> Run:

@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -24,7 +25,7 @@ from loadlab.cli.sim import sim
 from loadlab.sim.engine.calibration import Calibration, StepTerms
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from hostspeed import COLUMNS, at_speed, level_speeds
+from hostspeed import COLUMNS, GATE, at_speed, level_speeds, off_gate, reference_speed
 
 PROFILES = Path(__file__).resolve().parents[1] / "vllm" / "profiles"
 SERVER = {"max_num_seqs": 8, "max_num_batched_tokens": 256, "block_size": 32,
@@ -85,3 +86,13 @@ def test_a_level_the_meter_did_not_see_is_refused(tmp_path):
     run = replay(tmp_path, "run", 1.0, "tiny-short", "1,2")
     with pytest.raises(ValueError, match="no host speed for 2 users"):
         at_speed(read_run(run), {1: 1000.0}, ref=1000.0)
+
+
+def test_the_gate_keeps_levels_near_the_fit_speed_and_flags_the_rest():
+    ref = reference_speed([{1: 900.0, 4: 1000.0}, {1: 1100.0, 8: np.nan}])
+    assert ref == pytest.approx(1000.0)
+    lo, hi = GATE
+    off = off_gate({1: lo * ref, 4: hi * ref, 8: 0.99 * lo * ref, 16: 1.01 * hi * ref,
+                    32: np.nan}, ref)
+    assert sorted(off) == [8, 16, 32]           # unseen by the meter: measured again too
+    assert off[8] == pytest.approx(0.99 * lo) and off[16] == pytest.approx(1.01 * hi)
