@@ -23,7 +23,12 @@ before and after each load to ``loadavg.txt``:
   ``tiny-long`` (300 in, 400 out) at 4 and 8 users: prompts of a third length at two
   levels, so that with any one level left out the prompts still have two lengths and a
   cost per step carrying prefill is told from a cost per prefill token (rule 0 again;
-  ``tiny-prefill``'s one level alone is not enough);
+  ``tiny-prefill``'s one level alone is not enough). ``tiny-chunk`` (256 in, 4 out) at 1
+  user: one whole chunk of the 256-token budget alone in its step, beside ``tiny-prefill``'s
+  two (the second reading the first's 256 tokens) and ``tiny-short``'s 64 tokens. Without
+  it, one level's sum of two chunks and prompts of 64 and 300 left the split of prefill
+  between per token, per attention pair and per prefill step to the noise: four fits of
+  one server put a 160-token prefill step at 21 to 29 ms;
 - server 2, ``--max-num-seqs 32 --num-gpu-blocks-override 64``, no prefix caching: the
   CHECK load ``tiny-check`` (160 in, 48 out) at 4, 12, 16 users (a request holds 7 of
   the 63 usable blocks, so past 9 running the pool is the knee: 12 and 16 are past it),
@@ -84,8 +89,8 @@ CHECK_PASSES = 3
 RERUNS = 2
 SERVERS: dict[str, tuple[dict[str, object], list[tuple[str, str]]]] = {
     "s1": ({"max_num_seqs": 16, "num_gpu_blocks_override": 512},
-           [("tiny-prefill", "1"), ("tiny-short", "1,4,8,16"), ("tiny-decode", "1,4,8,16"),
-            ("tiny-long", "4,8")]),
+           [("tiny-prefill", "1"), ("tiny-chunk", "1"), ("tiny-short", "1,4,8,16"),
+            ("tiny-decode", "1,4,8,16"), ("tiny-long", "4,8")]),
     "s2": ({"max_num_seqs": 32, "num_gpu_blocks_override": 64, "enable_prefix_caching": False},
            [("tiny-check", "4,12,16")] * CHECK_PASSES
            + [("tiny-short", "1,4,8,16"), ("tiny-prefill", "1")]),
@@ -94,7 +99,7 @@ SERVERS: dict[str, tuple[dict[str, object], list[tuple[str, str]]]] = {
     "s1b": ({"max_num_seqs": 16, "num_gpu_blocks_override": 512},
             [("tiny-short", "1,4,8,16"), ("tiny-prefill", "1")]),
 }
-FIT = ["s1/tiny-prefill", "s1/tiny-short", "s1/tiny-decode", "s1/tiny-long"]
+FIT = ["s1/tiny-prefill", "s1/tiny-chunk", "s1/tiny-short", "s1/tiny-decode", "s1/tiny-long"]
 CHECK = ["s2/tiny-check"] + [f"s2/tiny-check-{k}" for k in range(2, CHECK_PASSES + 1)]
 SAME_LOAD = ["tiny-prefill", "tiny-short"]
 
