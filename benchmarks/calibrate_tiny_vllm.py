@@ -7,11 +7,11 @@ fit can be rerun offline on its folders:
     flock /tmp/realvllm.lock python3 benchmarks/calibrate_tiny_vllm.py collect /tmp/caldata s2
     python3 benchmarks/calibrate_tiny_vllm.py report /tmp/caldata
 
-``collect`` (3-5 minutes a server on 2 cores, so each holds the lock under 10 minutes)
-starts the named servers of the tiny model one after the other (``tiny_vllm``: vLLM on the
-server CPUs, the load generator and its /metrics scraper on the client CPU), each load one
-``loadlab run --target URL --collect`` folder, and appends the machine's load average
-before and after each load to ``loadavg.txt``:
+``collect`` (3-5 minutes a server on 2 cores, up to 8 with the gate's re-runs, so each
+holds the lock under 10 minutes) starts the named servers of the tiny model one after the
+other (``tiny_vllm``: vLLM on the server CPUs, the load generator and its /metrics scraper
+on the client CPU), each load one ``loadlab run --target URL --collect`` folder, and
+appends the machine's load average before and after each load to ``loadavg.txt``:
 
 - server 1, ``--max-num-seqs 16``, 512 blocks: the FIT loads, ``tiny-prefill`` (512 in,
   4 out) at 1 user, ``tiny-short`` (64 in, 32 out) and ``tiny-decode`` (64 in, 160 out)
