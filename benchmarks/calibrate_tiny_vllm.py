@@ -185,11 +185,19 @@ def gate_reference(out: Path, samples: pd.DataFrame) -> float:
     kept in ``GATE_REFERENCE``: were it the median as the loads stand, each round's
     re-runs would move it, and a later round would re-run loads an earlier one kept (seen
     in calib17 of benchmarks/README.md)."""
-    path = out / GATE_REFERENCE
-    if not path.exists():
-        ref = reference_speed(level_speeds(samples, read_run(out / f)) for f in FIT)
-        path.write_text(json.dumps({"units_per_cpu_s": ref}) + "\n")
-    return float(json.loads(path.read_text())["units_per_cpu_s"])
+    kept = stored_gate_reference(out)
+    if kept is not None:
+        return kept
+    ref = reference_speed(level_speeds(samples, read_run(out / f)) for f in FIT)
+    (out / GATE_REFERENCE).write_text(json.dumps({"units_per_cpu_s": ref}) + "\n")
+    return ref
+
+
+def stored_gate_reference(data: Path) -> float | None:
+    """The gate's reference speed where its collection kept one (collections before
+    afb35d4 did not)."""
+    path = data / GATE_REFERENCE
+    return float(json.loads(path.read_text())["units_per_cpu_s"]) if path.exists() else None
 
 
 def markdown(table: pd.DataFrame, title: str) -> list[str]:
@@ -245,8 +253,7 @@ def at_host_speed(data: Path, runs: dict[str, Run]) -> dict[str, Run]:
     samples = read_speed(data)
     speeds = {name: level_speeds(samples, run) for name, run in runs.items()}
     ref = reference_speed(speeds[name] for name in FIT)
-    stored = data / GATE_REFERENCE      # the gate's own, where it kept one
-    gate = float(json.loads(stored.read_text())["units_per_cpu_s"]) if stored.exists() else ref
+    gate = stored_gate_reference(data) or ref
     print("host speed per level, against the fit levels' median (server CPU, SCHED_IDLE meter;"
           f" the gate's reference {gate / ref:.2f} of it; * outside {GATE[0]}-{GATE[1]} of that):")
     for name, by_level in speeds.items():
@@ -288,6 +295,10 @@ def report_one(runs: dict[str, Run], data: Path, label: str) -> None:
 def report(data: Path) -> None:
     """The fit and the check on the times as measured, then on the times at one host speed."""
     runs = read_all(data)
+    missing = [p for p in FIT if p not in runs]
+    if missing:
+        sys.exit(f"{data}: no {', '.join(missing)} (the fit loads of this version; a collection "
+                 "made before tiny-chunk joined them, c7a50a0, reports at an earlier commit)")
     report_one(runs, data, "as measured")
     report_one(at_host_speed(data, runs), data, "at one host speed")
 
