@@ -48,11 +48,11 @@ the meter alone, never a latency or an error.
 A ``--target`` run cannot see the server's flags, so its manifest's ``server`` block is
 filled with the launch flags afterwards, as ``loadlab sim calibrate``'s refusal says.
 
-``report`` fits server 1's runs with :func:`loadlab.calibrate.fit.fit_with_table` and checks server
-2's with :func:`loadlab.calibrate.check_runs` (client TTFT, ITL and E2E p50 per level,
-predicted / measured - 1; per pass, then on the passes' median), and prints how much the
-two servers differ on the same load; without a server 2 folder (collected apart, later) it
-prints the fit alone.
+``report`` fits server 1's runs with :func:`loadlab.calibrate.fit.fit_with_table` and
+checks server 2's with :func:`loadlab.calibrate.check.check_levels` (client TTFT, ITL and
+E2E p50 per level, predicted / measured - 1; per pass, then on the passes' median), and
+prints how much the two servers differ on the same load; without a server 2 folder
+(collected apart, later) it prints the fit alone.
 """
 
 from __future__ import annotations
