@@ -1,5 +1,5 @@
 """Predicted against measured, per closed-loop level: the calibration's replay of each level
-(:mod:`loadlab.calibrate.simulate`, the front end and turnaround at its users) against
+(:mod:`loadlab.calibrate.simulate`, the front end and turnaround drawn at its users) against
 the client's TTFT, ITL and E2E medians of the real run."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 from loadlab.calibrate.runs import Run, read_run
 from loadlab.calibrate.simulate import simulate_level
 from loadlab.sim.engine.calibration import Calibration
-from loadlab.sim.engine.step_model import calibrated_step_time
+from loadlab.sim.engine.step_model import Delays, calibrated_step_time
 
 METRICS = ("ttft", "itl", "e2e")
 REPLICAS = 4     # replays pooled per level, each with its own seed of the step jitter
@@ -28,13 +28,14 @@ def check_levels(cal: Calibration, runs: Sequence[Run]) -> pd.DataFrame:
     """One row per level: run, profile, concurrency, and for TTFT, ITL and E2E p50 the
     measured and predicted seconds and the relative error (predicted / measured - 1).
     The prediction pools :data:`REPLICAS` replays of the level, each with its own seed of the
-    calibration's step jitter: one replay's p50 moves with its draws (TTFT's at a few users
-    by 20% and more on the CPU host), and the real level is one draw of its server's."""
+    calibration's jitter (steps and delays): one replay's p50 moves with its draws (TTFT's
+    at a few users by 20% and more on the CPU host), and the real level is one draw of its
+    server's."""
     rows = []
     for run in runs:
         for level in run.levels:
             traces = [simulate_level(run.settings, level, calibrated_step_time(cal, seed),
-                                     cal.front, cal.turnaround) for seed in range(REPLICAS)]
+                                     Delays(cal, seed)) for seed in range(REPLICAS)]
             row: dict[str, object] = {"run": Path(run.path).name, "profile": level.profile,
                                       "concurrency": level.concurrency}
             predicted = {

@@ -33,12 +33,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from loadlab.calibrate.check import check_levels, summarize
+from loadlab.calibrate.check import REPLICAS, check_levels, summarize
 from loadlab.calibrate.runs import Level, Run, read_run
 from loadlab.calibrate.simulate import simulate_level
 from loadlab.calibrate.terms import least_squares
 from loadlab.sim.engine.calibration import TERMS, Calibration, StepTerms
-from loadlab.sim.engine.step_model import calibrated_step_time
+from loadlab.sim.engine.step_model import Delays, calibrated_step_time
 
 ITERATIONS = 3
 SLOPE_R2 = 0.5
@@ -97,19 +97,24 @@ def _observations(levels: list[tuple[Run, Level]], terms: StepTerms,
                   skew: float) -> tuple[list[np.ndarray], list[float], list[int]]:
     """Feature rows and measured means over ``skew`` (:func:`mean_over_median`): mean
     prefill and mean ITL per level, and the index of the level each row comes from (the
-    unit the term choice leaves out)."""
-    step_time = calibrated_step_time(Calibration(step=terms, mean_over_median=skew))
+    unit the term choice leaves out). Each level's rows pool the replays the check pools
+    (:data:`~loadlab.calibrate.check.REPLICAS` seeds of the jitter): one replay's batches,
+    and so its rows, move with its draws."""
     rows, targets, groups = [], [], []
     for index, (run, level) in enumerate(levels):
-        measured = Calibration(step=terms, front_s=level.front_s, turnaround_s=level.turnaround_s)
-        trace = simulate_level(run.settings, level, step_time, measured.front, measured.turnaround)
-        if not len(trace.ttft_s):
+        measured = Calibration(step=terms, front_s=level.front_s, turnaround_s=level.turnaround_s,
+                               mean_over_median=skew)
+        traces = [simulate_level(run.settings, level, calibrated_step_time(measured, seed),
+                                 Delays(measured, seed)) for seed in range(REPLICAS)]
+        prefill = np.concatenate([t.prefill_x for t in traces])
+        if not len(prefill):
             continue
-        rows.append(trace.prefill_x.mean(axis=0))
+        rows.append(prefill.mean(axis=0))
         targets.append(level.hist["prefill_s"] / skew)
         groups.append(index)
-        if trace.decode_gaps.sum() > 0:
-            rows.append(trace.decode_x.sum(axis=0) / trace.decode_gaps.sum())
+        gaps = sum(t.decode_gaps.sum() for t in traces)
+        if gaps > 0:
+            rows.append(sum(t.decode_x.sum(axis=0) for t in traces) / gaps)
             targets.append(level.hist["itl_s"] / skew)
             groups.append(index)
     return rows, targets, groups

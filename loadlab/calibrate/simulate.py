@@ -1,10 +1,11 @@
 """One closed-loop level of a real run, replayed through the engine in virtual time.
 
 Each of ``concurrency`` users sends the level's recorded requests (their prompt and
-output lengths, in send order, cycled); a request reaches the engine ``front(users)``
-after it is sent, and its user sends the next one ``turnaround(users)`` after it
-finished. The requests measured are those sent after the warm-up and before the level's
-end, however late they finish, as the real run's client figures count a step's requests
+output lengths, in send order, cycled); a request reaches the engine a front end after it
+is sent, and its user sends the next one a turnaround after it finished, each drawn about
+the calibration's mean at the level's users (:class:`~loadlab.sim.engine.step_model.Delays`).
+The requests measured are those sent after the warm-up and before the level's end,
+however late they finish, as the real run's client figures count a step's requests
 (:mod:`loadlab.calibrate.runs`): the users go on sending until the last of them is done.
 Counting only those finished by the level's end would keep the short ones, and none at
 all where a request lasts about half the level. Beside the
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,10 +27,9 @@ import numpy as np
 from loadlab.calibrate.runs import Level
 from loadlab.sim.engine.calibration import TERMS
 from loadlab.sim.engine.core import Engine
-from loadlab.sim.engine.step_model import StepTime, step_features
+from loadlab.sim.engine.step_model import Delays, StepTime, step_features
 from loadlab.sim.engine.types import BatchShape, EngineRequest, SchedulerSettings
 
-Delay = Callable[[float], float]   # seconds, given the requests in flight (the users)
 WARMUP_FRACTION = 0.15   # of the level's duration, cut before measuring (as the real run's)
 
 
@@ -47,7 +46,7 @@ class LevelTrace:
 
 
 def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTime,
-                   front: Delay, turnaround: Delay) -> LevelTrace:
+                   delays: Delays) -> LevelTrace:
     """Run ``level`` closed-loop for its duration plus a warm-up; see the module docstring."""
     features: list[tuple[float, ...]] = []
 
@@ -75,7 +74,8 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
             t, user = heapq.heappop(sends)
             prompt, output = lengths[seq % len(lengths)]
             rid = f"c{seq}"
-            heapq.heappush(pending, (t + front(level.concurrency), seq, rid, prompt, output))
+            heapq.heappush(pending, (t + delays.front(level.concurrency), seq, rid, prompt,
+                                     output))
             sent[rid], seq = (t, user), seq + 1
             measured_open += warmup <= t < t_stop
         while pending and pending[0][0] <= now:
@@ -100,7 +100,7 @@ def simulate_level(settings: SchedulerSettings, level: Level, step_time: StepTim
             done.append((fin.request_id, index))
             t_sent, user = sent[fin.request_id]
             measured_open -= warmup <= t_sent < t_stop
-            heapq.heappush(sends, (now + turnaround(level.concurrency), user))
+            heapq.heappush(sends, (now + delays.turnaround(level.concurrency), user))
     return _trace(np.asarray(features, float).reshape(-1, len(TERMS)), np.asarray(ends), sent,
                   first_step, token_steps, done, (warmup, t_stop))
 

@@ -78,6 +78,7 @@ from loadlab.runstore.layout import REQUESTS_TABLE, STEP_ENDS_TABLE
 from loadlab.runstore.manifest import Launch, MetricsInfo, RunManifest, TargetInfo, WorkloadInfo
 from loadlab.sim.engine.config import SimConfig
 from loadlab.sim.engine.metrics import Sample
+from loadlab.sim.engine.step_model import Delays
 from loadlab.sim.engine.types import EngineRequest, StepOutput
 from loadlab.sim.fleet.config import FleetConfig
 from loadlab.sim.fleet.router import make_router
@@ -152,7 +153,8 @@ class _Replay:
         self.total_s = plan.step_duration_s * len(plan.steps) if plan.search is None else None
         self.replicas = build_replicas(fleet, out_dir, observer)
         self.resolved = self.replicas[0].resolved
-        self.calibration = self.resolved.calibration   # front end and turnaround, if fitted
+        cal = self.resolved.calibration   # its front end and turnaround, drawn per request
+        self.delays = Delays(cal, self.seed) if cal is not None else None
         self.fleet_mml = max(r.resolved.max_model_len for r in self.replicas)
         self.router = make_router(fleet.router, self.resolved.block_size, fleet.refresh_ms)
         self.views = [r.view for r in self.replicas]
@@ -327,8 +329,8 @@ class _Replay:
             replica.view.outstanding -= 1
             self.record(req, fin.request_id, "ok", out.t_end)
             self.counts["completed"] += 1
-            if req.user is not None and self.calibration is not None:
-                turnaround = self.calibration.turnaround(self.in_flight())
+            if req.user is not None and self.delays is not None:
+                turnaround = self.delays.turnaround(self.in_flight())
                 self.push(self.now + turnaround, _ARRIVAL, self.resend, req.user)
             elif req.user is not None:
                 self.resend(req.user)
@@ -384,8 +386,7 @@ class _Replay:
         if user is not None:
             self.busy_users.add(user)
         replica.view.outstanding += 1
-        cal = self.calibration
-        front = cal.front(self.in_flight()) if cal is not None else 0.0
+        front = self.delays.front(self.in_flight()) if self.delays is not None else 0.0
         if front > 0:  # the API server's share: the engine sees the request later
             req.arrival_time += front
             self.push(self.now + front, _ARRIVAL, self.admit, (replica, req))

@@ -14,6 +14,8 @@ import pytest
 
 from loadlab.calibrate.runs import Level
 from loadlab.calibrate.simulate import simulate_level
+from loadlab.sim.engine.calibration import Calibration, StepTerms
+from loadlab.sim.engine.step_model import Delays
 from loadlab.sim.engine.types import BatchShape, SchedulerSettings
 
 STEP_S = 0.01
@@ -33,14 +35,14 @@ def constant(_: BatchShape) -> float:
     return STEP_S
 
 
-def no_delay(_: float) -> float:
-    return 0.0
+# a calibration without front end or turnaround: requests reach the engine as sent
+NO_DELAY = Delays(Calibration(step=StepTerms(fixed_s=STEP_S)))
 
 
 def test_requests_longer_than_half_the_level_are_measured() -> None:
     """Two users, 600 output tokens (6 s) in a 10 s level: each user's first request starts
     in the warm-up, its second after it; those two finish after the level's end."""
-    trace = simulate_level(SETTINGS, level([(16, 600)], 2, 10.0), constant, no_delay, no_delay)
+    trace = simulate_level(SETTINGS, level([(16, 600)], 2, 10.0), constant, NO_DELAY)
     assert len(trace.e2e_s) == 2
     assert trace.e2e_s == pytest.approx(600 * STEP_S, rel=0.01)   # one step a token
 
@@ -50,7 +52,7 @@ def test_a_mix_is_measured_in_the_proportion_it_was_sent() -> None:
     window, long and short alike, not the short ones that happened to finish in it."""
     users, duration = 4, 20.0
     trace = simulate_level(SETTINGS, level([(16, 20), (16, 400)], users, duration), constant,
-                           no_delay, no_delay)
+                           NO_DELAY)
     long = trace.e2e_s > 100 * STEP_S
     # the lengths are taken in turn over all sends: as many of each are sent, give or take
     # one, in any span of sends (with only the finished ones, the long ones sent in the
