@@ -1,5 +1,5 @@
 """Predicted against measured, per closed-loop level: the calibration's replay of each level
-(:mod:`loadlab.calibrate.simulate`, the front end and turnaround drawn at its users) against
+(:mod:`loadlab.calibrate.simulate`, the front end drawn per request at its users) against
 the client's TTFT, ITL and E2E medians of the real run."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from loadlab.sim.engine.calibration import Calibration
 from loadlab.sim.engine.step_model import Delays, calibrated_step_time
 
 METRICS = ("ttft", "itl", "e2e")
-REPLICAS = 4     # replays pooled per level, each with its own seed of the step jitter
+REPLICAS = 4     # replays pooled per level, each with its own seed of the jitter
 
 
 def check_runs(cal: Calibration, paths: Sequence[str | Path]) -> pd.DataFrame:
@@ -28,7 +28,7 @@ def check_levels(cal: Calibration, runs: Sequence[Run]) -> pd.DataFrame:
     """One row per level: run, profile, concurrency, and for TTFT, ITL and E2E p50 the
     measured and predicted seconds and the relative error (predicted / measured - 1).
     The prediction pools :data:`REPLICAS` replays of the level, each with its own seed of the
-    calibration's jitter (steps and delays): one replay's p50 moves with its draws (TTFT's
+    calibration's jitter (steps and front end): one replay's p50 moves with its draws (TTFT's
     at a few users by 20% and more on the CPU host), and the real level is one draw of its
     server's."""
     rows = []

@@ -2,8 +2,9 @@
 
 Each of ``concurrency`` users sends the level's recorded requests (their prompt and
 output lengths, in send order, cycled); a request reaches the engine a front end after it
-is sent, and its user sends the next one a turnaround after it finished, each drawn about
-the calibration's mean at the level's users (:class:`~loadlab.sim.engine.step_model.Delays`).
+is sent (drawn per request), and its user sends the next one a turnaround after it
+finished, both about the calibration's lines at the level's users
+(:class:`~loadlab.sim.engine.step_model.Delays`).
 The requests measured are those sent after the warm-up and before the level's end,
 however late they finish, as the real run's client figures count a step's requests
 (:mod:`loadlab.calibrate.runs`): the users go on sending until the last of them is done.

@@ -24,9 +24,10 @@ Beside the engine: ``front_s``, the API server's share of a request's latency
 (to the engine's queue and the first token back), and ``turnaround_s``, the time a
 closed-loop user's next request takes to reach the engine after its previous one
 finished, each with an optional slope on the requests in flight; the front end also
-steps up by ``front_busy_s`` once another request is in flight. The KV pool and scheduler
-flags of the calibrated run travel in ``server``, so a replay of that server runs on its
-own pool.
+steps up by ``front_busy_s`` once another request is in flight; a replay draws each
+request's front end about that line (:class:`loadlab.sim.engine.step_model.Delays`). The
+KV pool and scheduler flags of the calibrated run travel in ``server``, so a replay of that
+server runs on its own pool.
 """
 
 from __future__ import annotations
